@@ -1,0 +1,194 @@
+/*
+ * tpar: all-reduce for tensor-parallel inference on PCIe-only and non-P2P GPU servers.
+ *
+ * The API is shaped like NCCL's so that its users know it: opaque communicators, one result
+ * enum, a versioned config struct with an initializer macro, a per-thread last-error string and
+ * a per-communicator asynchronous error.
+ *
+ * Thread safety: different communicators may be used from different threads concurrently. One
+ * communicator must not be used by two threads at once.
+ *
+ * Streams and CUDA graphs: tparAllReduce only enqueues work on the caller's stream and may be
+ * captured into a CUDA graph; a captured graph can be replayed any number of times with no host
+ * work per replay. The caller's buffers never need registering.
+ */
+#ifndef TPAR_TPAR_H_
+#define TPAR_TPAR_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cuda_runtime_api.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define TPAR_MAJOR 0
+#define TPAR_MINOR 1
+#define TPAR_PATCH 0
+#define TPAR_VERSION_CODE (TPAR_MAJOR * 10000 + TPAR_MINOR * 100 + TPAR_PATCH)
+
+/* The largest number of ranks in one communicator. */
+#define TPAR_MAX_RANKS 16
+
+typedef enum {
+  tparSuccess = 0,
+  tparUnhandledCudaError = 1, /* a CUDA call failed; the last-error text names it */
+  tparSystemError = 2,        /* an OS call failed (socket, memory, thread) */
+  tparInternalError = 3,      /* a bug in tpar */
+  tparInvalidArgument = 4,    /* a bad argument; the text names it; nothing was changed */
+  tparInvalidUsage = 5,       /* a valid call at the wrong time, or ranks that disagree */
+  tparRemoteError = 6,        /* a peer failed or aborted */
+  tparInProgress = 7,         /* reserved for non-blocking initialization */
+  tparTimeout = 8,            /* a wait exceeded the communicator's timeout */
+  tparNumResults = 9
+} tparResult_t;
+
+typedef enum { tparFloat32 = 0, tparFloat16 = 1, tparBfloat16 = 2, tparNumDataTypes = 3 } tparDataType_t;
+
+typedef enum { tparSum = 0, tparMax = 1, tparMin = 2, tparNumOps = 3 } tparRedOp_t;
+
+/* Algorithms; tparAlgoAuto lets the communicator choose by message size. */
+typedef enum { tparAlgoAuto = 0, tparAlgoOneShot = 1, tparAlgoTwoShot = 2, tparNumAlgos = 3 } tparAlgo_t;
+
+/* How a communicator reaches its peers' receive regions. */
+typedef enum {
+  tparTransportSameDevice = 0, /* every rank on one GPU ("virtual ranks", tests) */
+  tparTransportPeerAccess = 1, /* one process, several GPUs with CUDA peer access */
+  tparTransportCudaIpc = 2,    /* several processes, CUDA IPC handles */
+  tparTransportMixed = 3       /* a mix of the above between different pairs */
+} tparTransport_t;
+
+typedef struct tparComm* tparComm_t;
+
+#define TPAR_UNIQUE_ID_BYTES 128
+typedef struct {
+  char internal[TPAR_UNIQUE_ID_BYTES];
+} tparUniqueId;
+
+/*
+ * Versioned configuration. Always initialize with TPAR_CONFIG_INITIALIZER, then set the fields
+ * you care about; a field left at its initializer value takes the environment variable (see
+ * docs/env.md) or the built-in default.
+ */
+typedef struct {
+  size_t size;      /* sizeof(tparConfig_t), set by the initializer */
+  uint32_t magic;   /* set by the initializer */
+  uint32_t version; /* TPAR_VERSION_CODE, set by the initializer */
+  /* Largest message one kernel launch handles; larger calls are split into pieces of this size.
+   * The receive workspace (4 x this, fixed at init) is sized from it. 0 = default (8 MiB). */
+  size_t maxBytesPerCall;
+  /* Bound on every wait inside a collective, in milliseconds. 0 = default (TPAR_TIMEOUT_MS). */
+  int64_t timeoutMs;
+  /* Force an algorithm for every call; tparAlgoAuto (default) chooses by size. -1 = env. */
+  int algorithm;
+  /* 1: several ranks may share one GPU ("virtual ranks", for tests); 0: refuse; -1 = env. */
+  int allowSharedDevice;
+} tparConfig_t;
+
+#define TPAR_CONFIG_MAGIC 0x74706172u /* "tpar" */
+#define TPAR_CONFIG_UNDEF_INT (-1)
+#define TPAR_CONFIG_INITIALIZER                                                         \
+  {                                                                                     \
+    sizeof(tparConfig_t), TPAR_CONFIG_MAGIC, TPAR_VERSION_CODE, 0, 0, TPAR_CONFIG_UNDEF_INT, \
+        TPAR_CONFIG_UNDEF_INT                                                           \
+  }
+
+/* Static text for a result code. Never NULL. */
+const char* tparGetErrorString(tparResult_t result);
+
+/* Details of the last failure on this thread (or, with a non-NULL comm, on that communicator).
+ * Never NULL; empty when nothing failed. */
+const char* tparGetLastError(tparComm_t comm);
+
+/* The library's version as TPAR_VERSION_CODE. */
+tparResult_t tparGetVersion(int* version);
+
+/*
+ * Creates an id for tparCommInitRank. Call it on one process and pass the bytes to every rank
+ * (any channel). It starts a rendezvous service on this process, reachable from processes of
+ * this host, which ends once every rank has connected or after the bootstrap timeout.
+ */
+tparResult_t tparGetUniqueId(tparUniqueId* uniqueId);
+
+/*
+ * Creates a communicator for `rank` of `nranks` on the current CUDA device. Collective: every
+ * rank must call it, each with the same id. Blocks until all ranks have arrived (or the
+ * bootstrap timeout passes). *comm is written only on success.
+ */
+tparResult_t tparCommInitRank(tparComm_t* comm, int nranks, tparUniqueId uniqueId, int rank);
+tparResult_t tparCommInitRankConfig(tparComm_t* comm, int nranks, tparUniqueId uniqueId, int rank,
+                                    const tparConfig_t* config);
+
+/*
+ * Creates `ndev` communicators in this process, rank i on CUDA device devlist[i] (devlist NULL:
+ * devices 0..ndev-1). A device may appear more than once only when config->allowSharedDevice is
+ * 1 (or TPAR_ALLOW_SHARED_DEVICE=1); those "virtual ranks" run as concurrent kernels on one GPU.
+ * config may be NULL. comms[] is written only on success.
+ */
+tparResult_t tparCommInitAll(tparComm_t* comms, int ndev, const int* devlist);
+tparResult_t tparCommInitAllConfig(tparComm_t* comms, int ndev, const int* devlist,
+                                   const tparConfig_t* config);
+
+/* Waits for the communicator's outstanding work, then frees it. NULL is accepted (no-op). */
+tparResult_t tparCommDestroy(tparComm_t comm);
+
+/* Makes every kernel of this communicator that is still waiting give up at once (they record
+ * tparRemoteError), waits for them, then frees the communicator. NULL is accepted (no-op). */
+tparResult_t tparCommAbort(tparComm_t comm);
+
+/* The first error recorded by this communicator's kernels (tparTimeout, tparInvalidUsage for
+ * ranks that disagreed on a call, tparRemoteError after an abort), or tparSuccess. Reads host
+ * memory only: it never blocks. After an asynchronous error the communicator only accepts
+ * tparCommDestroy or tparCommAbort. */
+tparResult_t tparCommGetAsyncError(tparComm_t comm, tparResult_t* asyncError);
+
+tparResult_t tparCommCount(tparComm_t comm, int* count);
+tparResult_t tparCommUserRank(tparComm_t comm, int* rank);
+tparResult_t tparCommCuDevice(tparComm_t comm, int* device);
+
+/*
+ * Sums (or max/min) `count` elements of `sendbuff` over all ranks into `recvbuff` on every rank.
+ * In place when sendbuff == recvbuff; otherwise the two ranges must not overlap. Both must be
+ * device-accessible from the communicator's GPU and aligned to the element size. Every rank gets
+ * bitwise-identical results: elements are accumulated in fp32 in rank order and rounded once.
+ * Every rank must issue the same sequence of calls with the same count, datatype and op; a
+ * mismatch is reported as tparInvalidUsage (asynchronously). count == 0 is a no-op.
+ */
+tparResult_t tparAllReduce(const void* sendbuff, void* recvbuff, size_t count,
+                           tparDataType_t datatype, tparRedOp_t op, tparComm_t comm,
+                           cudaStream_t stream);
+
+/* What tparCommQuery reports. */
+typedef struct {
+  int rank;
+  int nranks;
+  int cudaDevice;
+  tparTransport_t transport;
+  size_t maxBytesPerCall;      /* one kernel launch handles at most this */
+  size_t deviceMemoryBytes;    /* GPU memory this communicator holds, fixed at init */
+  size_t hostMemoryBytes;      /* pinned host memory it holds */
+  int64_t timeoutMs;
+  int forcedAlgorithm;         /* tparAlgoAuto when the size picks */
+  size_t oneShotMaxBytes;      /* tparAlgoAuto uses one-shot up to this size, two-shot above */
+  int blocksPerRank;           /* largest grid one call launches */
+  int threadsPerBlock;
+} tparCommInfo_t;
+
+tparResult_t tparCommQuery(tparComm_t comm, tparCommInfo_t* info);
+
+/* The algorithm tparAllReduce would use for a message of `bytes` on this communicator. */
+tparResult_t tparCommSelectAlgorithm(tparComm_t comm, size_t bytes, tparAlgo_t* algo);
+
+/* Printable names for the enums; "unknown" for values out of range. */
+const char* tparAlgoName(tparAlgo_t algo);
+const char* tparTransportName(tparTransport_t transport);
+const char* tparDataTypeName(tparDataType_t datatype);
+const char* tparRedOpName(tparRedOp_t op);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* TPAR_TPAR_H_ */

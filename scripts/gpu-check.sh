@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Builds tpar on a GPU machine, runs every GPU test and the latency benchmark, and writes logs
+# and JSON into OUTDIR.
+#   scripts/gpu-check.sh OUTDIR [--no-tests] [--no-bench] [--filter GTEST_FILTER]
+set -uo pipefail
+out=${1:?usage: scripts/gpu-check.sh OUTDIR [--no-tests] [--no-bench] [--filter F]}
+shift
+run_tests=1
+run_bench=1
+filter='*'
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --no-tests) run_tests=0 ;;
+    --no-bench) run_bench=0 ;;
+    --filter) filter=$2; shift ;;
+    *) echo "unknown option $1" >&2; exit 2 ;;
+  esac
+  shift
+done
+mkdir -p "$out"
+# NVLink multicast stays off everywhere (shared machines).
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+cd "$(dirname "$0")/.."
+status=0
+
+nvidia-smi >"$out/nvidia-smi.txt" 2>&1 || true
+nvidia-smi topo -m >>"$out/nvidia-smi.txt" 2>&1 || true
+# Build only for the GPUs present (the full list is for release builds).
+archs=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | tr -d . | sort -u | paste -sd';')
+archs=${archs:-90}
+build=${TPAR_BUILD_DIR:-build-gpu}
+echo "== build (archs $archs) into $build"
+cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTPAR_CUDA_ARCHS="$archs" \
+  >"$out/cmake.log" 2>&1 || { cat "$out/cmake.log"; exit 1; }
+ninja -C "$build" >"$out/build.log" 2>&1 || { tail -50 "$out/build.log"; exit 1; }
+
+if [ $run_tests = 1 ]; then
+  echo "== unit tests"
+  "$build/tests/tpar_unit_tests" >"$out/unit.log" 2>&1 || status=1
+  tail -3 "$out/unit.log"
+  echo "== GPU tests (filter $filter)"
+  timeout 540 "$build/tests/tpar_gpu_tests" --gtest_filter="$filter" >"$out/gpu-tests.log" 2>&1 || status=1
+  grep -E "^\[  (FAILED|PASSED|SKIPPED) |^\[ *OK \]|tests? ran" "$out/gpu-tests.log" | tail -80
+fi
+
+if [ $run_bench = 1 ]; then
+  echo "== bench"
+  "$build/tools/tpar/tpar" bench --ranks 2,4,8 --sizes 12K,112K,384K,1M,4M -n 200 -w 20 \
+    --json "$out/bench.json" 2>&1 | tee "$out/bench.txt" || status=1
+fi
+exit $status

@@ -1,0 +1,503 @@
+// extern "C" entry points: argument checks, error mapping, last-error text. No exception
+// crosses this boundary.
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <new>
+#include <set>
+#include <vector>
+
+#include "bootstrap/bootstrap.h"
+#include "core/comm.h"
+#include "core/config.h"
+#include "core/env.h"
+#include "core/error.h"
+#include "core/log.h"
+#include "tuner/select.h"
+
+using namespace tpar;
+
+namespace {
+
+// Records a failure on the communicator too, so tparGetLastError(comm) finds it.
+tparResult_t finish(tparComm* comm, tparResult_t res) {
+  if (res != tparSuccess && comm != nullptr) comm->last_error = lastError();
+  return res;
+}
+
+tparResult_t checkComm(tparComm* comm) {
+  if (comm == nullptr) return setError(tparInvalidArgument, "comm is NULL");
+  if (!isLiveComm(comm)) {
+    return setError(tparInvalidArgument,
+                    "comm %p is not a live communicator (destroyed, or never created)",
+                    static_cast<void*>(comm));
+  }
+  return tparSuccess;
+}
+
+template <typename F>
+tparResult_t guarded(F&& body) {
+  clearError();
+  try {
+    return body();
+  } catch (const std::bad_alloc&) {
+    return setError(tparSystemError, "out of host memory");
+  } catch (const std::exception& e) {
+    return setError(tparInternalError, "unexpected exception: %s", e.what());
+  } catch (...) {
+    return setError(tparInternalError, "unexpected exception");
+  }
+}
+
+tparResult_t resolve(const tparConfig_t* config, ResolvedConfig* cfg) {
+  const Env* env = nullptr;
+  TPAR_TRY(processEnv(&env));
+  return resolveConfig(config, *env, cfg);
+}
+
+tparResult_t commInitRank(tparComm_t* out, int nranks, const tparUniqueId& id, int rank,
+                          const tparConfig_t* config) {
+  if (out == nullptr) return setError(tparInvalidArgument, "comm (output pointer) is NULL");
+  if (nranks < 1 || nranks > TPAR_MAX_RANKS) {
+    return setError(tparInvalidArgument, "nranks %d is outside 1..%d", nranks, TPAR_MAX_RANKS);
+  }
+  if (rank < 0 || rank >= nranks) {
+    return setError(tparInvalidArgument, "rank %d is outside 0..%d", rank, nranks - 1);
+  }
+  ResolvedConfig cfg;
+  TPAR_TRY(resolve(config, &cfg));
+
+  std::unique_ptr<Bootstrap> boot;
+  TPAR_TRY(connectBootstrap(id, rank, nranks, cfg.bootstrap_timeout_ms, &boot));
+
+  // Round 1: where is everyone? (needed before the local half: co-residency of virtual ranks)
+  struct Where {
+    uint64_t host_hash;
+    int32_t pid;
+    char bus_id[32];
+  };
+  std::vector<Where> where(nranks);
+  std::memset(where.data(), 0, sizeof(Where) * nranks);
+  int device = 0;
+  TPAR_CUDA_TRY(cudaGetDevice(&device));
+  where[rank].host_hash = hostHash();
+  where[rank].pid = static_cast<int32_t>(getpid());
+  TPAR_TRY(busIdOf(device, where[rank].bus_id, sizeof(where[rank].bus_id)));
+  TPAR_TRY(boot->allGather(where.data(), sizeof(Where)));
+  int same_device_same_process = 0;
+  bool shared = false;
+  for (int r = 0; r < nranks; ++r) {
+    if (where[r].host_hash != where[rank].host_hash) {
+      return setError(tparInvalidUsage,
+                      "rank %d runs on another host; tpar connects the GPUs of one machine", r);
+    }
+    if (std::strcmp(where[r].bus_id, where[rank].bus_id) == 0) {
+      if (r != rank) shared = true;
+      if (where[r].pid == where[rank].pid) ++same_device_same_process;
+    }
+  }
+  if (shared && !cfg.allow_shared_device) {
+    return setError(tparInvalidUsage,
+                    "several ranks use GPU %s; set config->allowSharedDevice = 1 or "
+                    "TPAR_ALLOW_SHARED_DEVICE=1 to allow virtual ranks",
+                    where[rank].bus_id);
+  }
+
+  tparComm* comm = nullptr;
+  TPAR_TRY(createLocal(rank, nranks, cfg, same_device_same_process, &comm));
+  auto cleanup = [&](tparResult_t res) {
+    destroyComm(comm);
+    return res;
+  };
+
+  // Round 2: workspaces.
+  std::vector<PeerInfo> infos(nranks);
+  std::memset(infos.data(), 0, sizeof(PeerInfo) * nranks);
+  tparResult_t res = describeSelf(*comm, &infos[rank]);
+  if (res != tparSuccess) return cleanup(res);
+  res = boot->allGather(infos.data(), sizeof(PeerInfo));
+  if (res != tparSuccess) return cleanup(res);
+  for (int r = 0; r < nranks; ++r) {
+    if (infos[r].max_bytes_per_call != cfg.max_bytes_per_call ||
+        infos[r].epoch_start != cfg.epoch_start) {
+      return cleanup(setError(tparInvalidUsage,
+                              "rank %d was configured with maxBytesPerCall %llu / epoch start "
+                              "%u, rank %d with %llu / %u: all ranks must agree",
+                              r, (unsigned long long)infos[r].max_bytes_per_call,
+                              infos[r].epoch_start, rank,
+                              (unsigned long long)cfg.max_bytes_per_call, cfg.epoch_start));
+    }
+  }
+  bool mixed = false;
+  bool first = true;
+  for (int r = 0; r < nranks; ++r) {
+    if (r == rank) continue;
+    PeerMapping m;
+    res = mapPeer(infos[rank], infos[r], r, &m);
+    if (res != tparSuccess) break;
+    comm->mappings.push_back(m);
+    comm->peer_ws[r] = m.ptr;
+    if (first) {
+      comm->transport = m.kind;
+      first = false;
+    } else if (m.kind != comm->transport) {
+      mixed = true;
+    }
+  }
+  if (mixed) comm->transport = tparTransportMixed;
+
+  // Round 3: did every rank map every peer? A rank that failed must not leave the others
+  // believing the group is ready.
+  std::vector<int32_t> ok(nranks, 0);
+  ok[rank] = res == tparSuccess ? 1 : 0;
+  const std::string local_error = res == tparSuccess ? std::string() : lastError();
+  tparResult_t gather = boot->allGather(ok.data(), sizeof(int32_t));
+  if (res != tparSuccess) return cleanup(setError(res, "%s", local_error.c_str()));
+  if (gather != tparSuccess) return cleanup(gather);
+  for (int r = 0; r < nranks; ++r) {
+    if (!ok[r]) {
+      return cleanup(setError(tparRemoteError, "rank %d failed to set up its peers", r));
+    }
+  }
+  registerComm(comm);
+  *out = comm;
+  TPAR_INFO("rank %d/%d on GPU %s: %s transport, %llu bytes of workspace", rank, nranks,
+            where[rank].bus_id, tparTransportName(comm->transport),
+            (unsigned long long)comm->layout.totalBytes());
+  return tparSuccess;
+}
+
+tparResult_t commInitAll(tparComm_t* comms, int ndev, const int* devlist,
+                         const tparConfig_t* config) {
+  if (comms == nullptr) return setError(tparInvalidArgument, "comms is NULL");
+  if (ndev < 1 || ndev > TPAR_MAX_RANKS) {
+    return setError(tparInvalidArgument, "ndev %d is outside 1..%d", ndev, TPAR_MAX_RANKS);
+  }
+  ResolvedConfig cfg;
+  TPAR_TRY(resolve(config, &cfg));
+  int count = 0;
+  TPAR_CUDA_TRY(cudaGetDeviceCount(&count));
+  std::vector<int> devs(ndev);
+  for (int i = 0; i < ndev; ++i) {
+    devs[i] = devlist != nullptr ? devlist[i] : i;
+    if (devs[i] < 0 || devs[i] >= count) {
+      return setError(tparInvalidArgument, "devlist[%d] = %d is not a CUDA device (0..%d)", i,
+                      devs[i], count - 1);
+    }
+  }
+  for (int i = 0; i < ndev; ++i) {
+    for (int j = i + 1; j < ndev; ++j) {
+      if (devs[i] == devs[j] && !cfg.allow_shared_device) {
+        return setError(tparInvalidArgument,
+                        "devlist[%d] and devlist[%d] are both GPU %d; set "
+                        "config->allowSharedDevice = 1 or TPAR_ALLOW_SHARED_DEVICE=1 for "
+                        "virtual ranks",
+                        i, j, devs[i]);
+      }
+    }
+  }
+  int prev = 0;
+  TPAR_CUDA_TRY(cudaGetDevice(&prev));
+  std::vector<tparComm*> made;
+  auto cleanup = [&](tparResult_t res) {
+    for (tparComm* c : made) destroyComm(c);
+    cudaSetDevice(prev);
+    return res;
+  };
+  for (int i = 0; i < ndev; ++i) {
+    const int sharing = static_cast<int>(std::count(devs.begin(), devs.end(), devs[i]));
+    cudaError_t err = cudaSetDevice(devs[i]);
+    if (err != cudaSuccess) return cleanup(cudaFailure(err, "cudaSetDevice", __FILE__, __LINE__));
+    tparComm* c = nullptr;
+    tparResult_t res = createLocal(i, ndev, cfg, sharing, &c);
+    if (res != tparSuccess) return cleanup(res);
+    made.push_back(c);
+  }
+  bool any_peer = false;
+  for (int i = 0; i < ndev; ++i) {
+    cudaSetDevice(devs[i]);
+    for (int j = 0; j < ndev; ++j) {
+      if (i == j) continue;
+      if (devs[i] != devs[j]) {
+        tparResult_t res = enablePeerAccess(devs[i], devs[j]);
+        if (res != tparSuccess) return cleanup(res);
+        any_peer = true;
+      }
+      made[i]->peer_ws[j] = made[j]->workspace;
+    }
+  }
+  bool any_shared = false;
+  for (int i = 0; i < ndev; ++i) {
+    for (int j = i + 1; j < ndev; ++j) any_shared |= devs[i] == devs[j];
+  }
+  const tparTransport_t kind = any_peer && any_shared ? tparTransportMixed
+                               : any_peer            ? tparTransportPeerAccess
+                                                     : tparTransportSameDevice;
+  for (tparComm* c : made) {
+    c->transport = kind;
+    registerComm(c);
+  }
+  for (int i = 0; i < ndev; ++i) comms[i] = made[i];
+  cudaSetDevice(prev);
+  return tparSuccess;
+}
+
+bool overlaps(const void* a, const void* b, size_t bytes) {
+  const uintptr_t x = reinterpret_cast<uintptr_t>(a);
+  const uintptr_t y = reinterpret_cast<uintptr_t>(b);
+  return x < y + bytes && y < x + bytes;
+}
+
+}  // namespace
+
+extern "C" {
+
+const char* tparGetErrorString(tparResult_t result) {
+  switch (result) {
+    case tparSuccess: return "no error";
+    case tparUnhandledCudaError: return "unhandled CUDA error";
+    case tparSystemError: return "system error";
+    case tparInternalError: return "internal error";
+    case tparInvalidArgument: return "invalid argument";
+    case tparInvalidUsage: return "invalid usage";
+    case tparRemoteError: return "remote process or rank failed";
+    case tparInProgress: return "operation in progress";
+    case tparTimeout: return "timed out waiting for peers";
+    default: return "unknown result code";
+  }
+}
+
+const char* tparGetLastError(tparComm_t comm) {
+  if (comm != nullptr && isLiveComm(comm)) return comm->last_error.c_str();
+  return lastError().c_str();
+}
+
+tparResult_t tparGetVersion(int* version) {
+  return guarded([&] {
+    if (version == nullptr) return setError(tparInvalidArgument, "version is NULL");
+    *version = TPAR_VERSION_CODE;
+    return tparSuccess;
+  });
+}
+
+tparResult_t tparGetUniqueId(tparUniqueId* uniqueId) {
+  return guarded([&] {
+    if (uniqueId == nullptr) return setError(tparInvalidArgument, "uniqueId is NULL");
+    const Env* env = nullptr;
+    TPAR_TRY(processEnv(&env));
+    return createUniqueId(uniqueId, env->bootstrap_timeout_ms);
+  });
+}
+
+tparResult_t tparCommInitRank(tparComm_t* comm, int nranks, tparUniqueId uniqueId, int rank) {
+  return guarded([&] { return commInitRank(comm, nranks, uniqueId, rank, nullptr); });
+}
+
+tparResult_t tparCommInitRankConfig(tparComm_t* comm, int nranks, tparUniqueId uniqueId, int rank,
+                                    const tparConfig_t* config) {
+  return guarded([&] { return commInitRank(comm, nranks, uniqueId, rank, config); });
+}
+
+tparResult_t tparCommInitAll(tparComm_t* comms, int ndev, const int* devlist) {
+  return guarded([&] { return commInitAll(comms, ndev, devlist, nullptr); });
+}
+
+tparResult_t tparCommInitAllConfig(tparComm_t* comms, int ndev, const int* devlist,
+                                   const tparConfig_t* config) {
+  return guarded([&] { return commInitAll(comms, ndev, devlist, config); });
+}
+
+tparResult_t tparCommDestroy(tparComm_t comm) {
+  return guarded([&] {
+    if (comm == nullptr) return tparSuccess;
+    TPAR_TRY(checkComm(comm));
+    unregisterComm(comm);
+    destroyComm(comm);
+    return tparSuccess;
+  });
+}
+
+tparResult_t tparCommAbort(tparComm_t comm) {
+  return guarded([&] {
+    if (comm == nullptr) return tparSuccess;
+    TPAR_TRY(checkComm(comm));
+    unregisterComm(comm);
+    // Waiting kernels read this word between polls and give up (Waiter::keepWaiting).
+    reinterpret_cast<volatile uint32_t*>(&comm->host_state->abort)[0] = 1;
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    destroyComm(comm);
+    return tparSuccess;
+  });
+}
+
+tparResult_t tparCommGetAsyncError(tparComm_t comm, tparResult_t* asyncError) {
+  return guarded([&] {
+    TPAR_TRY(checkComm(comm));
+    if (asyncError == nullptr) return finish(comm, setError(tparInvalidArgument, "asyncError is NULL"));
+    const uint32_t code = reinterpret_cast<volatile uint32_t*>(&comm->host_state->error)[0];
+    *asyncError = static_cast<tparResult_t>(code);
+    return tparSuccess;
+  });
+}
+
+tparResult_t tparCommCount(tparComm_t comm, int* count) {
+  return guarded([&] {
+    TPAR_TRY(checkComm(comm));
+    if (count == nullptr) return finish(comm, setError(tparInvalidArgument, "count is NULL"));
+    *count = comm->nranks;
+    return tparSuccess;
+  });
+}
+
+tparResult_t tparCommUserRank(tparComm_t comm, int* rank) {
+  return guarded([&] {
+    TPAR_TRY(checkComm(comm));
+    if (rank == nullptr) return finish(comm, setError(tparInvalidArgument, "rank is NULL"));
+    *rank = comm->rank;
+    return tparSuccess;
+  });
+}
+
+tparResult_t tparCommCuDevice(tparComm_t comm, int* device) {
+  return guarded([&] {
+    TPAR_TRY(checkComm(comm));
+    if (device == nullptr) return finish(comm, setError(tparInvalidArgument, "device is NULL"));
+    *device = comm->device;
+    return tparSuccess;
+  });
+}
+
+tparResult_t tparAllReduce(const void* sendbuff, void* recvbuff, size_t count,
+                           tparDataType_t datatype, tparRedOp_t op, tparComm_t comm,
+                           cudaStream_t stream) {
+  return guarded([&]() -> tparResult_t {
+    TPAR_TRY(checkComm(comm));
+    auto bad = [&](tparResult_t code) { return finish(comm, code); };
+    if (static_cast<int>(datatype) < 0 || datatype >= tparNumDataTypes) {
+      return bad(setError(tparInvalidArgument, "datatype %d is not a tparDataType_t",
+                          static_cast<int>(datatype)));
+    }
+    if (static_cast<int>(op) < 0 || op >= tparNumOps) {
+      return bad(setError(tparInvalidArgument, "op %d is not a tparRedOp_t", static_cast<int>(op)));
+    }
+    const uint32_t async = reinterpret_cast<volatile uint32_t*>(&comm->host_state->error)[0];
+    if (async != 0) {
+      return bad(setError(static_cast<tparResult_t>(async),
+                          "the communicator failed earlier (%s); destroy or abort it",
+                          tparGetErrorString(static_cast<tparResult_t>(async))));
+    }
+    if (count == 0) return tparSuccess;
+    const size_t esize = datatype == tparFloat32 ? 4 : 2;
+    if (count > SIZE_MAX / esize) {
+      return bad(setError(tparInvalidArgument, "count %zu overflows the byte size", count));
+    }
+    if (sendbuff == nullptr) return bad(setError(tparInvalidArgument, "sendbuff is NULL"));
+    if (recvbuff == nullptr) return bad(setError(tparInvalidArgument, "recvbuff is NULL"));
+    if (reinterpret_cast<uintptr_t>(sendbuff) % esize != 0) {
+      return bad(setError(tparInvalidArgument, "sendbuff %p is not aligned to its %zu-byte elements",
+                          sendbuff, esize));
+    }
+    if (reinterpret_cast<uintptr_t>(recvbuff) % esize != 0) {
+      return bad(setError(tparInvalidArgument, "recvbuff %p is not aligned to its %zu-byte elements",
+                          recvbuff, esize));
+    }
+    const size_t bytes = count * esize;
+    if (sendbuff != recvbuff && overlaps(sendbuff, recvbuff, bytes)) {
+      return bad(setError(tparInvalidArgument,
+                          "sendbuff and recvbuff overlap without being equal (in place needs "
+                          "sendbuff == recvbuff)"));
+    }
+    int stream_device = -1;
+    cudaError_t err = cudaStreamGetDevice(stream, &stream_device);
+    if (err != cudaSuccess) {
+      (void)cudaGetLastError();
+      return bad(setError(tparInvalidArgument, "stream is not a valid CUDA stream (%s)",
+                          cudaGetErrorString(err)));
+    }
+    if (stream_device != comm->device) {
+      return bad(setError(tparInvalidArgument,
+                          "stream belongs to GPU %d but the communicator to GPU %d",
+                          stream_device, comm->device));
+    }
+    return bad(allReduce(comm, sendbuff, recvbuff, count, datatype, op, stream));
+  });
+}
+
+tparResult_t tparCommQuery(tparComm_t comm, tparCommInfo_t* info) {
+  return guarded([&] {
+    TPAR_TRY(checkComm(comm));
+    if (info == nullptr) return finish(comm, setError(tparInvalidArgument, "info is NULL"));
+    tparCommInfo_t out;
+    std::memset(&out, 0, sizeof(out));
+    out.rank = comm->rank;
+    out.nranks = comm->nranks;
+    out.cudaDevice = comm->device;
+    out.transport = comm->transport;
+    out.maxBytesPerCall = comm->cfg.max_bytes_per_call;
+    out.deviceMemoryBytes = comm->layout.totalBytes();
+    out.hostMemoryBytes = sizeof(kernels::HostState);
+    out.timeoutMs = comm->cfg.timeout_ms;
+    out.forcedAlgorithm = comm->cfg.forced_algo;
+    out.oneShotMaxBytes = comm->cfg.one_shot_max_bytes >= 0
+                              ? static_cast<size_t>(comm->cfg.one_shot_max_bytes)
+                              : defaultOneShotMaxBytes(comm->nranks);
+    out.blocksPerRank = comm->max_blocks;
+    out.threadsPerBlock = comm->threads;
+    *info = out;
+    return tparSuccess;
+  });
+}
+
+tparResult_t tparCommSelectAlgorithm(tparComm_t comm, size_t bytes, tparAlgo_t* algo) {
+  return guarded([&] {
+    TPAR_TRY(checkComm(comm));
+    if (algo == nullptr) return finish(comm, setError(tparInvalidArgument, "algo is NULL"));
+    const kernels::Algo a =
+        selectAlgo(bytes, comm->nranks, comm->cfg.forced_algo, comm->cfg.one_shot_max_bytes);
+    *algo = a == kernels::Algo::kOneShot ? tparAlgoOneShot : tparAlgoTwoShot;
+    return tparSuccess;
+  });
+}
+
+const char* tparAlgoName(tparAlgo_t algo) {
+  switch (algo) {
+    case tparAlgoAuto: return "auto";
+    case tparAlgoOneShot: return "oneshot";
+    case tparAlgoTwoShot: return "twoshot";
+    default: return "unknown";
+  }
+}
+
+const char* tparTransportName(tparTransport_t transport) {
+  switch (transport) {
+    case tparTransportSameDevice: return "same-device";
+    case tparTransportPeerAccess: return "peer-access";
+    case tparTransportCudaIpc: return "cuda-ipc";
+    case tparTransportMixed: return "mixed";
+    default: return "unknown";
+  }
+}
+
+const char* tparDataTypeName(tparDataType_t datatype) {
+  switch (datatype) {
+    case tparFloat32: return "float32";
+    case tparFloat16: return "float16";
+    case tparBfloat16: return "bfloat16";
+    default: return "unknown";
+  }
+}
+
+const char* tparRedOpName(tparRedOp_t op) {
+  switch (op) {
+    case tparSum: return "sum";
+    case tparMax: return "max";
+    case tparMin: return "min";
+    default: return "unknown";
+  }
+}
+
+}  // extern "C"

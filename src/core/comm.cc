@@ -1,0 +1,187 @@
+#include "core/comm.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <mutex>
+#include <unordered_set>
+
+#include "core/error.h"
+#include "core/log.h"
+#include "tuner/select.h"
+
+namespace tpar {
+
+namespace {
+
+std::mutex g_registry_mutex;
+std::unordered_set<tparComm*>& registry() {
+  static std::unordered_set<tparComm*> live;
+  return live;
+}
+
+size_t elemBytes(tparDataType_t dtype) { return dtype == tparFloat32 ? 4 : 2; }
+
+}  // namespace
+
+void registerComm(tparComm* comm) {
+  std::lock_guard<std::mutex> lock(g_registry_mutex);
+  registry().insert(comm);
+}
+
+void unregisterComm(tparComm* comm) {
+  std::lock_guard<std::mutex> lock(g_registry_mutex);
+  registry().erase(comm);
+}
+
+bool isLiveComm(tparComm* comm) {
+  std::lock_guard<std::mutex> lock(g_registry_mutex);
+  return registry().count(comm) != 0;
+}
+
+tparResult_t createLocal(int rank, int nranks, const ResolvedConfig& cfg, int ranks_on_device,
+                         tparComm** out) {
+  int device = 0;
+  TPAR_CUDA_TRY(cudaGetDevice(&device));
+  // NOTE [preload]: before any kernel of this communicator can spin.
+  TPAR_CUDA_TRY(kernels::preloadKernels());
+
+  auto comm = new tparComm();
+  comm->rank = rank;
+  comm->nranks = nranks;
+  comm->device = device;
+  comm->cfg = cfg;
+  comm->layout = kernels::WorkspaceLayout::forMaxBytes(cfg.max_bytes_per_call);
+  comm->threads = cfg.threads;
+
+  auto fail = [&](tparResult_t res) {
+    destroyComm(comm);
+    return res;
+  };
+
+  int sms = 0;
+  cudaError_t err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+  if (err != cudaSuccess) return fail(cudaFailure(err, "cudaDeviceGetAttribute", __FILE__, __LINE__));
+  int per_sm = 0;
+  err = kernels::maxActiveBlocksPerSm(comm->threads, &per_sm);
+  if (err != cudaSuccess) return fail(cudaFailure(err, "occupancy query", __FILE__, __LINE__));
+  if (per_sm < 1) {
+    return fail(setError(tparInvalidArgument,
+                         "the all-reduce kernels cannot run with %d threads per block on this "
+                         "GPU (TPAR_THREADS)",
+                         comm->threads));
+  }
+  // Ranks sharing a GPU in one process run as concurrent kernels that wait for each other:
+  // all their blocks must be resident at once.
+  const int resident = per_sm * sms / std::max(1, ranks_on_device);
+  const int wanted = cfg.max_blocks > 0 ? cfg.max_blocks : 32;
+  comm->max_blocks = std::max(1, std::min(wanted, resident));
+  if (resident < 1) {
+    return fail(setError(tparInvalidUsage,
+                         "%d ranks cannot share one GPU of %d multiprocessors", ranks_on_device,
+                         sms));
+  }
+
+  tparResult_t res = allocWorkspace(comm->layout, cfg.epoch_start, &comm->workspace);
+  if (res != tparSuccess) return fail(res);
+  comm->device_state = deviceStateOf(comm->workspace);
+  comm->peer_ws[rank] = comm->workspace;
+
+  void* host = nullptr;
+  err = cudaHostAlloc(&host, sizeof(kernels::HostState), cudaHostAllocMapped | cudaHostAllocPortable);
+  if (err != cudaSuccess) return fail(cudaFailure(err, "cudaHostAlloc", __FILE__, __LINE__));
+  std::memset(host, 0, sizeof(kernels::HostState));
+  comm->host_state = static_cast<kernels::HostState*>(host);
+  void* host_dev = nullptr;
+  err = cudaHostGetDevicePointer(&host_dev, host, 0);
+  if (err != cudaSuccess) return fail(cudaFailure(err, "cudaHostGetDevicePointer", __FILE__, __LINE__));
+  comm->host_state_dev = static_cast<kernels::HostState*>(host_dev);
+  *out = comm;
+  return tparSuccess;
+}
+
+void destroyComm(tparComm* comm) {
+  if (comm == nullptr) return;
+  int prev = -1;
+  cudaGetDevice(&prev);
+  cudaSetDevice(comm->device);
+  // cudaFree would wait for the device anyway; waiting first keeps unmapping ordered after the
+  // kernels that use the mappings.
+  cudaDeviceSynchronize();
+  for (const PeerMapping& m : comm->mappings) unmapPeer(m);
+  freeWorkspace(comm->workspace);
+  if (comm->host_state != nullptr) cudaFreeHost(comm->host_state);
+  (void)cudaGetLastError();
+  if (prev >= 0) cudaSetDevice(prev);
+  delete comm;
+}
+
+tparResult_t describeSelf(const tparComm& comm, PeerInfo* out) {
+  PeerInfo info;
+  std::memset(&info, 0, sizeof(info));
+  info.host_hash = hostHash();
+  info.pid = static_cast<int32_t>(getpid());
+  info.cuda_device = comm.device;
+  TPAR_TRY(busIdOf(comm.device, info.bus_id, sizeof(info.bus_id)));
+  info.workspace_ptr = reinterpret_cast<uint64_t>(comm.workspace);
+  info.workspace_bytes = comm.layout.totalBytes();
+  TPAR_CUDA_TRY(cudaIpcGetMemHandle(&info.ipc_handle, comm.workspace));
+  info.max_bytes_per_call = comm.cfg.max_bytes_per_call;
+  info.epoch_start = comm.cfg.epoch_start;
+  info.nranks = comm.nranks;
+  *out = info;
+  return tparSuccess;
+}
+
+tparResult_t allReduce(tparComm* comm, const void* send, void* recv, size_t count,
+                       tparDataType_t dtype, tparRedOp_t op, cudaStream_t stream) {
+  const size_t esize = elemBytes(dtype);
+  const uint64_t bytes = uint64_t(count) * esize;
+  const kernels::Algo algo =
+      selectAlgo(bytes, comm->nranks, comm->cfg.forced_algo, comm->cfg.one_shot_max_bytes);
+  const uint64_t piece_limit =
+      std::min<uint64_t>(comm->cfg.max_bytes_per_call,
+                         algo == kernels::Algo::kOneShot ? comm->layout.oneShotMaxBytes(comm->nranks)
+                                                         : comm->layout.twoShotMaxBytes(comm->nranks));
+  const uint64_t piece_elems = piece_limit / esize;  // piece_limit is a multiple of 16
+
+  kernels::AllReduceArgs args;
+  std::memset(&args, 0, sizeof(args));
+  for (int r = 0; r < comm->nranks; ++r) args.peer_ws[r] = comm->peer_ws[r];
+  args.state = comm->device_state;
+  args.host_state = comm->host_state_dev;
+  args.timeout_ns = static_cast<uint64_t>(comm->cfg.timeout_ms) * 1000000ull;
+  args.data_bytes = comm->layout.data_bytes;
+  args.meta = kernels::makeCallMeta(dtype, op, algo, count);
+  args.rank = comm->rank;
+  args.nranks = comm->nranks;
+  args.op = op;
+
+  int prev = -1;
+  TPAR_CUDA_TRY(cudaGetDevice(&prev));
+  if (prev != comm->device) TPAR_CUDA_TRY(cudaSetDevice(comm->device));
+  tparResult_t result = tparSuccess;
+  for (uint64_t done = 0; done < count; done += piece_elems) {
+    const uint64_t n = std::min<uint64_t>(piece_elems, count - done);
+    args.send = static_cast<const char*>(send) + done * esize;
+    args.recv = static_cast<char*>(recv) + done * esize;
+    args.count = n;
+    args.vec_aligned = (reinterpret_cast<uintptr_t>(args.send) % kernels::kVecBytes == 0) &&
+                       (reinterpret_cast<uintptr_t>(args.recv) % kernels::kVecBytes == 0);
+    const uint64_t work = kernels::workVectors(algo, n, esize, comm->nranks);
+    const uint64_t want = (work + comm->threads - 1) / comm->threads;
+    const int blocks = static_cast<int>(std::max<uint64_t>(1, std::min<uint64_t>(want, comm->max_blocks)));
+    cudaError_t err = kernels::launchAllReduce(algo, dtype, args, blocks, comm->threads, stream);
+    if (err != cudaSuccess) {
+      result = cudaFailure(err, "launching the all-reduce kernel", __FILE__, __LINE__);
+      // Peers may already wait for this kernel: the group is out of step for good.
+      if (comm->host_state->error == 0) comm->host_state->error = tparUnhandledCudaError;
+      break;
+    }
+  }
+  if (prev != comm->device) cudaSetDevice(prev);
+  return result;
+}
+
+}  // namespace tpar

@@ -1,0 +1,31 @@
+// A communicator's settings: tparConfig_t fields override environment variables, which override
+// built-in defaults. Resolved once at init and immutable afterwards.
+#ifndef TPAR_CORE_CONFIG_H_
+#define TPAR_CORE_CONFIG_H_
+
+#include <cstdint>
+
+#include "core/env.h"
+#include "tpar/tpar.h"
+
+namespace tpar {
+
+struct ResolvedConfig {
+  uint64_t max_bytes_per_call = 0;
+  int64_t timeout_ms = 0;
+  int64_t bootstrap_timeout_ms = 0;
+  tparAlgo_t forced_algo = tparAlgoAuto;
+  bool allow_shared_device = false;
+  int64_t one_shot_max_bytes = -1;  // -1: built-in by rank count
+  int max_blocks = 0;               // 0: derived
+  int threads = 0;
+  uint32_t epoch_start = 0;
+};
+
+// Validates `user` (may be null) and merges it over `env`. Bad fields fail with
+// tparInvalidArgument naming the field.
+tparResult_t resolveConfig(const tparConfig_t* user, const Env& env, ResolvedConfig* out);
+
+}  // namespace tpar
+
+#endif  // TPAR_CORE_CONFIG_H_

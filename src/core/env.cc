@@ -1,0 +1,212 @@
+#include "core/env.h"
+
+#include <cerrno>
+#include <cctype>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <mutex>
+#include <sstream>
+
+#include "core/error.h"
+
+namespace tpar {
+
+const std::vector<EnvVarSpec>& envRegistry() {
+  static const std::vector<EnvVarSpec> kRegistry = {
+      {"TPAR_TIMEOUT_MS", EnvType::kInt, "30000", nullptr,
+       "Bound on every wait inside a collective; a wait past it records tparTimeout."},
+      {"TPAR_BOOTSTRAP_TIMEOUT_MS", EnvType::kInt, "120000", nullptr,
+       "Bound on the rendezvous of tparCommInitRank (all ranks must arrive within it)."},
+      {"TPAR_MAX_BYTES_PER_CALL", EnvType::kBytes, "8M", nullptr,
+       "Largest message one kernel launch handles; larger calls are split. Workspace is 4x this."},
+      {"TPAR_ALGO", EnvType::kChoice, "auto", "auto|oneshot|twoshot",
+       "Force an all-reduce algorithm for every call."},
+      {"TPAR_ALLOW_SHARED_DEVICE", EnvType::kBool, "0", nullptr,
+       "Allow several ranks of one process on one GPU (virtual ranks, for tests)."},
+      {"TPAR_ONESHOT_MAX_BYTES", EnvType::kBytes, "auto", nullptr,
+       "Largest message for which auto selection picks one-shot (auto: built-in per rank count)."},
+      {"TPAR_MAX_BLOCKS", EnvType::kInt, "0", nullptr,
+       "Largest grid per call and rank (0: 32, and less when ranks share a GPU)."},
+      {"TPAR_THREADS", EnvType::kInt, "512", nullptr,
+       "Threads per block of the all-reduce kernels (a multiple of 32, 64..512)."},
+      {"TPAR_DEBUG", EnvType::kChoice, "warn", "warn|info|debug",
+       "Log level of messages printed to stderr."},
+      {"TPAR_EPOCH_START", EnvType::kInt, "0", nullptr,
+       "First call epoch (testing: start near 2^32 to cross the counter wrap)."},
+  };
+  return kRegistry;
+}
+
+bool parseInt(const std::string& text, int64_t* out) {
+  if (text.empty()) return false;
+  errno = 0;
+  char* end = nullptr;
+  long long v = std::strtoll(text.c_str(), &end, 0);
+  if (errno != 0 || end == text.c_str() || *end != '\0') return false;
+  *out = v;
+  return true;
+}
+
+bool parseBytes(const std::string& text, uint64_t* out) {
+  if (text.empty() || text[0] == '-' || !std::isdigit(static_cast<unsigned char>(text[0])))
+    return false;
+  errno = 0;
+  char* end = nullptr;
+  unsigned long long v = std::strtoull(text.c_str(), &end, 10);
+  if (errno != 0 || end == text.c_str()) return false;
+  std::string suffix(end);
+  for (auto& c : suffix) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  uint64_t mult = 1;
+  if (suffix.empty() || suffix == "B") {
+    mult = 1;
+  } else if (suffix == "K" || suffix == "KB" || suffix == "KIB") {
+    mult = 1ull << 10;
+  } else if (suffix == "M" || suffix == "MB" || suffix == "MIB") {
+    mult = 1ull << 20;
+  } else if (suffix == "G" || suffix == "GB" || suffix == "GIB") {
+    mult = 1ull << 30;
+  } else {
+    return false;
+  }
+  if (v > std::numeric_limits<uint64_t>::max() / mult) return false;
+  *out = v * mult;
+  return true;
+}
+
+bool parseBool(const std::string& text, bool* out) {
+  std::string t;
+  for (char c : text) t += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (t == "1" || t == "true" || t == "yes" || t == "on") {
+    *out = true;
+    return true;
+  }
+  if (t == "0" || t == "false" || t == "no" || t == "off") {
+    *out = false;
+    return true;
+  }
+  return false;
+}
+
+namespace {
+
+int choiceIndex(const char* choices, const std::string& value) {
+  std::string lower;
+  for (char c : value) lower += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  std::stringstream ss(choices);
+  std::string item;
+  for (int i = 0; std::getline(ss, item, '|'); ++i) {
+    if (item == lower) return i;
+  }
+  return -1;
+}
+
+tparResult_t badValue(const EnvVarSpec& spec, const std::string& value, const char* expected) {
+  return setError(tparInvalidArgument, "environment variable %s='%s' is not %s", spec.name,
+                  value.c_str(), expected);
+}
+
+}  // namespace
+
+tparResult_t parseEnv(const EnvGetter& get, Env* out) {
+  Env env;
+  for (const EnvVarSpec& spec : envRegistry()) {
+    const char* raw = get(spec.name);
+    const bool is_set = raw != nullptr && raw[0] != '\0';
+    const std::string value = is_set ? raw : spec.default_value;
+    if (is_set) env.set_vars.push_back(std::string(spec.name) + "=" + value);
+    const std::string name = spec.name;
+    int64_t i = 0;
+    uint64_t b = 0;
+    bool flag = false;
+    if (name == "TPAR_TIMEOUT_MS" || name == "TPAR_BOOTSTRAP_TIMEOUT_MS") {
+      if (!parseInt(value, &i) || i <= 0 || i > 86400000)
+        return badValue(spec, value, "a whole number of milliseconds in 1..86400000");
+      (name == "TPAR_TIMEOUT_MS" ? env.timeout_ms : env.bootstrap_timeout_ms) = i;
+    } else if (name == "TPAR_MAX_BYTES_PER_CALL") {
+      if (!parseBytes(value, &b) || b < (64u << 10) || b > (1ull << 30))
+        return badValue(spec, value, "a size between 64K and 1G");
+      env.max_bytes_per_call = b;
+    } else if (name == "TPAR_ALGO") {
+      int idx = choiceIndex(spec.choices, value);
+      if (idx < 0) return badValue(spec, value, "one of auto|oneshot|twoshot");
+      env.algo = idx;  // the order of choices matches tparAlgo_t
+    } else if (name == "TPAR_ALLOW_SHARED_DEVICE") {
+      if (!parseBool(value, &flag)) return badValue(spec, value, "a boolean (0/1)");
+      env.allow_shared_device = flag;
+    } else if (name == "TPAR_ONESHOT_MAX_BYTES") {
+      if (value == "auto") {
+        env.one_shot_max_bytes = -1;
+      } else {
+        if (!parseBytes(value, &b) || b > (1ull << 30))
+          return badValue(spec, value, "'auto' or a size up to 1G");
+        env.one_shot_max_bytes = static_cast<int64_t>(b);
+      }
+    } else if (name == "TPAR_MAX_BLOCKS") {
+      if (!parseInt(value, &i) || i < 0 || i > 1024)
+        return badValue(spec, value, "a block count in 0..1024");
+      env.max_blocks = static_cast<int>(i);
+    } else if (name == "TPAR_THREADS") {
+      if (!parseInt(value, &i) || i < 64 || i > 512 || i % 32 != 0)
+        return badValue(spec, value, "a multiple of 32 in 64..512");
+      env.threads = static_cast<int>(i);
+    } else if (name == "TPAR_DEBUG") {
+      int idx = choiceIndex(spec.choices, value);
+      if (idx < 0) return badValue(spec, value, "one of warn|info|debug");
+      env.log_level = idx;
+    } else if (name == "TPAR_EPOCH_START") {
+      if (!parseInt(value, &i) || i < 0 || i > 0xFFFFFFFFll)
+        return badValue(spec, value, "a 32-bit unsigned number");
+      env.epoch_start = static_cast<uint32_t>(i);
+    } else {
+      return setError(tparInternalError, "environment variable %s has no parser", spec.name);
+    }
+  }
+  *out = std::move(env);
+  return tparSuccess;
+}
+
+tparResult_t processEnv(const Env** out) {
+  static std::once_flag once;
+  static Env env;
+  static tparResult_t result = tparSuccess;
+  static std::string error_text;
+  std::call_once(once, [] {
+    result = parseEnv([](const char* n) { return std::getenv(n); }, &env);
+    if (result != tparSuccess) error_text = lastError();
+  });
+  if (result != tparSuccess) return setError(result, "%s", error_text.c_str());
+  *out = &env;
+  return tparSuccess;
+}
+
+std::string envMarkdown() {
+  std::ostringstream md;
+  md << "# Environment variables\n\n"
+     << "Generated from the registry in `src/core/env.cc` by `tpar env --markdown`; a unit test\n"
+     << "checks that this file matches it. Every variable is read once per process; a malformed\n"
+     << "value makes communicator creation fail with `tparInvalidArgument` naming it.\n"
+     << "Fields of `tparConfig_t` that are set take precedence over the variables.\n\n"
+     << "| variable | type | default | meaning |\n| --- | --- | --- | --- |\n";
+  for (const EnvVarSpec& spec : envRegistry()) {
+    const char* type = "";
+    std::string choices;
+    switch (spec.type) {
+      case EnvType::kInt: type = "integer"; break;
+      case EnvType::kBytes: type = "size (K/M/G)"; break;
+      case EnvType::kBool: type = "boolean"; break;
+      case EnvType::kChoice: choices = spec.choices; break;
+      case EnvType::kString: type = "string"; break;
+    }
+    if (!choices.empty()) {
+      // '|' would split the markdown cell.
+      for (auto& c : choices) if (c == '|') c = '/';
+      type = choices.c_str();
+    }
+    md << "| `" << spec.name << "` | " << type << " | `" << spec.default_value << "` | "
+       << spec.description << " |\n";
+  }
+  return md.str();
+}
+
+}  // namespace tpar

@@ -1,0 +1,65 @@
+// Every environment variable tpar reads, declared once with its type, default and meaning.
+//
+// The registry below is the single source: Env is parsed from it once per process, docs/env.md
+// is generated from it (`tpar env --markdown`), and a unit test keeps the two in step.
+#ifndef TPAR_CORE_ENV_H_
+#define TPAR_CORE_ENV_H_
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "tpar/tpar.h"
+
+namespace tpar {
+
+enum class EnvType { kInt, kBytes, kBool, kChoice, kString };
+
+struct EnvVarSpec {
+  const char* name;
+  EnvType type;
+  const char* default_value;  // as a user would write it
+  const char* choices;        // for kChoice: "a|b|c"; else nullptr
+  const char* description;    // one line
+};
+
+// The registry, in documentation order.
+const std::vector<EnvVarSpec>& envRegistry();
+
+// Parsed values. Defaults come from the registry.
+struct Env {
+  int64_t timeout_ms = 0;
+  int64_t bootstrap_timeout_ms = 0;
+  uint64_t max_bytes_per_call = 0;
+  int algo = tparAlgoAuto;            // tparAlgo_t
+  bool allow_shared_device = false;
+  int64_t one_shot_max_bytes = -1;    // -1: built-in table by rank count
+  int max_blocks = 0;                 // 0: derived from occupancy
+  int threads = 0;
+  int log_level = 0;                  // 0 warn, 1 info, 2 debug
+  uint32_t epoch_start = 0;
+  std::vector<std::string> set_vars;  // "NAME=value" for every variable that was set
+};
+
+using EnvGetter = std::function<const char*(const char*)>;
+
+// Parses every registered variable through `get` (nullptr result = unset). A malformed value
+// fails with tparInvalidArgument naming the variable and the value; nothing is half-applied.
+tparResult_t parseEnv(const EnvGetter& get, Env* out);
+
+// The process environment, parsed on first use and cached (including a parse failure, which
+// every later communicator init reports again).
+tparResult_t processEnv(const Env** out);
+
+// Markdown table of the registry (docs/env.md).
+std::string envMarkdown();
+
+// Value parsers shared with the CLI; each returns false on malformed input.
+bool parseInt(const std::string& text, int64_t* out);
+bool parseBytes(const std::string& text, uint64_t* out);  // 4096, 64K, 8M, 1G (binary units)
+bool parseBool(const std::string& text, bool* out);       // 0/1/true/false/yes/no/on/off
+
+}  // namespace tpar
+
+#endif  // TPAR_CORE_ENV_H_

@@ -1,0 +1,70 @@
+#include "kernels/launch.h"
+
+#include "kernels/kernel_table.h"
+
+namespace tpar {
+namespace kernels {
+
+uint32_t makeCallMeta(tparDataType_t dtype, tparRedOp_t op, Algo algo, uint64_t total_count) {
+  // 26 bits of a hash of the whole call's count: pieces of differently sized calls then differ
+  // even where one piece's count happens to match.
+  uint64_t h = total_count * 0x9E3779B97F4A7C15ull;
+  h ^= h >> 29;
+  return static_cast<uint32_t>(dtype) | (static_cast<uint32_t>(op) << 2) |
+         (static_cast<uint32_t>(algo) << 4) | (static_cast<uint32_t>(h & 0x3FFFFFFu) << 6);
+}
+
+uint64_t workVectors(Algo algo, uint64_t count, size_t elem_bytes, int nranks) {
+  const uint64_t per_vec = kVecBytes / elem_bytes;
+  const uint64_t vecs = (count + per_vec - 1) / per_vec;
+  return algo == Algo::kOneShot ? vecs : (vecs + nranks - 1) / nranks;
+}
+
+cudaError_t launchAllReduce(Algo algo, tparDataType_t dtype, const AllReduceArgs& args,
+                            int blocks, int threads, cudaStream_t stream) {
+  const bool wide = args.nranks > 8;
+  const void* fn = algo == Algo::kOneShot ? oneShotKernel(dtype, wide) : twoShotKernel(dtype, wide);
+  if (fn == nullptr) return cudaErrorInvalidValue;
+  void* params[] = {const_cast<AllReduceArgs*>(&args)};
+  return cudaLaunchKernel(fn, dim3(blocks), dim3(threads), params, 0, stream);
+}
+
+// NOTE [preload]
+// Under lazy module loading (the CUDA 12+ default) a kernel's module is loaded at its first
+// launch, and loading waits for the device to go idle. A rank whose first kernel spins waiting
+// for a peer on another stream then blocks that peer's first launch: a deadlock (seen on an
+// H200: two streams, spin/set, hangs under LAZY, fine under EAGER). Touching every kernel with
+// cudaFuncGetAttributes at communicator init loads them all up front.
+cudaError_t preloadKernels() {
+  const tparDataType_t dtypes[] = {tparFloat32, tparFloat16, tparBfloat16};
+  for (tparDataType_t d : dtypes) {
+    for (bool wide : {false, true}) {
+      for (const void* fn : {oneShotKernel(d, wide), twoShotKernel(d, wide)}) {
+        cudaFuncAttributes attr;
+        cudaError_t err = cudaFuncGetAttributes(&attr, fn);
+        if (err != cudaSuccess) return err;
+      }
+    }
+  }
+  return cudaSuccess;
+}
+
+cudaError_t maxActiveBlocksPerSm(int threads, int* blocks) {
+  int best = 1 << 30;
+  const tparDataType_t dtypes[] = {tparFloat32, tparFloat16, tparBfloat16};
+  for (tparDataType_t d : dtypes) {
+    for (bool wide : {false, true}) {
+      for (const void* fn : {oneShotKernel(d, wide), twoShotKernel(d, wide)}) {
+        int b = 0;
+        cudaError_t err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, fn, threads, 0);
+        if (err != cudaSuccess) return err;
+        if (b < best) best = b;
+      }
+    }
+  }
+  *blocks = best;
+  return cudaSuccess;
+}
+
+}  // namespace kernels
+}  // namespace tpar

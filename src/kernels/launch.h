@@ -1,0 +1,106 @@
+// The one header between host code and the all-reduce kernels.
+//
+// Kernels know nothing of transports, environment variables or policy: the host passes every
+// pointer and number in AllReduceArgs. Launchers return cudaError_t.
+#ifndef TPAR_KERNELS_LAUNCH_H_
+#define TPAR_KERNELS_LAUNCH_H_
+
+#include <cstddef>
+#include <cstdint>
+
+#include <cuda_runtime_api.h>
+
+#include "tpar/tpar.h"
+
+#ifdef __CUDACC__
+#define TPAR_HOST_DEVICE __host__ __device__
+#else
+#define TPAR_HOST_DEVICE
+#endif
+
+namespace tpar {
+namespace kernels {
+
+constexpr int kMaxRanks = TPAR_MAX_RANKS;
+constexpr int kVecBytes = 16;  // the wire unit: one 16-byte vector per thread and step
+// Launch bound of every kernel: leaves 128 registers per thread for the per-peer vectors.
+constexpr int kMaxThreads = 512;
+
+// Per-rank control words in device memory (written by this rank's kernels only).
+struct DeviceState {
+  uint32_t epoch;        // the epoch of the next kernel; advanced by the last block to finish
+  uint32_t blocks_done;  // blocks of the running kernel that have finished
+  uint32_t error;        // first tparResult_t recorded by a kernel, 0 = none
+  uint32_t pad;
+};
+
+// Per-rank words in pinned host memory mapped into the GPU.
+struct HostState {
+  uint32_t error;  // mirror of DeviceState::error, for tparCommGetAsyncError without a sync
+  uint32_t abort;  // set by tparCommAbort: waiting kernels give up
+};
+
+// Workspace layout of one rank (all ranks use the same layout; see NOTE [workspace layout]).
+struct WorkspaceLayout {
+  static constexpr uint64_t kHeaderBytes = 16;  // one call header per (parity, sender)
+  static constexpr uint64_t kHeaderRegion = 2 * kMaxRanks * kHeaderBytes;
+  static constexpr uint64_t kDataOffset = 4096;
+  uint64_t data_bytes;  // per parity
+
+  static WorkspaceLayout forMaxBytes(uint64_t max_bytes_per_call) {
+    // Two-shot needs a reduce-scatter and an all-gather area, each one message plus per-rank
+    // rounding; one-shot needs nranks messages (so its pieces are smaller at high rank counts).
+    return WorkspaceLayout{2 * max_bytes_per_call + 4096};
+  }
+  uint64_t totalBytes() const { return kDataOffset + 2 * data_bytes; }
+  TPAR_HOST_DEVICE static uint64_t headerOffset(uint32_t parity, int sender) {
+    return (static_cast<uint64_t>(parity) * kMaxRanks + sender) * kHeaderBytes;
+  }
+  uint64_t dataOffset(uint32_t parity) const { return kDataOffset + parity * data_bytes; }
+  // Largest message one launch of each algorithm handles, a multiple of 16 bytes.
+  uint64_t oneShotMaxBytes(int nranks) const {
+    return (data_bytes / nranks / kVecBytes - 1) * kVecBytes;
+  }
+  uint64_t twoShotMaxBytes(int nranks) const {
+    return ((data_bytes / 2 - uint64_t(nranks) * kVecBytes) / kVecBytes) * kVecBytes;
+  }
+};
+
+enum class Algo { kOneShot = 0, kTwoShot = 1 };
+
+struct AllReduceArgs {
+  const void* send;
+  void* recv;
+  uint64_t count;                 // elements in this launch
+  char* peer_ws[kMaxRanks];       // every rank's workspace, mapped here; [rank] is our own
+  DeviceState* state;             // ours
+  HostState* host_state;          // ours, device-mapped pointer
+  uint64_t timeout_ns;
+  uint64_t data_bytes;            // WorkspaceLayout::data_bytes
+  uint32_t meta;                  // call header word (datatype, op, algorithm, total count hash)
+  int rank;
+  int nranks;
+  int op;                         // tparRedOp_t
+  int vec_aligned;                // send and recv are 16-byte aligned
+};
+
+// The header word every rank puts into its first packet of a call.
+uint32_t makeCallMeta(tparDataType_t dtype, tparRedOp_t op, Algo algo, uint64_t total_count);
+
+// Enqueues one all-reduce launch. `max_ranks` is 8 or 16 (kernel variant).
+cudaError_t launchAllReduce(Algo algo, tparDataType_t dtype, const AllReduceArgs& args,
+                            int blocks, int threads, cudaStream_t stream);
+
+// Loads every kernel into the current device's context now (NOTE [preload]).
+cudaError_t preloadKernels();
+
+// Resident blocks per SM of the largest-footprint kernel at `threads` threads.
+cudaError_t maxActiveBlocksPerSm(int threads, int* blocks);
+
+// Vectors one launch moves per rank: the grid is sized from this.
+uint64_t workVectors(Algo algo, uint64_t count, size_t elem_bytes, int nranks);
+
+}  // namespace kernels
+}  // namespace tpar
+
+#endif  // TPAR_KERNELS_LAUNCH_H_

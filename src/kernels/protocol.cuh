@@ -1,0 +1,350 @@
+// Device-side protocol primitives shared by every all-reduce algorithm.
+#ifndef TPAR_KERNELS_PROTOCOL_CUH_
+#define TPAR_KERNELS_PROTOCOL_CUH_
+
+#include <cstdint>
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include "kernels/launch.h"
+
+namespace tpar {
+namespace kernels {
+
+// NOTE [sentinel protocol]
+// Data moves as 16-byte vectors that the sender stores straight into the receiver's workspace
+// (stores cross links; loads stay local). There is no separate flag: a workspace word holds
+// kSentinel until the sender's data lands, so a receiver knows a vector has arrived when none of
+// its four 32-bit words is kSentinel. Each word is checked on its own, so a 16-byte store that
+// lands in pieces (PCIe gives no 16-byte atomicity) is simply polled again; only the atomicity
+// of aligned 4-byte stores is relied on.
+//  * Real data must never equal kSentinel. Senders pass every word through escapeWord(), which
+//    replaces 0xFFFFFFFF by kEscaped. Both are NaN as fp32, as two bf16 and as two fp16, so
+//    only the payload bits of a NaN can change; a rank applies the same escape to its own
+//    contribution, so every rank reduces identical inputs and gets identical bits.
+//  * After reading a slot, the receiver writes kSentinel back (a local store). The next store
+//    into that slot comes from a call two epochs later (NOTE [epochs and parity]), which the
+//    sender can only reach after this rank finished the current kernel, so the clearing store
+//    is ordered before it by the kernel boundary.
+//  * After a kernel fails (timeout, mismatch) slots may hold stale data; the communicator is
+//    then unusable (its error is sticky) and must be destroyed.
+//
+// NOTE [epochs and parity]
+// DeviceState::epoch counts kernels of this rank; every rank runs the same sequence of kernels,
+// so all ranks agree on it. The workspace has two halves selected by epoch parity. A rank in
+// epoch e+1 writes half (e+1)&1 of a peer; the peer may still be in epoch e, working in the
+// other half. A rank cannot reach epoch e+2 (same half as e) before every peer finished epoch
+// e: its epoch-(e+1) kernel waits for data every peer sends in epoch e+1, which the peer only
+// sends after its epoch-e kernel completed. Hence two halves suffice.
+// The epoch is read by every block at its start and advanced by the last block to finish (an
+// atomic count of finished blocks): every block has read it before the last one finishes, and
+// the next kernel in stream order sees the new value.
+//
+// NOTE [call header]
+// Block 0 of each rank stores a 16-byte header into every peer's header slot of the current
+// parity: {epoch, count, epoch, meta}, with meta = datatype, op, algorithm and a hash of the
+// whole call's count. Each 8-byte half carries the epoch, so a torn 16-byte store is detected
+// (only 8-byte atomicity is relied on). Every block waits for the headers of all peers before
+// it reduces; a header whose count or meta differs from ours records tparInvalidUsage, and the
+// block gives up instead of reducing mismatched data. Headers are compared on equality of
+// 32-bit epochs, which is correct across the wrap of the counter. A slot is initialized to
+// epoch_start - 2 (same parity, never equal to a live epoch in it).
+
+constexpr uint32_t kSentinel = 0xFFFFFFFFu;
+constexpr uint32_t kEscaped = 0xFFBFFFFFu;
+
+struct Vec {
+  uint32_t w[4];
+};
+
+__device__ __forceinline__ uint32_t escapeWord(uint32_t x) { return x == kSentinel ? kEscaped : x; }
+
+__device__ __forceinline__ Vec escapeVec(Vec v) {
+#pragma unroll
+  for (int i = 0; i < 4; ++i) v.w[i] = escapeWord(v.w[i]);
+  return v;
+}
+
+__device__ __forceinline__ bool arrived(const Vec& v) {
+  return v.w[0] != kSentinel && v.w[1] != kSentinel && v.w[2] != kSentinel &&
+         v.w[3] != kSentinel;
+}
+
+// Volatile accesses: never cached in L1, never merged or elided by the compiler.
+__device__ __forceinline__ Vec loadVolatile(const void* p) {
+  Vec v;
+  asm volatile("ld.volatile.global.v4.u32 {%0,%1,%2,%3}, [%4];"
+               : "=r"(v.w[0]), "=r"(v.w[1]), "=r"(v.w[2]), "=r"(v.w[3])
+               : "l"(p)
+               : "memory");
+  return v;
+}
+
+__device__ __forceinline__ void storeVolatile(void* p, const Vec& v) {
+  asm volatile("st.volatile.global.v4.u32 [%0], {%1,%2,%3,%4};" ::"l"(p), "r"(v.w[0]),
+               "r"(v.w[1]), "r"(v.w[2]), "r"(v.w[3])
+               : "memory");
+}
+
+__device__ __forceinline__ Vec sentinelVec() { return Vec{{kSentinel, kSentinel, kSentinel, kSentinel}}; }
+
+__device__ __forceinline__ uint64_t globalTimerNs() {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %globaltimer;" : "=l"(t));
+  return t;
+}
+
+// Records the first error of this rank: device word for later kernels, host mirror for
+// tparCommGetAsyncError.
+__device__ __forceinline__ void recordError(const AllReduceArgs& a, uint32_t code) {
+  if (atomicCAS(&a.state->error, 0u, code) == 0u) {
+    *reinterpret_cast<volatile uint32_t*>(&a.host_state->error) = code;
+    __threadfence_system();
+  }
+}
+
+// Bounds every spin (principle 7). Polls cost a few hundred cycles; the clock, the abort word in
+// host memory and the error word are read only every kCheckEvery unsuccessful polls.
+class Waiter {
+ public:
+  __device__ Waiter(const AllReduceArgs& a, uint64_t start_ns) : a_(a), start_(start_ns) {}
+
+  // Returns false when the caller must give up (error already recorded).
+  __device__ __forceinline__ bool keepWaiting() {
+    if ((++spins_ & (kCheckEvery - 1)) != 0) return true;
+    if (*reinterpret_cast<volatile uint32_t*>(&a_.state->error) != 0) return false;
+    if (*reinterpret_cast<volatile uint32_t*>(&a_.host_state->abort) != 0) {
+      recordError(a_, tparRemoteError);
+      return false;
+    }
+    if (globalTimerNs() - start_ > a_.timeout_ns) {
+      recordError(a_, tparTimeout);
+      return false;
+    }
+    if (spins_ > 4 * kCheckEvery) __nanosleep(64);
+    return true;
+  }
+
+ private:
+  static constexpr uint32_t kCheckEvery = 256;
+  const AllReduceArgs& a_;
+  uint64_t start_;
+  uint32_t spins_ = 0;
+};
+
+// Waits until the vector at `p` (local workspace) has arrived; false on give-up.
+__device__ __forceinline__ bool pollVec(const void* p, Vec* out, Waiter& w) {
+  Vec v = loadVolatile(p);
+  while (!arrived(v)) {
+    if (!w.keepWaiting()) return false;
+    v = loadVolatile(p);
+  }
+  *out = v;
+  return true;
+}
+
+// ---- element conversion and reduction --------------------------------------------------------
+
+template <typename T>
+struct ElemTraits;
+
+struct Bf16Tag {};
+struct F16Tag {};
+
+template <>
+struct ElemTraits<float> {
+  static constexpr int kPerVec = 4;
+  static constexpr int kBytes = 4;
+  __device__ static float toFloat(const Vec& v, int i) { return __uint_as_float(v.w[i]); }
+  __device__ static void fromFloat(Vec& v, int i, float x) { v.w[i] = __float_as_uint(x); }
+};
+
+template <>
+struct ElemTraits<Bf16Tag> {
+  static constexpr int kPerVec = 8;
+  static constexpr int kBytes = 2;
+  __device__ static float toFloat(const Vec& v, int i) {
+    uint32_t bits = (v.w[i >> 1] >> ((i & 1) * 16)) & 0xFFFFu;
+    return __uint_as_float(bits << 16);
+  }
+  __device__ static void fromFloat(Vec& v, int i, float x) {
+    const uint32_t h = __bfloat16_as_ushort(__float2bfloat16_rn(x));
+    const int shift = (i & 1) * 16;
+    v.w[i >> 1] = (v.w[i >> 1] & ~(0xFFFFu << shift)) | (h << shift);
+  }
+};
+
+template <>
+struct ElemTraits<F16Tag> {
+  static constexpr int kPerVec = 8;
+  static constexpr int kBytes = 2;
+  __device__ static float toFloat(const Vec& v, int i) {
+    const uint16_t bits = static_cast<uint16_t>((v.w[i >> 1] >> ((i & 1) * 16)) & 0xFFFFu);
+    return __half2float(__ushort_as_half(bits));
+  }
+  __device__ static void fromFloat(Vec& v, int i, float x) {
+    const uint16_t bits = __half_as_ushort(__float2half_rn(x));
+    const int shift = (i & 1) * 16;
+    v.w[i >> 1] = (v.w[i >> 1] & ~(0xFFFFu << shift)) | (uint32_t(bits) << shift);
+  }
+};
+
+// fp32 accumulator of one vector. Accumulation order is fixed (rank 0 first) on every rank, and
+// the result is rounded once at the end (principle 6).
+template <typename T>
+struct Acc {
+  static constexpr int kN = ElemTraits<T>::kPerVec;
+  float x[kN];
+
+  __device__ __forceinline__ void init(const Vec& v) {
+#pragma unroll
+    for (int i = 0; i < kN; ++i) x[i] = ElemTraits<T>::toFloat(v, i);
+  }
+  __device__ __forceinline__ void add(const Vec& v, int op) {
+#pragma unroll
+    for (int i = 0; i < kN; ++i) {
+      const float y = ElemTraits<T>::toFloat(v, i);
+      x[i] = op == tparSum ? x[i] + y : (op == tparMax ? fmaxf(x[i], y) : fminf(x[i], y));
+    }
+  }
+  __device__ __forceinline__ Vec round() const {
+    Vec v{{0, 0, 0, 0}};
+#pragma unroll
+    for (int i = 0; i < kN; ++i) ElemTraits<T>::fromFloat(v, i, x[i]);
+    return v;
+  }
+};
+
+// ---- the caller's buffers: any element-aligned pointer, any count -------------------------
+
+// Loads vector `v` of the caller's buffer; elements past `count` read as zero (never a sentinel
+// word, since a zero half makes the word differ from 0xFFFFFFFF).
+template <typename T>
+__device__ __forceinline__ Vec loadUser(const void* base, uint64_t v, uint64_t count,
+                                        bool aligned) {
+  constexpr int kN = ElemTraits<T>::kPerVec;
+  constexpr int kB = ElemTraits<T>::kBytes;
+  const uint64_t e0 = v * kN;
+  if (aligned && e0 + kN <= count) {
+    return *reinterpret_cast<const Vec*>(static_cast<const char*>(base) + v * kVecBytes);
+  }
+  Vec out{{0, 0, 0, 0}};
+  for (int i = 0; i < kN; ++i) {
+    if (e0 + i < count) {
+      const char* p = static_cast<const char*>(base) + (e0 + i) * kB;
+      uint32_t bits = kB == 4 ? *reinterpret_cast<const uint32_t*>(p)
+                              : uint32_t(*reinterpret_cast<const uint16_t*>(p));
+      if (kB == 4) {
+        out.w[i] = bits;
+      } else {
+        out.w[i >> 1] |= bits << ((i & 1) * 16);
+      }
+    }
+  }
+  return out;
+}
+
+template <typename T>
+__device__ __forceinline__ void storeUser(void* base, uint64_t v, uint64_t count, bool aligned,
+                                          const Vec& val) {
+  constexpr int kN = ElemTraits<T>::kPerVec;
+  constexpr int kB = ElemTraits<T>::kBytes;
+  const uint64_t e0 = v * kN;
+  if (aligned && e0 + kN <= count) {
+    *reinterpret_cast<Vec*>(static_cast<char*>(base) + v * kVecBytes) = val;
+    return;
+  }
+  for (int i = 0; i < kN; ++i) {
+    if (e0 + i < count) {
+      char* p = static_cast<char*>(base) + (e0 + i) * kB;
+      if (kB == 4) {
+        *reinterpret_cast<uint32_t*>(p) = val.w[i];
+      } else {
+        *reinterpret_cast<uint16_t*>(p) =
+            static_cast<uint16_t>((val.w[i >> 1] >> ((i & 1) * 16)) & 0xFFFFu);
+      }
+    }
+  }
+}
+
+// ---- kernel prologue / epilogue ---------------------------------------------------------------
+
+struct CallContext {
+  uint32_t epoch;
+  uint32_t parity;
+  uint64_t start_ns;
+};
+
+// Reads the epoch (NOTE [epochs and parity]) and refuses to run after an earlier error.
+// Returns false when the kernel must skip its work.
+__device__ __forceinline__ bool beginCall(const AllReduceArgs& a, CallContext* ctx) {
+  __shared__ uint32_t s_epoch;
+  __shared__ uint32_t s_failed;
+  if (threadIdx.x == 0) {
+    s_epoch = *reinterpret_cast<volatile uint32_t*>(&a.state->epoch);
+    s_failed = *reinterpret_cast<volatile uint32_t*>(&a.state->error);
+  }
+  __syncthreads();
+  ctx->epoch = s_epoch;
+  ctx->parity = s_epoch & 1u;
+  ctx->start_ns = globalTimerNs();
+  return s_failed == 0;
+}
+
+// Block 0 sends our call header to every peer (NOTE [call header]).
+__device__ __forceinline__ void sendHeaders(const AllReduceArgs& a, const CallContext& ctx) {
+  const int p = threadIdx.x;
+  if (blockIdx.x == 0 && p < a.nranks && p != a.rank) {
+    char* dst = a.peer_ws[p] + WorkspaceLayout::headerOffset(ctx.parity, a.rank);
+    storeVolatile(dst, Vec{{ctx.epoch, static_cast<uint32_t>(a.count), ctx.epoch, a.meta}});
+  }
+}
+
+// Every block waits for all peers' headers and compares them with ours. Returns false (after
+// recording the error) on a mismatch or give-up; the result is the same for every thread.
+__device__ __forceinline__ bool checkHeaders(const AllReduceArgs& a, const CallContext& ctx,
+                                             Waiter& w) {
+  __shared__ uint32_t s_bad;
+  if (threadIdx.x == 0) s_bad = 0;
+  __syncthreads();
+  const int p = threadIdx.x;
+  if (p < a.nranks && p != a.rank) {
+    const char* src = a.peer_ws[a.rank] + WorkspaceLayout::headerOffset(ctx.parity, p);
+    Vec h = loadVolatile(src);
+    bool ok = true;
+    while (h.w[0] != ctx.epoch || h.w[2] != ctx.epoch) {
+      if (!w.keepWaiting()) {
+        ok = false;
+        break;
+      }
+      h = loadVolatile(src);
+    }
+    if (ok && (h.w[1] != static_cast<uint32_t>(a.count) || h.w[3] != a.meta)) {
+      recordError(a, tparInvalidUsage);
+      ok = false;
+    }
+    if (!ok) atomicOr(&s_bad, 1u);
+  }
+  __syncthreads();
+  return s_bad == 0;
+}
+
+// The last block to finish advances the epoch (NOTE [epochs and parity]).
+__device__ __forceinline__ void endCall(const AllReduceArgs& a, const CallContext& ctx) {
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    __threadfence();
+    const uint32_t done = atomicAdd(&a.state->blocks_done, 1u);
+    if (done == gridDim.x - 1) {
+      a.state->blocks_done = 0;
+      a.state->epoch = ctx.epoch + 1;
+      __threadfence();
+    }
+  }
+}
+
+}  // namespace kernels
+}  // namespace tpar
+
+#endif  // TPAR_KERNELS_PROTOCOL_CUH_

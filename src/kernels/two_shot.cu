@@ -1,0 +1,147 @@
+// Two-shot push all-reduce: reduce-scatter then all-gather. Rank r owns chunk r of the message.
+// Each rank pushes chunk p of its input to rank p; rank r reduces chunk r from all ranks, then
+// pushes the result to every peer. Each rank sends 2(n-1)/n of the message instead of n-1
+// times it, at the cost of a second link crossing: it wins once bandwidth dominates.
+#include "kernels/kernel_table.h"
+#include "kernels/protocol.cuh"
+
+namespace tpar {
+namespace kernels {
+namespace {
+
+template <typename T, int kMax>
+__device__ __forceinline__ void twoShotBody(const AllReduceArgs& a, const CallContext& ctx) {
+  constexpr int kPer = ElemTraits<T>::kPerVec;
+  const int n = a.nranks;
+  const int me = a.rank;
+  const bool aligned = a.vec_aligned != 0;
+  const uint64_t vecs = (a.count + kPer - 1) / kPer;
+  const uint64_t chunk = (vecs + n - 1) / n;  // vectors per rank's chunk
+  const uint64_t data_off = WorkspaceLayout::kDataOffset + ctx.parity * a.data_bytes;
+  char* local = a.peer_ws[me] + data_off;
+  // Reduce-scatter slot of sender s and all-gather slot of owner o, for position j in a chunk.
+  auto rsSlot = [&](char* data, int s, uint64_t j) {
+    return data + (uint64_t(s) * chunk + j) * kVecBytes;
+  };
+  auto agSlot = [&](char* data, int o, uint64_t j) {
+    return data + ((uint64_t(n) + o) * chunk + j) * kVecBytes;
+  };
+  const uint64_t first = uint64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  const uint64_t stride = uint64_t(gridDim.x) * blockDim.x;
+
+  sendHeaders(a, ctx);
+  // Reduce-scatter push, in rotation order.
+  for (uint64_t j = first; j < chunk; j += stride) {
+#pragma unroll
+    for (int i = 1; i < kMax; ++i) {
+      if (i < n) {
+        int p = me + i;
+        if (p >= n) p -= n;
+        const uint64_t v = uint64_t(p) * chunk + j;
+        if (v < vecs) {
+          const Vec x = escapeVec(loadUser<T>(a.send, v, a.count, aligned));
+          storeVolatile(rsSlot(a.peer_ws[p] + data_off, me, j), x);
+        }
+      }
+    }
+  }
+
+  Waiter w(a, ctx.start_ns);
+  if (!checkHeaders(a, ctx, w)) return;
+
+  // Reduce our chunk and push the result to every peer's all-gather slot.
+  for (uint64_t j = first; j < chunk; j += stride) {
+    const uint64_t v = uint64_t(me) * chunk + j;
+    if (v >= vecs) break;
+    Vec in[kMax];
+#pragma unroll
+    for (int s = 0; s < kMax; ++s) {
+      if (s < n && s != me) in[s] = loadVolatile(rsSlot(local, s, j));
+    }
+#pragma unroll
+    for (int s = 0; s < kMax; ++s) {
+      if (s < n && s != me) {
+        while (!arrived(in[s])) {
+          if (!w.keepWaiting()) return;
+          in[s] = loadVolatile(rsSlot(local, s, j));
+        }
+      }
+    }
+    const Vec own = escapeVec(loadUser<T>(a.send, v, a.count, aligned));
+    Acc<T> acc;
+#pragma unroll
+    for (int s = 0; s < kMax; ++s) {
+      if (s < n) {
+        const Vec& x = s == me ? own : in[s];
+        if (s == 0) {
+          acc.init(x);
+        } else {
+          acc.add(x, a.op);
+        }
+      }
+    }
+    // Peers receive the escaped bits; keep the same bits here so all ranks agree.
+    const Vec r = escapeVec(acc.round());
+#pragma unroll
+    for (int i = 1; i < kMax; ++i) {
+      if (i < n) {
+        int p = me + i;
+        if (p >= n) p -= n;
+        storeVolatile(agSlot(a.peer_ws[p] + data_off, me, j), r);
+      }
+    }
+    storeUser<T>(a.recv, v, a.count, aligned, r);
+#pragma unroll
+    for (int s = 0; s < kMax; ++s) {
+      if (s < n && s != me) storeVolatile(rsSlot(local, s, j), sentinelVec());
+    }
+  }
+
+  // All-gather: copy every peer's reduced chunk out of our workspace.
+  for (uint64_t j = first; j < chunk; j += stride) {
+    Vec in[kMax];
+#pragma unroll
+    for (int o = 0; o < kMax; ++o) {
+      if (o < n && o != me && uint64_t(o) * chunk + j < vecs) in[o] = loadVolatile(agSlot(local, o, j));
+    }
+#pragma unroll
+    for (int o = 0; o < kMax; ++o) {
+      if (o < n && o != me && uint64_t(o) * chunk + j < vecs) {
+        while (!arrived(in[o])) {
+          if (!w.keepWaiting()) return;
+          in[o] = loadVolatile(agSlot(local, o, j));
+        }
+        storeUser<T>(a.recv, uint64_t(o) * chunk + j, a.count, aligned, in[o]);
+        storeVolatile(agSlot(local, o, j), sentinelVec());
+      }
+    }
+  }
+}
+
+template <typename T, int kMax>
+__global__ void __launch_bounds__(kMaxThreads) twoShot(const __grid_constant__ AllReduceArgs a) {
+  CallContext ctx;
+  if (beginCall(a, &ctx)) twoShotBody<T, kMax>(a, ctx);
+  endCall(a, ctx);
+}
+
+}  // namespace
+
+const void* twoShotKernel(tparDataType_t dtype, bool wide) {
+  switch (dtype) {
+    case tparFloat32:
+      return wide ? reinterpret_cast<const void*>(&twoShot<float, 16>)
+                  : reinterpret_cast<const void*>(&twoShot<float, 8>);
+    case tparFloat16:
+      return wide ? reinterpret_cast<const void*>(&twoShot<F16Tag, 16>)
+                  : reinterpret_cast<const void*>(&twoShot<F16Tag, 8>);
+    case tparBfloat16:
+      return wide ? reinterpret_cast<const void*>(&twoShot<Bf16Tag, 16>)
+                  : reinterpret_cast<const void*>(&twoShot<Bf16Tag, 8>);
+    default:
+      return nullptr;
+  }
+}
+
+}  // namespace kernels
+}  // namespace tpar

@@ -1,0 +1,65 @@
+// Where receive workspaces live and how each rank reaches its peers' workspaces.
+//
+// Every transport ends in the same thing: a device pointer, valid on this rank's GPU, to every
+// peer's workspace. Kernels see only those pointers.
+#ifndef TPAR_TRANSPORT_TRANSPORT_H_
+#define TPAR_TRANSPORT_TRANSPORT_H_
+
+#include <cstdint>
+
+#include <cuda_runtime_api.h>
+
+#include "kernels/launch.h"
+#include "tpar/tpar.h"
+
+namespace tpar {
+
+// What one rank publishes to the others during init.
+struct PeerInfo {
+  uint64_t host_hash;
+  int32_t pid;
+  int32_t cuda_device;      // ordinal in the publishing process
+  char bus_id[32];          // PCI bus id of the GPU, comparable across processes
+  uint64_t workspace_ptr;   // valid in the publishing process only
+  uint64_t workspace_bytes;
+  cudaIpcMemHandle_t ipc_handle;
+  uint64_t max_bytes_per_call;
+  uint32_t epoch_start;
+  int32_t nranks;
+};
+
+// Allocates this rank's workspace on the current device and puts it in its initial state:
+// data regions all sentinel, headers at epoch_start - 2, DeviceState at epoch_start. Returns
+// after the initialization has completed on the device.
+tparResult_t allocWorkspace(const kernels::WorkspaceLayout& layout, uint32_t epoch_start,
+                            char** out);
+void freeWorkspace(char* ws);
+
+// Where DeviceState lives inside the workspace (in the header page, never written by peers).
+inline kernels::DeviceState* deviceStateOf(char* ws) {
+  return reinterpret_cast<kernels::DeviceState*>(ws + 2048);
+}
+
+struct PeerMapping {
+  char* ptr = nullptr;     // peer workspace, usable on this rank's device
+  bool ipc_opened = false; // must be closed with cudaIpcCloseMemHandle
+  tparTransport_t kind = tparTransportSameDevice;
+};
+
+// Maps `peer`'s workspace for use on `self`'s device (current device = self's).
+tparResult_t mapPeer(const PeerInfo& self, const PeerInfo& peer, int peer_rank,
+                     PeerMapping* out);
+void unmapPeer(const PeerMapping& mapping);
+
+// Enables peer access from the current device to `peer_device` (same process).
+tparResult_t enablePeerAccess(int self_device, int peer_device);
+
+// PCI bus id of a device as a string (lower case).
+tparResult_t busIdOf(int device, char* out, int len);
+
+// Identity of this host (hostname and boot id), equal for all processes of one machine boot.
+uint64_t hostHash();
+
+}  // namespace tpar
+
+#endif  // TPAR_TRANSPORT_TRANSPORT_H_

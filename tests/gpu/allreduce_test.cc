@@ -1,0 +1,218 @@
+// Correctness of the all-reduce kernels with virtual ranks (N streams on one GPU).
+#include <cstring>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "gpu/test_util.h"
+
+namespace tpar_test {
+namespace {
+
+// Runs one all-reduce on every rank of `g` and checks it. `offset_elems` shifts the buffers
+// (misalignment); in place when `in_place`.
+void runAndCheck(VirtualGroup& g, size_t count, tparDataType_t dtype, tparRedOp_t op,
+                 bool in_place, size_t send_off = 0, size_t recv_off = 0) {
+  const int n = g.size();
+  const size_t es = elemSize(dtype);
+  Buffers b;
+  CUDA_OK(b.alloc(n, (count + 8) * es));
+  const uint64_t seed = freshSeed();
+  std::vector<const void*> ins, outs;
+  std::vector<void*> inputs_copy(n, nullptr);
+  for (int r = 0; r < n; ++r) {
+    char* in = static_cast<char*>(b.in[r]) + send_off * es;
+    char* out = in_place ? in : static_cast<char*>(b.out[r]) + recv_off * es;
+    CUDA_OK(poison(b.out[r], b.bytes, g.stream(r)));
+    CUDA_OK(fillRandom(in, count, dtype, seed + r, g.stream(r)));
+    if (in_place) {
+      // The reference needs the inputs after the call overwrote them: keep a copy.
+      CUDA_OK(cudaMalloc(&inputs_copy[r], count * es + 16));
+      CUDA_OK(cudaMemcpyAsync(inputs_copy[r], in, count * es, cudaMemcpyDeviceToDevice, g.stream(r)));
+      ins.push_back(inputs_copy[r]);
+    } else {
+      ins.push_back(in);
+    }
+    outs.push_back(out);
+  }
+  for (int r = 0; r < n; ++r) CUDA_OK(cudaStreamSynchronize(g.stream(r)));
+  for (int r = 0; r < n; ++r) {
+    const void* send = in_place ? outs[r] : ins[r];
+    ASSERT_EQ(tparSuccess, tparAllReduce(send, const_cast<void*>(outs[r]), count, dtype, op,
+                                         g.comm(r), g.stream(r)))
+        << tparGetLastError(g.comm(r));
+  }
+  for (int r = 0; r < n; ++r) CUDA_OK(cudaStreamSynchronize(g.stream(r)));
+  for (int r = 0; r < n; ++r) {
+    tparResult_t async = tparSuccess;
+    TPAR_OK(tparCommGetAsyncError(g.comm(r), &async));
+    ASSERT_EQ(tparSuccess, async) << "rank " << r;
+  }
+  CheckResult res;
+  CUDA_OK(checkOutputs(ins, outs, count, dtype, op, &res));
+  EXPECT_EQ(0ull, res.wrong) << "count " << count << " seed " << seed << " first bad " << res.first_bad;
+  EXPECT_EQ(0ull, res.off_ref) << "count " << count << " seed " << seed;
+  EXPECT_EQ(0ull, res.disagree) << "count " << count << " seed " << seed;
+  for (void* p : inputs_copy) cudaFree(p);
+}
+
+using Param = std::tuple<int, tparAlgo_t, tparDataType_t>;
+
+class AllReduceVirtualRanks : public ::testing::TestWithParam<Param> {};
+
+TEST_P(AllReduceVirtualRanks, MatchesReferenceAndAgreesBitwiseAcrossRanks) {
+  TPAR_REQUIRE_GPU();
+  const auto [n, algo, dtype] = GetParam();
+  tparConfig_t cfg = sharedDeviceConfig();
+  cfg.algorithm = algo;
+  VirtualGroup g;
+  ASSERT_EQ("", g.init(n, cfg));
+  const size_t es = elemSize(dtype);
+  // Odd counts, vector tails, the sizes (12K, 112K, 384K, 1M, 8M bytes).
+  std::vector<size_t> counts = {1, 2, 3, 7, 8, 9, 17, 100, 1000, 4097, 12288 / es,
+                                114688 / es + 3, 393216 / es, (1u << 20) / es + 5};
+  if (dtype == tparBfloat16) counts.push_back((8u << 20) / es);
+  for (size_t count : counts) {
+    SCOPED_TRACE("count " + std::to_string(count));
+    runAndCheck(g, count, dtype, tparSum, /*in_place=*/false);
+    runAndCheck(g, count, dtype, tparSum, /*in_place=*/true);
+    if (HasFailure()) return;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Sizes, AllReduceVirtualRanks,
+    ::testing::Combine(::testing::Values(2, 3, 4, 8),
+                       ::testing::Values(tparAlgoOneShot, tparAlgoTwoShot, tparAlgoAuto),
+                       ::testing::Values(tparBfloat16, tparFloat16, tparFloat32)),
+    [](const ::testing::TestParamInfo<Param>& info) {
+      return "n" + std::to_string(std::get<0>(info.param)) + "_" +
+             tparAlgoName(std::get<1>(info.param)) + "_" +
+             tparDataTypeName(std::get<2>(info.param));
+    });
+
+TEST(AllReduceOps, MaxAndMinMatchReferenceForEveryAlgorithm) {
+  TPAR_REQUIRE_GPU();
+  for (tparAlgo_t algo : {tparAlgoOneShot, tparAlgoTwoShot}) {
+    tparConfig_t cfg = sharedDeviceConfig();
+    cfg.algorithm = algo;
+    VirtualGroup g;
+    ASSERT_EQ("", g.init(4, cfg));
+    for (tparDataType_t dt : {tparBfloat16, tparFloat32, tparFloat16}) {
+      for (tparRedOp_t op : {tparMax, tparMin}) {
+        for (size_t count : {1, 13, 5000, 70001}) runAndCheck(g, count, dt, op, false);
+      }
+    }
+  }
+}
+
+TEST(AllReduceAlignment, ElementAlignedButNotVectorAlignedBuffersWork) {
+  TPAR_REQUIRE_GPU();
+  for (tparAlgo_t algo : {tparAlgoOneShot, tparAlgoTwoShot}) {
+    tparConfig_t cfg = sharedDeviceConfig();
+    cfg.algorithm = algo;
+    VirtualGroup g;
+    ASSERT_EQ("", g.init(3, cfg));
+    for (size_t count : {1, 9, 1001, 40000}) {
+      runAndCheck(g, count, tparBfloat16, tparSum, false, 1, 3);
+      runAndCheck(g, count, tparFloat32, tparSum, false, 3, 0);
+      runAndCheck(g, count, tparFloat16, tparSum, true, 5, 5);
+    }
+  }
+}
+
+TEST(AllReduceChunking, MessagesLargerThanOneLaunchAreSplitAndCorrect) {
+  TPAR_REQUIRE_GPU();
+  for (tparAlgo_t algo : {tparAlgoOneShot, tparAlgoTwoShot, tparAlgoAuto}) {
+    tparConfig_t cfg = sharedDeviceConfig();
+    cfg.algorithm = algo;
+    cfg.maxBytesPerCall = 64 << 10;
+    VirtualGroup g;
+    ASSERT_EQ("", g.init(4, cfg));
+    for (size_t count : {(1u << 20) + 7, 300001u}) runAndCheck(g, count, tparBfloat16, tparSum, false);
+    runAndCheck(g, (1u << 19) + 1, tparFloat32, tparSum, true);
+  }
+}
+
+TEST(AllReduceSingleRank, OneRankCopiesItsInput) {
+  TPAR_REQUIRE_GPU();
+  VirtualGroup g;
+  ASSERT_EQ("", g.init(1, sharedDeviceConfig()));
+  for (size_t count : {1, 1000, 100003}) runAndCheck(g, count, tparBfloat16, tparSum, false);
+}
+
+TEST(AllReduceBackToBack, TenThousandCallsAllCorrect) {
+  TPAR_REQUIRE_GPU();
+  const int n = 4;
+  VirtualGroup g;
+  ASSERT_EQ("", g.init(n, sharedDeviceConfig()));
+  // Two sizes, one per algorithm under auto selection, alternating; each output is poisoned
+  // before and compared on the device after every call, against a reference computed once.
+  const size_t counts[2] = {3000, 200000};
+  std::vector<std::vector<void*>> in(2, std::vector<void*>(n)), out(2, std::vector<void*>(n)),
+      want(2, std::vector<void*>(n));
+  for (int k = 0; k < 2; ++k) {
+    for (int r = 0; r < n; ++r) {
+      CUDA_OK(cudaMalloc(&in[k][r], counts[k] * 2));
+      CUDA_OK(cudaMalloc(&out[k][r], counts[k] * 2));
+      CUDA_OK(cudaMalloc(&want[k][r], counts[k] * 2));
+      CUDA_OK(fillRandom(in[k][r], counts[k], tparBfloat16, freshSeed(), nullptr));
+    }
+    CUDA_OK(cudaDeviceSynchronize());
+    for (int r = 0; r < n; ++r) {
+      ASSERT_EQ(tparSuccess, tparAllReduce(in[k][r], want[k][r], counts[k], tparBfloat16, tparSum,
+                                           g.comm(r), g.stream(r)));
+    }
+    CUDA_OK(cudaDeviceSynchronize());
+    CheckResult res;
+    std::vector<const void*> ci(in[k].begin(), in[k].end()), co(want[k].begin(), want[k].end());
+    CUDA_OK(checkOutputs(ci, co, counts[k], tparBfloat16, tparSum, &res));
+    ASSERT_EQ(0ull, res.wrong + res.off_ref + res.disagree);
+  }
+  unsigned long long* mismatches = nullptr;
+  CUDA_OK(cudaMalloc(reinterpret_cast<void**>(&mismatches), sizeof(unsigned long long)));
+  CUDA_OK(cudaMemset(mismatches, 0, sizeof(unsigned long long)));
+  const int kCalls = 10000;
+  for (int i = 0; i < kCalls; ++i) {
+    const int k = i & 1;
+    for (int r = 0; r < n; ++r) {
+      CUDA_OK(poison(out[k][r], counts[k] * 2, g.stream(r)));
+      ASSERT_EQ(tparSuccess, tparAllReduce(in[k][r], out[k][r], counts[k], tparBfloat16, tparSum,
+                                           g.comm(r), g.stream(r)))
+          << "call " << i << ": " << tparGetLastError(g.comm(r));
+      CUDA_OK(countMismatches(out[k][r], want[k][r], counts[k] * 2, mismatches, g.stream(r)));
+    }
+  }
+  CUDA_OK(cudaDeviceSynchronize());
+  unsigned long long bad = 0;
+  CUDA_OK(cudaMemcpy(&bad, mismatches, sizeof(bad), cudaMemcpyDeviceToHost));
+  EXPECT_EQ(0ull, bad);
+  for (int r = 0; r < n; ++r) {
+    tparResult_t async = tparSuccess;
+    TPAR_OK(tparCommGetAsyncError(g.comm(r), &async));
+    EXPECT_EQ(tparSuccess, async);
+  }
+  cudaFree(mismatches);
+  for (auto* v : {&in, &out, &want})
+    for (auto& per : *v)
+      for (void* p : per) cudaFree(p);
+}
+
+TEST(AllReduceQuery, ReportsFixedMemoryWithinBudgetAndTheSetup) {
+  TPAR_REQUIRE_GPU();
+  VirtualGroup g;
+  ASSERT_EQ("", g.init(8, sharedDeviceConfig()));
+  for (int r = 0; r < 8; ++r) {
+    tparCommInfo_t info;
+    TPAR_OK(tparCommQuery(g.comm(r), &info));
+    EXPECT_EQ(r, info.rank);
+    EXPECT_EQ(8, info.nranks);
+    EXPECT_EQ(tparTransportSameDevice, info.transport);
+    EXPECT_LE(info.deviceMemoryBytes, size_t(64) << 20);
+    EXPECT_GE(info.deviceMemoryBytes, 4 * info.maxBytesPerCall);
+    EXPECT_GE(info.blocksPerRank, 1);
+  }
+}
+
+}  // namespace
+}  // namespace tpar_test

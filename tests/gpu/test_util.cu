@@ -1,0 +1,325 @@
+#include "gpu/test_util.h"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <fstream>
+#include <random>
+#include <sstream>
+#include <thread>
+
+extern char** environ;
+
+namespace tpar_test {
+
+bool gpuAvailable(std::string* why) {
+  int n = 0;
+  cudaError_t err = cudaGetDeviceCount(&n);
+  if (err != cudaSuccess) {
+    (void)cudaGetLastError();
+    *why = std::string("cudaGetDeviceCount: ") + cudaGetErrorString(err);
+    return false;
+  }
+  if (n == 0) {
+    *why = "cudaGetDeviceCount found 0 devices";
+    return false;
+  }
+  return true;
+}
+
+size_t elemSize(tparDataType_t dtype) { return dtype == tparFloat32 ? 4 : 2; }
+
+uint64_t freshSeed() {
+  static std::mt19937_64 gen(std::random_device{}() ^
+                             static_cast<uint64_t>(
+                                 std::chrono::steady_clock::now().time_since_epoch().count()));
+  return gen();
+}
+
+namespace {
+
+__device__ __host__ inline uint64_t mix(uint64_t x) {
+  x ^= x >> 30;
+  x *= 0xbf58476d1ce4e5b9ull;
+  x ^= x >> 27;
+  x *= 0x94d049bb133111ebull;
+  x ^= x >> 31;
+  return x;
+}
+
+__device__ inline float loadAsFloat(const void* p, size_t i, int dtype) {
+  if (dtype == tparFloat32) return static_cast<const float*>(p)[i];
+  if (dtype == tparFloat16) return __half2float(static_cast<const __half*>(p)[i]);
+  return __bfloat162float(static_cast<const __nv_bfloat16*>(p)[i]);
+}
+
+__device__ inline uint32_t bitsOf(const void* p, size_t i, int dtype) {
+  if (dtype == tparFloat32) return static_cast<const uint32_t*>(p)[i];
+  return static_cast<const uint16_t*>(p)[i];
+}
+
+__device__ inline uint32_t roundBits(float x, int dtype) {
+  if (dtype == tparFloat32) return __float_as_uint(x);
+  if (dtype == tparFloat16) return __half_as_ushort(__float2half_rn(x));
+  return __bfloat16_as_ushort(__float2bfloat16_rn(x));
+}
+
+__device__ inline float bitsToFloat(uint32_t b, int dtype) {
+  if (dtype == tparFloat32) return __uint_as_float(b);
+  if (dtype == tparFloat16) return __half2float(__ushort_as_half(static_cast<uint16_t>(b)));
+  return __uint_as_float(b << 16);
+}
+
+__global__ void fillKernel(void* buf, size_t count, int dtype, uint64_t seed) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < count;
+       i += size_t(gridDim.x) * blockDim.x) {
+    const uint64_t r = mix(seed ^ mix(i + 0x1234567ull));
+    const float f = static_cast<float>(static_cast<int64_t>(r >> 40) - (1ll << 23)) / float(1 << 23);
+    if (dtype == tparFloat32) static_cast<float*>(buf)[i] = f;
+    else if (dtype == tparFloat16) static_cast<__half*>(buf)[i] = __float2half_rn(f);
+    else static_cast<__nv_bfloat16*>(buf)[i] = __float2bfloat16_rn(f);
+  }
+}
+
+constexpr int kMaxCheckRanks = 16;
+struct CheckArgs {
+  const void* in[kMaxCheckRanks];
+  const void* out[kMaxCheckRanks];
+  int n;
+  size_t count;
+  int dtype;
+  int op;
+  double tol;
+};
+
+__global__ void checkKernel(CheckArgs a, CheckResult* res) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < a.count;
+       i += size_t(gridDim.x) * blockDim.x) {
+    float acc = 0.f;
+    double ref = 0.0, mag = 0.0;
+    for (int r = 0; r < a.n; ++r) {
+      const float x = loadAsFloat(a.in[r], i, a.dtype);
+      if (r == 0) {
+        acc = x;
+        ref = x;
+      } else if (a.op == tparSum) {
+        acc = __fadd_rn(acc, x);
+        ref += double(x);
+      } else if (a.op == tparMax) {
+        acc = fmaxf(acc, x);
+        ref = fmax(ref, double(x));
+      } else {
+        acc = fminf(acc, x);
+        ref = fmin(ref, double(x));
+      }
+      mag += fabs(double(x));
+    }
+    const uint32_t want = roundBits(acc, a.dtype);
+    const uint32_t got0 = bitsOf(a.out[0], i, a.dtype);
+    bool bad = false;
+    for (int r = 0; r < a.n; ++r) {
+      const uint32_t got = bitsOf(a.out[r], i, a.dtype);
+      if (got != got0) {
+        atomicAdd(&res->disagree, 1ull);
+        bad = true;
+      }
+      if (got != want) {
+        atomicAdd(&res->wrong, 1ull);
+        bad = true;
+      }
+      const double v = bitsToFloat(got, a.dtype);
+      // |v - ref| within the rounding of the output plus fp32 accumulation; NaN fails.
+      if (!(fabs(v - ref) <= a.tol * fmax(mag, 1e-30) + 1e-30)) {
+        atomicAdd(&res->off_ref, 1ull);
+        bad = true;
+      }
+    }
+    if (bad) atomicMin(&res->first_bad, static_cast<unsigned long long>(i));
+  }
+}
+
+__global__ void mismatchKernel(const uint8_t* got, const uint8_t* want, size_t bytes,
+                               unsigned long long* counter) {
+  unsigned long long local = 0;
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < bytes;
+       i += size_t(gridDim.x) * blockDim.x) {
+    local += got[i] != want[i];
+  }
+  if (local) atomicAdd(counter, local);
+}
+
+}  // namespace
+
+cudaError_t countMismatches(const void* got, const void* want, size_t bytes,
+                            unsigned long long* counter, cudaStream_t stream) {
+  const int blocks = static_cast<int>(std::min<size_t>((bytes + 255) / 256, 64));
+  mismatchKernel<<<blocks, 256, 0, stream>>>(static_cast<const uint8_t*>(got),
+                                             static_cast<const uint8_t*>(want), bytes, counter);
+  return cudaGetLastError();
+}
+
+cudaError_t fillRandom(void* buf, size_t count, tparDataType_t dtype, uint64_t seed,
+                       cudaStream_t stream) {
+  if (count == 0) return cudaSuccess;
+  const int blocks = static_cast<int>(std::min<size_t>((count + 255) / 256, 1024));
+  fillKernel<<<blocks, 256, 0, stream>>>(buf, count, dtype, seed);
+  return cudaGetLastError();
+}
+
+cudaError_t poison(void* buf, size_t bytes, cudaStream_t stream) {
+  return cudaMemsetAsync(buf, 0xA7, bytes, stream);
+}
+
+cudaError_t checkOutputs(const std::vector<const void*>& inputs,
+                         const std::vector<const void*>& outputs, size_t count,
+                         tparDataType_t dtype, tparRedOp_t op, CheckResult* result) {
+  CheckArgs a{};
+  a.n = static_cast<int>(inputs.size());
+  for (int r = 0; r < a.n; ++r) {
+    a.in[r] = inputs[r];
+    a.out[r] = outputs[r];
+  }
+  a.count = count;
+  a.dtype = dtype;
+  a.op = op;
+  a.tol = dtype == tparFloat32 ? 1e-6 : (dtype == tparFloat16 ? 2e-3 : 1e-2);
+  CheckResult* dres = nullptr;
+  cudaError_t err = cudaMalloc(&dres, sizeof(CheckResult));
+  if (err != cudaSuccess) return err;
+  CheckResult init;
+  cudaMemcpy(dres, &init, sizeof(init), cudaMemcpyHostToDevice);
+  if (count > 0) {
+    const int blocks = static_cast<int>(std::min<size_t>((count + 255) / 256, 1024));
+    checkKernel<<<blocks, 256>>>(a, dres);
+  }
+  err = cudaGetLastError();
+  if (err == cudaSuccess) err = cudaDeviceSynchronize();
+  if (err == cudaSuccess) err = cudaMemcpy(result, dres, sizeof(CheckResult), cudaMemcpyDeviceToHost);
+  cudaFree(dres);
+  return err;
+}
+
+int runProcess(const std::vector<std::string>& argv, const std::vector<std::string>& env,
+               int timeout_s, std::string* output) {
+  char path[] = "/tmp/tpar_child_XXXXXX";
+  const int fd = mkstemp(path);
+  if (fd < 0) return -2;
+  std::vector<std::string> envs;
+  for (char** e = environ; *e; ++e) {
+    bool overridden = false;
+    for (const std::string& kv : env) {
+      const std::string name = kv.substr(0, kv.find('=') + 1);
+      if (std::strncmp(*e, name.c_str(), name.size()) == 0) overridden = true;
+    }
+    if (!overridden) envs.push_back(*e);
+  }
+  for (const std::string& kv : env) envs.push_back(kv);
+  std::vector<char*> cargv, cenv;
+  for (const auto& a : argv) cargv.push_back(const_cast<char*>(a.c_str()));
+  cargv.push_back(nullptr);
+  for (const auto& e : envs) cenv.push_back(const_cast<char*>(e.c_str()));
+  cenv.push_back(nullptr);
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, fd, 1);
+  posix_spawn_file_actions_adddup2(&actions, fd, 2);
+  pid_t pid = 0;
+  const int rc = posix_spawn(&pid, cargv[0], &actions, nullptr, cargv.data(), cenv.data());
+  posix_spawn_file_actions_destroy(&actions);
+  close(fd);
+  int status = 0;
+  int result = -2;
+  if (rc == 0) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(timeout_s);
+    while (true) {
+      const pid_t w = waitpid(pid, &status, WNOHANG);
+      if (w == pid) {
+        result = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+        break;
+      }
+      if (std::chrono::steady_clock::now() > deadline) {
+        kill(pid, SIGKILL);
+        waitpid(pid, &status, 0);
+        result = -1;
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  }
+  std::ifstream f(path);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  *output = ss.str();
+  if (result == -1) *output += "\n[killed after timeout]";
+  unlink(path);
+  return result;
+}
+
+int runSelfChild(const std::string& filter, const std::vector<std::string>& env, int timeout_s,
+                 std::string* output) {
+  return runProcess({TPAR_GPU_TEST_BINARY, "--gtest_filter=" + filter,
+                     "--gtest_also_run_disabled_tests"},
+                    env, timeout_s, output);
+}
+
+tparConfig_t sharedDeviceConfig(int64_t timeout_ms) {
+  tparConfig_t cfg = TPAR_CONFIG_INITIALIZER;
+  cfg.allowSharedDevice = 1;
+  cfg.timeoutMs = timeout_ms;
+  return cfg;
+}
+
+VirtualGroup::~VirtualGroup() { release(); }
+
+void VirtualGroup::release() {
+  for (tparComm_t c : comms_) tparCommDestroy(c);
+  comms_.clear();
+  for (cudaStream_t s : streams_) cudaStreamDestroy(s);
+  streams_.clear();
+}
+
+std::string VirtualGroup::init(int nranks, tparConfig_t config) {
+  release();
+  std::vector<int> devs(nranks, 0);
+  comms_.assign(nranks, nullptr);
+  if (tparCommInitAllConfig(comms_.data(), nranks, devs.data(), &config) != tparSuccess) {
+    comms_.clear();
+    return std::string("tparCommInitAllConfig: ") + tparGetLastError(nullptr);
+  }
+  for (int r = 0; r < nranks; ++r) {
+    cudaStream_t s;
+    if (cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) != cudaSuccess) return "stream";
+    streams_.push_back(s);
+  }
+  return "";
+}
+
+Buffers::~Buffers() {
+  for (void* p : in) cudaFree(p);
+  for (void* p : out) cudaFree(p);
+}
+
+cudaError_t Buffers::alloc(int nranks, size_t bytes_each) {
+  bytes = bytes_each;
+  for (int r = 0; r < nranks; ++r) {
+    void* a = nullptr;
+    void* b = nullptr;
+    cudaError_t err = cudaMalloc(&a, bytes_each + 64);
+    if (err != cudaSuccess) return err;
+    in.push_back(a);
+    err = cudaMalloc(&b, bytes_each + 64);
+    if (err != cudaSuccess) return err;
+    out.push_back(b);
+  }
+  return cudaSuccess;
+}
+
+}  // namespace tpar_test

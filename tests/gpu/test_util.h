@@ -1,0 +1,99 @@
+// Helpers for the GPU tests: random inputs made on the device, poisoned outputs, and a checker
+// that compares every rank's output with the reference on the device.
+#ifndef TPAR_TESTS_GPU_TEST_UTIL_H_
+#define TPAR_TESTS_GPU_TEST_UTIL_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
+
+#include "tpar/tpar.h"
+
+namespace tpar_test {
+
+// True when a CUDA GPU is usable; otherwise `why` says what was found.
+bool gpuAvailable(std::string* why);
+
+#define TPAR_REQUIRE_GPU()                                          \
+  do {                                                              \
+    std::string tpar_why_;                                          \
+    if (!::tpar_test::gpuAvailable(&tpar_why_))                     \
+      GTEST_SKIP() << "no usable CUDA GPU: " << tpar_why_;          \
+  } while (0)
+
+#define CUDA_OK(call) ASSERT_EQ(cudaSuccess, (call)) << #call
+#define TPAR_OK(call) ASSERT_EQ(tparSuccess, (call)) << #call << ": " << tparGetLastError(nullptr)
+
+size_t elemSize(tparDataType_t dtype);
+
+// A seed nobody chose: fresh for every check (printed by the tests on failure).
+uint64_t freshSeed();
+
+// Fills `count` elements with values uniform in [-1, 1) made from (seed, index), exactly
+// representable in `dtype`.
+cudaError_t fillRandom(void* buf, size_t count, tparDataType_t dtype, uint64_t seed,
+                       cudaStream_t stream);
+
+// Poisons `bytes` bytes (0xA7 pattern: a value no correct output of random inputs takes).
+cudaError_t poison(void* buf, size_t bytes, cudaStream_t stream);
+
+struct CheckResult {
+  unsigned long long wrong = 0;       // elements that differ from the rank-ordered fp32 result
+  unsigned long long off_ref = 0;     // elements farther than tolerance from the float64 sum
+  unsigned long long disagree = 0;    // elements where ranks' outputs differ bitwise
+  unsigned long long first_bad = ~0ull;
+};
+
+// Checks every rank's output against the inputs of all ranks (all on the current device or
+// mapped into it): the bits must equal the fp32 sum in rank order rounded once, lie within
+// tolerance of the float64 sum, and be identical on every rank.
+cudaError_t checkOutputs(const std::vector<const void*>& inputs,
+                         const std::vector<const void*>& outputs, size_t count,
+                         tparDataType_t dtype, tparRedOp_t op, CheckResult* result);
+
+// Adds to *counter the number of bytes where got and want differ (stream-ordered).
+cudaError_t countMismatches(const void* got, const void* want, size_t bytes,
+                            unsigned long long* counter, cudaStream_t stream);
+
+// Runs this test binary again in a child process with `filter` (disabled tests included) and
+// extra NAME=value environment entries; returns its exit status (-1 when it had to be killed
+// after timeout_s) and its combined output.
+int runSelfChild(const std::string& filter, const std::vector<std::string>& env, int timeout_s,
+                 std::string* output);
+
+// Spawns `argv` with extra environment entries, output to a file; same contract as above.
+int runProcess(const std::vector<std::string>& argv, const std::vector<std::string>& env,
+               int timeout_s, std::string* output);
+
+// N ranks as N streams on one GPU ("virtual ranks").
+class VirtualGroup {
+ public:
+  ~VirtualGroup();
+  // Returns a failure text, or "" on success.
+  std::string init(int nranks, tparConfig_t config);
+  int size() const { return static_cast<int>(comms_.size()); }
+  tparComm_t comm(int r) const { return comms_[r]; }
+  cudaStream_t stream(int r) const { return streams_[r]; }
+  void release();  // destroys now (idempotent)
+
+ private:
+  std::vector<tparComm_t> comms_;
+  std::vector<cudaStream_t> streams_;
+};
+
+tparConfig_t sharedDeviceConfig(int64_t timeout_ms = 20000);
+
+// Device buffers for one test case: per rank an input and an output.
+struct Buffers {
+  std::vector<void*> in, out;
+  size_t bytes = 0;
+  ~Buffers();
+  cudaError_t alloc(int nranks, size_t bytes_each);
+};
+
+}  // namespace tpar_test
+
+#endif  // TPAR_TESTS_GPU_TEST_UTIL_H_

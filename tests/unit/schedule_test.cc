@@ -1,0 +1,80 @@
+// Host-side plan arithmetic: workspace layout, piece sizes, algorithm choice, call headers.
+#include <set>
+
+#include <gtest/gtest.h>
+
+#include "kernels/launch.h"
+#include "tuner/select.h"
+
+namespace tpar {
+namespace {
+
+using kernels::Algo;
+using kernels::WorkspaceLayout;
+
+TEST(WorkspaceLayout, DefaultFitsTheMemoryBudget) {
+  const auto l = WorkspaceLayout::forMaxBytes(8u << 20);
+  EXPECT_LE(l.totalBytes(), 64u << 20);
+  EXPECT_GE(l.totalBytes(), 4u * (8u << 20));
+}
+
+TEST(WorkspaceLayout, EveryPieceFitsItsParityRegion) {
+  for (uint64_t max : {64ull << 10, 1ull << 20, 8ull << 20, 100000ull}) {
+    const auto l = WorkspaceLayout::forMaxBytes(max & ~15ull);
+    for (int n = 1; n <= kernels::kMaxRanks; ++n) {
+      // One-shot: n slots of the padded message.
+      const uint64_t one = l.oneShotMaxBytes(n);
+      EXPECT_EQ(0u, one % 16);
+      EXPECT_LE(uint64_t(n) * ((one + 15) / 16) * 16, l.data_bytes);
+      // Two-shot: reduce-scatter and all-gather areas of n chunks each.
+      const uint64_t two = l.twoShotMaxBytes(n);
+      EXPECT_GE(two, max & ~15ull) << "two-shot must carry a whole piece of maxBytesPerCall";
+      const uint64_t vecs = (two + 15) / 16;
+      const uint64_t chunk = (vecs + n - 1) / n;
+      EXPECT_LE(2 * uint64_t(n) * chunk * 16, l.data_bytes) << "n " << n;
+    }
+  }
+}
+
+TEST(WorkspaceLayout, HeaderSlotsAreDistinctAndBeforeTheData) {
+  std::set<uint64_t> seen;
+  for (uint32_t parity = 0; parity < 2; ++parity) {
+    for (int s = 0; s < kernels::kMaxRanks; ++s) {
+      const uint64_t off = WorkspaceLayout::headerOffset(parity, s);
+      EXPECT_TRUE(seen.insert(off).second);
+      EXPECT_LT(off + WorkspaceLayout::kHeaderBytes, 2048u);
+    }
+  }
+}
+
+TEST(WorkVectors, TwoShotSplitsTheMessageIntoOneChunkPerRank) {
+  EXPECT_EQ(1u, kernels::workVectors(Algo::kOneShot, 1, 2, 8));
+  EXPECT_EQ(2u, kernels::workVectors(Algo::kOneShot, 9, 2, 8));
+  EXPECT_EQ(3u, kernels::workVectors(Algo::kOneShot, 9, 4, 8));
+  EXPECT_EQ(896u, kernels::workVectors(Algo::kTwoShot, 57344, 2, 8));
+  EXPECT_EQ(1u, kernels::workVectors(Algo::kTwoShot, 3, 2, 8));
+}
+
+TEST(Select, ThresholdPicksOneShotForSmallMessagesAndForcedChoicesWin) {
+  for (int n : {2, 4, 8}) {
+    const uint64_t t = defaultOneShotMaxBytes(n);
+    EXPECT_EQ(Algo::kOneShot, selectAlgo(t, n, tparAlgoAuto, -1));
+    EXPECT_EQ(Algo::kTwoShot, selectAlgo(t + 2, n, tparAlgoAuto, -1));
+    EXPECT_EQ(Algo::kTwoShot, selectAlgo(16, n, tparAlgoTwoShot, -1));
+    EXPECT_EQ(Algo::kOneShot, selectAlgo(1u << 30, n, tparAlgoOneShot, -1));
+    EXPECT_EQ(Algo::kTwoShot, selectAlgo(4096, n, tparAlgoAuto, 1024));
+  }
+  EXPECT_GE(defaultOneShotMaxBytes(2), defaultOneShotMaxBytes(8));
+}
+
+TEST(CallMeta, DiffersWhenDatatypeOpAlgorithmOrTotalCountDiffer) {
+  const uint32_t base = kernels::makeCallMeta(tparBfloat16, tparSum, Algo::kOneShot, 1000);
+  EXPECT_EQ(base, kernels::makeCallMeta(tparBfloat16, tparSum, Algo::kOneShot, 1000));
+  EXPECT_NE(base, kernels::makeCallMeta(tparFloat16, tparSum, Algo::kOneShot, 1000));
+  EXPECT_NE(base, kernels::makeCallMeta(tparBfloat16, tparMax, Algo::kOneShot, 1000));
+  EXPECT_NE(base, kernels::makeCallMeta(tparBfloat16, tparSum, Algo::kTwoShot, 1000));
+  EXPECT_NE(base, kernels::makeCallMeta(tparBfloat16, tparSum, Algo::kOneShot, 1001));
+}
+
+}  // namespace
+}  // namespace tpar
