@@ -126,6 +126,11 @@ tparResult_t tparCommInitRankConfig(tparComm_t* comm, int nranks, tparUniqueId u
  * devices 0..ndev-1). A device may appear more than once only when config->allowSharedDevice is
  * 1 (or TPAR_ALLOW_SHARED_DEVICE=1); those "virtual ranks" run as concurrent kernels on one GPU.
  * config may be NULL. comms[] is written only on success.
+ *
+ * Virtual ranks driven by one host thread: launches on all streams of one GPU share that GPU's
+ * launch queue. Keep the thread within a few hundred calls of the device (synchronize now and
+ * then, or replay CUDA graphs); thousands of launches ahead, a launch for rank r can block
+ * while the queue's head waits for rank r, and the kernels then time out.
  */
 tparResult_t tparCommInitAll(tparComm_t* comms, int ndev, const int* devlist);
 tparResult_t tparCommInitAllConfig(tparComm_t* comms, int ndev, const int* devlist,

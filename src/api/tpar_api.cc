@@ -411,17 +411,28 @@ tparResult_t tparAllReduce(const void* sendbuff, void* recvbuff, size_t count,
                           "sendbuff and recvbuff overlap without being equal (in place needs "
                           "sendbuff == recvbuff)"));
     }
-    int stream_device = -1;
-    cudaError_t err = cudaStreamGetDevice(stream, &stream_device);
+    // cudaStreamGetDevice is not allowed while a stream captures (it would invalidate the
+    // capture); the check runs on eager calls, and a graph inherits the stream it captured on.
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    cudaError_t err = cudaStreamIsCapturing(stream, &capture);
     if (err != cudaSuccess) {
       (void)cudaGetLastError();
       return bad(setError(tparInvalidArgument, "stream is not a valid CUDA stream (%s)",
                           cudaGetErrorString(err)));
     }
-    if (stream_device != comm->device) {
-      return bad(setError(tparInvalidArgument,
-                          "stream belongs to GPU %d but the communicator to GPU %d",
-                          stream_device, comm->device));
+    if (capture == cudaStreamCaptureStatusNone) {
+      int stream_device = -1;
+      err = cudaStreamGetDevice(stream, &stream_device);
+      if (err != cudaSuccess) {
+        (void)cudaGetLastError();
+        return bad(setError(tparInvalidArgument, "stream is not a valid CUDA stream (%s)",
+                            cudaGetErrorString(err)));
+      }
+      if (stream_device != comm->device) {
+        return bad(setError(tparInvalidArgument,
+                            "stream belongs to GPU %d but the communicator to GPU %d",
+                            stream_device, comm->device));
+      }
     }
     return bad(allReduce(comm, sendbuff, recvbuff, count, datatype, op, stream));
   });
