@@ -127,10 +127,10 @@ tparResult_t tparCommInitRankConfig(tparComm_t* comm, int nranks, tparUniqueId u
  * 1 (or TPAR_ALLOW_SHARED_DEVICE=1); those "virtual ranks" run as concurrent kernels on one GPU.
  * config may be NULL. comms[] is written only on success.
  *
- * Virtual ranks driven by one host thread: launches on all streams of one GPU share that GPU's
- * launch queue. Keep the thread within a few hundred calls of the device (synchronize now and
- * then, or replay CUDA graphs); thousands of launches ahead, a launch for rank r can block
- * while the queue's head waits for rank r, and the kernels then time out.
+ * One host thread driving several ranks: tpar loads its kernels at init, but a kernel of your
+ * own that is launched for the first time while an all-reduce of another rank of the same GPU
+ * waits can deadlock under lazy module loading (the load waits for the GPU to go idle). Launch
+ * each of your kernels once before, or set CUDA_MODULE_LOADING=EAGER.
  */
 tparResult_t tparCommInitAll(tparComm_t* comms, int ndev, const int* devlist);
 tparResult_t tparCommInitAllConfig(tparComm_t* comms, int ndev, const int* devlist,

@@ -286,8 +286,32 @@ void VirtualGroup::release() {
   streams_.clear();
 }
 
+cudaError_t preloadTestKernels() {
+  // NOTE [preload] applies to the tests' own kernels too: under lazy loading, the first launch
+  // of a test kernel behind a spinning all-reduce on another stream waits for the device to go
+  // idle, which it never does while the all-reduce waits for that stream.
+  static cudaError_t result = [] {
+    void* buf = nullptr;
+    unsigned long long* counter = nullptr;
+    cudaError_t err = cudaMalloc(&buf, 256);
+    if (err != cudaSuccess) return err;
+    err = cudaMalloc(reinterpret_cast<void**>(&counter), sizeof(*counter));
+    if (err == cudaSuccess) err = fillRandom(buf, 8, tparBfloat16, 1, nullptr);
+    if (err == cudaSuccess) err = poison(buf, 256, nullptr);
+    if (err == cudaSuccess) err = countMismatches(buf, buf, 16, counter, nullptr);
+    CheckResult r;
+    if (err == cudaSuccess) err = checkOutputs({buf}, {buf}, 1, tparBfloat16, tparSum, &r);
+    if (err == cudaSuccess) err = cudaDeviceSynchronize();
+    cudaFree(buf);
+    cudaFree(counter);
+    return err;
+  }();
+  return result;
+}
+
 std::string VirtualGroup::init(int nranks, tparConfig_t config) {
   release();
+  if (preloadTestKernels() != cudaSuccess) return "preloading the test kernels failed";
   std::vector<int> devs(nranks, 0);
   comms_.assign(nranks, nullptr);
   if (tparCommInitAllConfig(comms_.data(), nranks, devs.data(), &config) != tparSuccess) {
