@@ -75,7 +75,7 @@ tparResult_t createLocal(int rank, int nranks, const ResolvedConfig& cfg, int ra
   // Ranks sharing a GPU in one process run as concurrent kernels that wait for each other:
   // all their blocks must be resident at once.
   const int resident = per_sm * sms / std::max(1, ranks_on_device);
-  const int wanted = cfg.max_blocks > 0 ? cfg.max_blocks : 32;
+  const int wanted = std::min(kernels::kMaxBlocks, cfg.max_blocks > 0 ? cfg.max_blocks : 32);
   comm->max_blocks = std::max(1, std::min(wanted, resident));
   if (resident < 1) {
     return fail(setError(tparInvalidUsage,
@@ -86,6 +86,7 @@ tparResult_t createLocal(int rank, int nranks, const ResolvedConfig& cfg, int ra
   tparResult_t res = allocWorkspace(comm->layout, cfg.epoch_start, &comm->workspace);
   if (res != tparSuccess) return fail(res);
   comm->device_state = deviceStateOf(comm->workspace);
+  comm->block_epochs = blockEpochsOf(comm->workspace);
   comm->peer_ws[rank] = comm->workspace;
 
   void* host = nullptr;
@@ -150,6 +151,7 @@ tparResult_t allReduce(tparComm* comm, const void* send, void* recv, size_t coun
   std::memset(&args, 0, sizeof(args));
   for (int r = 0; r < comm->nranks; ++r) args.peer_ws[r] = comm->peer_ws[r];
   args.state = comm->device_state;
+  args.block_epochs = comm->block_epochs;
   args.host_state = comm->host_state_dev;
   args.timeout_ns = static_cast<uint64_t>(comm->cfg.timeout_ms) * 1000000ull;
   args.data_bytes = comm->layout.data_bytes;
@@ -169,10 +171,10 @@ tparResult_t allReduce(tparComm* comm, const void* send, void* recv, size_t coun
     args.count = n;
     args.vec_aligned = (reinterpret_cast<uintptr_t>(args.send) % kernels::kVecBytes == 0) &&
                        (reinterpret_cast<uintptr_t>(args.recv) % kernels::kVecBytes == 0);
+    // Always the same grid (NOTE [epochs and parity]); the block size follows the work.
     const uint64_t work = kernels::workVectors(algo, n, esize, comm->nranks);
-    const uint64_t want = (work + comm->threads - 1) / comm->threads;
-    const int blocks = static_cast<int>(std::max<uint64_t>(1, std::min<uint64_t>(want, comm->max_blocks)));
-    cudaError_t err = kernels::launchAllReduce(algo, dtype, args, blocks, comm->threads, stream);
+    const int threads = kernels::threadsFor(work, comm->max_blocks, comm->threads);
+    cudaError_t err = kernels::launchAllReduce(algo, dtype, args, comm->max_blocks, threads, stream);
     if (err != cudaSuccess) {
       result = cudaFailure(err, "launching the all-reduce kernel", __FILE__, __LINE__);
       // Peers may already wait for this kernel: the group is out of step for good.

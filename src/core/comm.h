@@ -19,6 +19,7 @@ struct tparComm {
   tpar::kernels::WorkspaceLayout layout{0};
   char* workspace = nullptr;
   tpar::kernels::DeviceState* device_state = nullptr;
+  uint32_t* block_epochs = nullptr;
   tpar::kernels::HostState* host_state = nullptr;      // host pointer
   tpar::kernels::HostState* host_state_dev = nullptr;  // the same, as the GPU sees it
   std::array<char*, tpar::kernels::kMaxRanks> peer_ws{};

@@ -20,6 +20,14 @@ uint64_t workVectors(Algo algo, uint64_t count, size_t elem_bytes, int nranks) {
   return algo == Algo::kOneShot ? vecs : (vecs + nranks - 1) / nranks;
 }
 
+int threadsFor(uint64_t work, int blocks, int max_threads) {
+  const uint64_t per_block = (work + blocks - 1) / blocks;
+  uint64_t t = (per_block + 31) / 32 * 32;
+  if (t < 64) t = 64;
+  if (t > static_cast<uint64_t>(max_threads)) t = max_threads;
+  return static_cast<int>(t);
+}
+
 cudaError_t launchAllReduce(Algo algo, tparDataType_t dtype, const AllReduceArgs& args,
                             int blocks, int threads, cudaStream_t stream) {
   const bool wide = args.nranks > 8;

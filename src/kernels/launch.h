@@ -26,12 +26,13 @@ constexpr int kVecBytes = 16;  // the wire unit: one 16-byte vector per thread a
 // Launch bound of every kernel: leaves 128 registers per thread for the per-peer vectors.
 constexpr int kMaxThreads = 512;
 
+// The largest grid of one launch (TPAR_MAX_BLOCKS is bounded by it).
+constexpr int kMaxBlocks = 1024;
+
 // Per-rank control words in device memory (written by this rank's kernels only).
 struct DeviceState {
-  uint32_t epoch;        // the epoch of the next kernel; advanced by the last block to finish
-  uint32_t blocks_done;  // blocks of the running kernel that have finished
-  uint32_t error;        // first tparResult_t recorded by a kernel, 0 = none
-  uint32_t pad;
+  uint32_t error;  // first tparResult_t recorded by a kernel, 0 = none
+  uint32_t pad[3];
 };
 
 // Per-rank words in pinned host memory mapped into the GPU.
@@ -44,7 +45,9 @@ struct HostState {
 struct WorkspaceLayout {
   static constexpr uint64_t kHeaderBytes = 16;  // one call header per (parity, sender)
   static constexpr uint64_t kHeaderRegion = 2 * kMaxRanks * kHeaderBytes;
-  static constexpr uint64_t kDataOffset = 4096;
+  static constexpr uint64_t kStateOffset = 2048;   // DeviceState
+  static constexpr uint64_t kEpochsOffset = 4096;  // uint32_t epoch per block index
+  static constexpr uint64_t kDataOffset = kEpochsOffset + 4 * kMaxBlocks;
   uint64_t data_bytes;  // per parity
 
   static WorkspaceLayout forMaxBytes(uint64_t max_bytes_per_call) {
@@ -74,6 +77,7 @@ struct AllReduceArgs {
   uint64_t count;                 // elements in this launch
   char* peer_ws[kMaxRanks];       // every rank's workspace, mapped here; [rank] is our own
   DeviceState* state;             // ours
+  uint32_t* block_epochs;         // ours: the epoch of the next launch, one word per block
   HostState* host_state;          // ours, device-mapped pointer
   uint64_t timeout_ns;
   uint64_t data_bytes;            // WorkspaceLayout::data_bytes
@@ -99,6 +103,12 @@ cudaError_t maxActiveBlocksPerSm(int threads, int* blocks);
 
 // Vectors one launch moves per rank: the grid is sized from this.
 uint64_t workVectors(Algo algo, uint64_t count, size_t elem_bytes, int nranks);
+
+// Threads per block for a launch of `blocks` blocks over `work` vectors: the work is spread
+// over every block (more multiprocessors issue stores and polls), with at least 64 and at most
+// `max_threads` threads per block. Every launch of a communicator uses the same block count
+// (NOTE [epochs and parity]).
+int threadsFor(uint64_t work, int blocks, int max_threads);
 
 }  // namespace kernels
 }  // namespace tpar

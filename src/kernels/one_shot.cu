@@ -40,7 +40,7 @@ __device__ __forceinline__ void oneShotBody(const AllReduceArgs& a, const CallCo
     }
   }
 
-  Waiter w(a, ctx.start_ns);
+  Waiter w(a);
   if (!checkHeaders(a, ctx, w)) return;
 
   for (uint64_t v = first; v < vecs; v += stride) {

@@ -31,15 +31,17 @@ namespace kernels {
 //    then unusable (its error is sticky) and must be destroyed.
 //
 // NOTE [epochs and parity]
-// DeviceState::epoch counts kernels of this rank; every rank runs the same sequence of kernels,
-// so all ranks agree on it. The workspace has two halves selected by epoch parity. A rank in
-// epoch e+1 writes half (e+1)&1 of a peer; the peer may still be in epoch e, working in the
-// other half. A rank cannot reach epoch e+2 (same half as e) before every peer finished epoch
-// e: its epoch-(e+1) kernel waits for data every peer sends in epoch e+1, which the peer only
-// sends after its epoch-e kernel completed. Hence two halves suffice.
-// The epoch is read by every block at its start and advanced by the last block to finish (an
-// atomic count of finished blocks): every block has read it before the last one finishes, and
-// the next kernel in stream order sees the new value.
+// The epoch counts kernels of this rank; every rank runs the same sequence of kernels, so all
+// ranks agree on it. The workspace has two halves selected by epoch parity. A rank in epoch
+// e+1 writes half (e+1)&1 of a peer; the peer may still be in epoch e, working in the other
+// half. A rank cannot reach epoch e+2 (same half as e) before every peer finished epoch e:
+// its epoch-(e+1) kernel waits for the call header every peer sends at the start of its own
+// epoch-(e+1) kernel, which starts only after the peer's epoch-e kernel completed (stream
+// order). Hence two halves suffice.
+// Each block keeps its own copy of the epoch (block_epochs[blockIdx.x]): it reads it at its
+// start and writes epoch+1 at its end. Every launch of a communicator uses the same grid, so
+// all copies advance together, and no atomics or fences are needed: the next kernel in stream
+// order sees the new values.
 //
 // NOTE [call header]
 // Block 0 of each rank stores a 16-byte header into every peer's header slot of the current
@@ -108,7 +110,7 @@ __device__ __forceinline__ void recordError(const AllReduceArgs& a, uint32_t cod
 // host memory and the error word are read only every kCheckEvery unsuccessful polls.
 class Waiter {
  public:
-  __device__ Waiter(const AllReduceArgs& a, uint64_t start_ns) : a_(a), start_(start_ns) {}
+  __device__ explicit Waiter(const AllReduceArgs& a) : a_(a) {}
 
   // Returns false when the caller must give up (error already recorded).
   __device__ __forceinline__ bool keepWaiting() {
@@ -118,7 +120,11 @@ class Waiter {
       recordError(a_, tparRemoteError);
       return false;
     }
-    if (globalTimerNs() - start_ > a_.timeout_ns) {
+    // The clock starts at the first check: a wait that ends within kCheckEvery polls (nearly
+    // all of them) never reads it.
+    const uint64_t now = globalTimerNs();
+    if (start_ == 0) start_ = now;
+    if (now - start_ > a_.timeout_ns) {
       recordError(a_, tparTimeout);
       return false;
     }
@@ -129,7 +135,7 @@ class Waiter {
  private:
   static constexpr uint32_t kCheckEvery = 256;
   const AllReduceArgs& a_;
-  uint64_t start_;
+  uint64_t start_ = 0;
   uint32_t spins_ = 0;
 };
 
@@ -273,23 +279,18 @@ __device__ __forceinline__ void storeUser(void* base, uint64_t v, uint64_t count
 struct CallContext {
   uint32_t epoch;
   uint32_t parity;
-  uint64_t start_ns;
 };
 
 // Reads the epoch (NOTE [epochs and parity]) and refuses to run after an earlier error.
-// Returns false when the kernel must skip its work.
+// Returns false when the kernel must skip its work. Every thread reads the words itself (one
+// broadcast load, no barrier).
 __device__ __forceinline__ bool beginCall(const AllReduceArgs& a, CallContext* ctx) {
-  __shared__ uint32_t s_epoch;
-  __shared__ uint32_t s_failed;
-  if (threadIdx.x == 0) {
-    s_epoch = *reinterpret_cast<volatile uint32_t*>(&a.state->epoch);
-    s_failed = *reinterpret_cast<volatile uint32_t*>(&a.state->error);
-  }
-  __syncthreads();
-  ctx->epoch = s_epoch;
-  ctx->parity = s_epoch & 1u;
-  ctx->start_ns = globalTimerNs();
-  return s_failed == 0;
+  const uint32_t epoch =
+      *reinterpret_cast<volatile uint32_t*>(&a.block_epochs[blockIdx.x]);
+  const uint32_t failed = *reinterpret_cast<volatile uint32_t*>(&a.state->error);
+  ctx->epoch = epoch;
+  ctx->parity = epoch & 1u;
+  return failed == 0;
 }
 
 // Block 0 sends our call header to every peer (NOTE [call header]).
@@ -330,18 +331,10 @@ __device__ __forceinline__ bool checkHeaders(const AllReduceArgs& a, const CallC
   return s_bad == 0;
 }
 
-// The last block to finish advances the epoch (NOTE [epochs and parity]).
+// Advances this block's epoch (NOTE [epochs and parity]); every thread has read it.
 __device__ __forceinline__ void endCall(const AllReduceArgs& a, const CallContext& ctx) {
   __syncthreads();
-  if (threadIdx.x == 0) {
-    __threadfence();
-    const uint32_t done = atomicAdd(&a.state->blocks_done, 1u);
-    if (done == gridDim.x - 1) {
-      a.state->blocks_done = 0;
-      a.state->epoch = ctx.epoch + 1;
-      __threadfence();
-    }
-  }
+  if (threadIdx.x == 0) a.block_epochs[blockIdx.x] = ctx.epoch + 1;
 }
 
 }  // namespace kernels

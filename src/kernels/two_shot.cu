@@ -46,7 +46,7 @@ __device__ __forceinline__ void twoShotBody(const AllReduceArgs& a, const CallCo
     }
   }
 
-  Waiter w(a, ctx.start_ns);
+  Waiter w(a);
   if (!checkHeaders(a, ctx, w)) return;
 
   // Reduce our chunk and push the result to every peer's all-gather slot.

@@ -15,19 +15,23 @@ namespace tpar {
 using kernels::WorkspaceLayout;
 
 tparResult_t allocWorkspace(const WorkspaceLayout& layout, uint32_t epoch_start, char** out) {
-  static_assert(WorkspaceLayout::kHeaderRegion <= 2048, "headers overlap DeviceState");
-  static_assert(2048 + sizeof(kernels::DeviceState) <= WorkspaceLayout::kDataOffset,
-                "DeviceState overlaps data");
+  static_assert(WorkspaceLayout::kHeaderRegion <= WorkspaceLayout::kStateOffset,
+                "headers overlap DeviceState");
+  static_assert(WorkspaceLayout::kStateOffset + sizeof(kernels::DeviceState) <=
+                    WorkspaceLayout::kEpochsOffset,
+                "DeviceState overlaps the block epochs");
   char* ws = nullptr;
   TPAR_CUDA_TRY(cudaMalloc(reinterpret_cast<void**>(&ws), layout.totalBytes()));
   // Data: every word the sentinel (NOTE [sentinel protocol]).
   cudaError_t err = cudaMemset(ws + WorkspaceLayout::kDataOffset, 0xFF,
                                layout.totalBytes() - WorkspaceLayout::kDataOffset);
-  // Header page: header slots at epoch_start - 2 (NOTE [call header]), then DeviceState.
+  // Control pages: header slots at epoch_start - 2 (NOTE [call header]), DeviceState zero,
+  // every block's epoch at epoch_start.
   std::vector<uint32_t> page(WorkspaceLayout::kDataOffset / 4, 0);
   for (uint64_t i = 0; i < WorkspaceLayout::kHeaderRegion / 4; ++i) page[i] = epoch_start - 2;
-  kernels::DeviceState state{epoch_start, 0, 0, 0};
-  std::memcpy(reinterpret_cast<char*>(page.data()) + 2048, &state, sizeof(state));
+  for (int b = 0; b < kernels::kMaxBlocks; ++b) {
+    page[WorkspaceLayout::kEpochsOffset / 4 + b] = epoch_start;
+  }
   if (err == cudaSuccess) {
     err = cudaMemcpy(ws, page.data(), WorkspaceLayout::kDataOffset, cudaMemcpyHostToDevice);
   }

@@ -29,7 +29,7 @@ struct PeerInfo {
 };
 
 // Allocates this rank's workspace on the current device and puts it in its initial state:
-// data regions all sentinel, headers at epoch_start - 2, DeviceState at epoch_start. Returns
+// data regions all sentinel, headers at epoch_start - 2, block epochs at epoch_start. Returns
 // after the initialization has completed on the device.
 tparResult_t allocWorkspace(const kernels::WorkspaceLayout& layout, uint32_t epoch_start,
                             char** out);
@@ -37,7 +37,10 @@ void freeWorkspace(char* ws);
 
 // Where DeviceState lives inside the workspace (in the header page, never written by peers).
 inline kernels::DeviceState* deviceStateOf(char* ws) {
-  return reinterpret_cast<kernels::DeviceState*>(ws + 2048);
+  return reinterpret_cast<kernels::DeviceState*>(ws + kernels::WorkspaceLayout::kStateOffset);
+}
+inline uint32_t* blockEpochsOf(char* ws) {
+  return reinterpret_cast<uint32_t*>(ws + kernels::WorkspaceLayout::kEpochsOffset);
 }
 
 struct PeerMapping {

@@ -78,3 +78,31 @@ TEST(CallMeta, DiffersWhenDatatypeOpAlgorithmOrTotalCountDiffer) {
 
 }  // namespace
 }  // namespace tpar
+
+namespace tpar {
+namespace {
+
+TEST(LaunchShape, WorkIsSpreadOverEveryBlockWithinThreadBounds) {
+  EXPECT_EQ(64, kernels::threadsFor(1, 16, 512));
+  EXPECT_EQ(64, kernels::threadsFor(768, 16, 512));     // 48 per block, at least 64
+  EXPECT_EQ(96, kernels::threadsFor(1500, 16, 512));    // 94 per block, rounded to a warp
+  EXPECT_EQ(512, kernels::threadsFor(1 << 20, 32, 512));
+  EXPECT_EQ(256, kernels::threadsFor(1 << 20, 32, 256));
+  for (uint64_t work : {1ull, 77ull, 4096ull, 100000ull}) {
+    const int t = kernels::threadsFor(work, 20, 512);
+    EXPECT_EQ(0, t % 32);
+    EXPECT_GE(t, 64);
+    EXPECT_LE(t, 512);
+  }
+}
+
+TEST(WorkspaceLayout, ControlWordsPrecedeTheDataAndFitEveryBlock) {
+  EXPECT_LE(WorkspaceLayout::kHeaderRegion, WorkspaceLayout::kStateOffset);
+  EXPECT_LE(WorkspaceLayout::kStateOffset + sizeof(kernels::DeviceState),
+            WorkspaceLayout::kEpochsOffset);
+  EXPECT_LE(WorkspaceLayout::kEpochsOffset + 4ull * kernels::kMaxBlocks,
+            WorkspaceLayout::kDataOffset);
+}
+
+}  // namespace
+}  // namespace tpar
