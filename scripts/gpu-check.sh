@@ -30,7 +30,9 @@ archs=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | t
 archs=${archs:-90}
 build=${TPAR_BUILD_DIR:-build-gpu}
 echo "== build (archs $archs) into $build"
+commit=${TPAR_COMMIT:-$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)}
 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTPAR_CUDA_ARCHS="$archs" \
+  -DTPAR_GIT_COMMIT="$commit" \
   >"$out/cmake.log" 2>&1 || { cat "$out/cmake.log"; exit 1; }
 ninja -C "$build" >"$out/build.log" 2>&1 || { tail -50 "$out/build.log"; exit 1; }
 
@@ -42,6 +44,9 @@ if [ $run_tests = 1 ]; then
   timeout 540 "$build/tests/tpar_gpu_tests" --gtest_filter="$filter" >"$out/gpu-tests.log" 2>&1 || status=1
   grep -E "^\[  (FAILED|PASSED|SKIPPED) |^\[ *OK \]|tests? ran" "$out/gpu-tests.log" | tail -80
 fi
+
+echo "== example"
+"$build/examples/tpar_example_allreduce" 2>&1 | tee "$out/example.txt" || status=1
 
 if [ $run_bench = 1 ]; then
   echo "== bench"

@@ -57,6 +57,19 @@ __global__ void countWrong(const void* out, size_t count, int dtype, int nranks,
   if (local) atomicAdd(wrong, local);
 }
 
+// The kernel driver's version string ("580.159.04"), from the proc file it publishes.
+std::string nvidiaDriver() {
+  std::ifstream f("/proc/driver/nvidia/version");
+  std::string line;
+  std::getline(f, line);
+  const auto k = line.find("Kernel Module");
+  if (k == std::string::npos) return "unknown";
+  std::stringstream ss(line.substr(k + 13));
+  std::string v;
+  ss >> v;
+  return v.empty() ? "unknown" : v;
+}
+
 size_t elemSize(tparDataType_t d) { return d == tparFloat32 ? 4 : 2; }
 
 struct Row {
@@ -265,6 +278,7 @@ int runBench(const BenchOptions& opt) {
     f << "{\n  \"tool\": \"tpar bench\",\n  \"commit\": \"" << TPAR_GIT_COMMIT << "\",\n"
       << "  \"command\": \"" << opt.command_line << "\",\n  \"gpu\": \"" << gpu << "\",\n"
       << "  \"gpus\": " << ngpus << ",\n  \"cuda_driver\": " << driver << ",\n"
+      << "  \"nvidia_driver\": \"" << nvidiaDriver() << "\",\n"
       << "  \"cuda_runtime\": " << runtime << ",\n  \"dtype\": \"" << tparDataTypeName(opt.dtype)
       << "\",\n  \"timing\": \"" << (opt.graph ? "graph" : "eager") << "\",\n  \"iters\": "
       << opt.iters << ",\n  \"rows\": [\n";
