@@ -4,6 +4,7 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
@@ -59,15 +60,18 @@ __global__ void countWrong(const void* out, size_t count, int dtype, int nranks,
 
 // The kernel driver's version string ("580.159.04"), from the proc file it publishes.
 std::string nvidiaDriver() {
+  // "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.159.04  Release Build ..."
   std::ifstream f("/proc/driver/nvidia/version");
   std::string line;
   std::getline(f, line);
-  const auto k = line.find("Kernel Module");
-  if (k == std::string::npos) return "unknown";
-  std::stringstream ss(line.substr(k + 13));
-  std::string v;
-  ss >> v;
-  return v.empty() ? "unknown" : v;
+  std::stringstream ss(line);
+  std::string tok;
+  while (ss >> tok) {
+    if (!tok.empty() && std::isdigit(static_cast<unsigned char>(tok[0])) &&
+        tok.find('.') != std::string::npos)
+      return tok;
+  }
+  return "unknown";
 }
 
 size_t elemSize(tparDataType_t d) { return d == tparFloat32 ? 4 : 2; }
