@@ -150,3 +150,72 @@ TEST(LazyLoading, SpinningKernelsOnTwoStreamsDoNotDeadlock) {
 
 }  // namespace
 }  // namespace tpar_test
+
+namespace tpar_test {
+namespace {
+
+TEST(AllReduceArguments, BadArgumentsAreNamedAndTheOutputIsUntouched) {
+  TPAR_REQUIRE_GPU();
+  VirtualGroup g;
+  ASSERT_EQ("", g.init(2, sharedDeviceConfig()));
+  Buffers b;
+  CUDA_OK(b.alloc(2, 4096));
+  CUDA_OK(poison(b.out[0], 4096, nullptr));
+  CUDA_OK(cudaDeviceSynchronize());
+  tparComm_t c = g.comm(0);
+  cudaStream_t s = g.stream(0);
+  char* in = static_cast<char*>(b.in[0]);
+  char* out = static_cast<char*>(b.out[0]);
+  struct Case {
+    tparResult_t want;
+    const char* text;
+    tparResult_t got;
+  } cases[] = {
+      {tparInvalidArgument, "sendbuff", tparAllReduce(nullptr, out, 8, tparBfloat16, tparSum, c, s)},
+      {tparInvalidArgument, "recvbuff", tparAllReduce(in, nullptr, 8, tparBfloat16, tparSum, c, s)},
+      {tparInvalidArgument, "datatype",
+       tparAllReduce(in, out, 8, static_cast<tparDataType_t>(9), tparSum, c, s)},
+      {tparInvalidArgument, "op", tparAllReduce(in, out, 8, tparBfloat16, static_cast<tparRedOp_t>(-2), c, s)},
+      {tparInvalidArgument, "sendbuff", tparAllReduce(in + 1, out, 8, tparBfloat16, tparSum, c, s)},
+      {tparInvalidArgument, "recvbuff", tparAllReduce(in, out + 2, 8, tparFloat32, tparSum, c, s)},
+      {tparInvalidArgument, "overlap", tparAllReduce(out, out + 16, 64, tparBfloat16, tparSum, c, s)},
+      {tparInvalidArgument, "overflows",
+       tparAllReduce(in, out, SIZE_MAX / 2 + 7, tparBfloat16, tparSum, c, s)},
+  };
+  for (const Case& k : cases) {
+    EXPECT_EQ(k.want, k.got) << k.text;
+  }
+  // The last error names the problem (checked for the last case; each case recorded its own).
+  EXPECT_NE(std::string::npos, std::string(tparGetLastError(c)).find("overflows"));
+  // count 0 is a no-op.
+  EXPECT_EQ(tparSuccess, tparAllReduce(in, out, 0, tparBfloat16, tparSum, c, s));
+  CUDA_OK(cudaDeviceSynchronize());
+  std::vector<unsigned char> host(4096);
+  CUDA_OK(cudaMemcpy(host.data(), out, host.size(), cudaMemcpyDeviceToHost));
+  for (unsigned char x : host) ASSERT_EQ(0xA7, x) << "an argument error wrote the output";
+  // The communicator still works after argument errors: they are not sticky.
+  tparResult_t async = tparSuccess;
+  TPAR_OK(tparCommGetAsyncError(c, &async));
+  EXPECT_EQ(tparSuccess, async);
+}
+
+TEST(AllReduceArguments, StreamOfAnotherGpuIsRejected) {
+  TPAR_REQUIRE_GPU();
+  int n = 0;
+  CUDA_OK(cudaGetDeviceCount(&n));
+  if (n < 2) GTEST_SKIP() << "needs two GPUs, found " << n;
+  VirtualGroup g;
+  ASSERT_EQ("", g.init(2, sharedDeviceConfig()));
+  Buffers b;
+  CUDA_OK(b.alloc(2, 4096));
+  CUDA_OK(cudaSetDevice(1));
+  cudaStream_t other;
+  CUDA_OK(cudaStreamCreate(&other));
+  CUDA_OK(cudaSetDevice(0));
+  EXPECT_EQ(tparInvalidArgument, tparAllReduce(b.in[0], b.out[0], 8, tparBfloat16, tparSum, g.comm(0), other));
+  EXPECT_NE(std::string::npos, std::string(tparGetLastError(g.comm(0))).find("stream"));
+  cudaStreamDestroy(other);
+}
+
+}  // namespace
+}  // namespace tpar_test

@@ -1,0 +1,128 @@
+// Helpers shared by the bootstrap service, the ranks' side and fd passing: see socket_util.h.
+#include "bootstrap/socket_util.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstddef>
+#include <cstring>
+#include <string>
+
+namespace tpar {
+namespace bootstrap_detail {
+namespace {
+
+uint64_t fnv1a(const void* data, size_t size, uint64_t hash = 0xcbf29ce484222325ull) {
+  const unsigned char* p = static_cast<const unsigned char*>(data);
+  for (size_t i = 0; i < size; ++i) hash = (hash ^ p[i]) * 0x100000001b3ull;
+  return hash;
+}
+
+}  // namespace
+
+int64_t nowMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+// Not strerror: its buffer may be shared between threads, and ranks are often threads.
+std::string errnoText(int err) {
+  char buf[128];
+  return strerror_r(err, buf, sizeof(buf));  // the GNU variant: returns the text
+}
+
+int64_t deadlineAfter(int64_t start, int64_t ms) {
+  return ms >= kNoDeadline - start ? kNoDeadline : start + ms;
+}
+
+const char* kindName(uint32_t kind) { return kind == kBarrier ? "barrier" : "allGather"; }
+
+uint64_t idChecksum(IdLayout layout) {
+  layout.checksum = 0;
+  return fnv1a(&layout, sizeof(layout));
+}
+
+uint64_t hostHash() {
+  char host[256] = {};
+  if (gethostname(host, sizeof(host) - 1) != 0) host[0] = '\0';
+  char boot[64] = {};
+  int fd = open("/proc/sys/kernel/random/boot_id", O_RDONLY | O_CLOEXEC);
+  if (fd >= 0) {
+    ssize_t n;
+    do {
+      n = read(fd, boot, sizeof(boot) - 1);
+    } while (n < 0 && errno == EINTR);
+    close(fd);
+  }
+  uint64_t hash = fnv1a(host, strlen(host));
+  return fnv1a(boot, strlen(boot), hash);
+}
+
+socklen_t socketAddress(const char* name, sockaddr_un* addr) {
+  memset(addr, 0, sizeof(*addr));
+  addr->sun_family = AF_UNIX;
+  size_t len = strnlen(name, sizeof(addr->sun_path) - 1);
+  // sun_path[0] stays '\0': that is what puts the name in the abstract namespace, so no file is
+  // left behind when the process dies.
+  memcpy(addr->sun_path + 1, name, len);
+  return static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + len);
+}
+
+Io waitFd(int fd, short events, int64_t deadline) {
+  for (;;) {
+    int64_t left = std::max<int64_t>(deadline - nowMs(), 0);
+    pollfd p = {fd, events, 0};
+    int r = poll(&p, 1, static_cast<int>(std::min<int64_t>(left, kIdlePollMs)));
+    if (r > 0) return Io::kOk;  // POLLHUP/POLLERR too: the next send/recv reports them
+    if (r == 0 && left == 0) return Io::kTimeout;
+    if (r < 0 && errno != EINTR) return Io::kError;
+  }
+}
+
+Io sendAll(int fd, const void* data, size_t size, int64_t deadline) {
+  const char* p = static_cast<const char*>(data);
+  while (size > 0) {
+    ssize_t n = send(fd, p, size, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n > 0) {
+      p += n;
+      size -= static_cast<size_t>(n);
+    } else if (errno == EAGAIN || errno == EWOULDBLOCK) {
+      Io w = waitFd(fd, POLLOUT, deadline);
+      if (w != Io::kOk) return w;
+    } else if (errno == EPIPE || errno == ECONNRESET) {
+      return Io::kClosed;
+    } else if (errno != EINTR) {
+      return Io::kError;
+    }
+  }
+  return Io::kOk;
+}
+
+Io recvAll(int fd, void* data, size_t size, int64_t deadline) {
+  char* p = static_cast<char*>(data);
+  while (size > 0) {
+    ssize_t n = recv(fd, p, size, MSG_DONTWAIT);
+    if (n > 0) {
+      p += n;
+      size -= static_cast<size_t>(n);
+    } else if (n == 0 || errno == ECONNRESET) {
+      return Io::kClosed;
+    } else if (errno == EAGAIN || errno == EWOULDBLOCK) {
+      Io w = waitFd(fd, POLLIN, deadline);
+      if (w != Io::kOk) return w;
+    } else if (errno != EINTR) {
+      return Io::kError;
+    }
+  }
+  return Io::kOk;
+}
+
+}  // namespace bootstrap_detail
+}  // namespace tpar
