@@ -83,6 +83,12 @@ tparResult_t createLocal(int rank, int nranks, const ResolvedConfig& cfg, int ra
                          sms));
   }
 
+  int major = 0;
+  err = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
+  if (err != cudaSuccess) return fail(cudaFailure(err, "cudaDeviceGetAttribute", __FILE__, __LINE__));
+  // Programmatic dependent launch exists from compute capability 9.0 on.
+  comm->launch_overlap = cfg.launch_overlap && major >= 9;
+
   tparResult_t res = allocWorkspace(comm->layout, cfg.epoch_start, &comm->workspace);
   if (res != tparSuccess) return fail(res);
   comm->device_state = deviceStateOf(comm->workspace);
@@ -174,7 +180,8 @@ tparResult_t allReduce(tparComm* comm, const void* send, void* recv, size_t coun
     // Always the same grid (NOTE [epochs and parity]); the block size follows the work.
     const uint64_t work = kernels::workVectors(algo, n, esize, comm->nranks);
     const int threads = kernels::threadsFor(work, comm->max_blocks, comm->threads);
-    cudaError_t err = kernels::launchAllReduce(algo, dtype, args, comm->max_blocks, threads, stream);
+    cudaError_t err = kernels::launchAllReduce(algo, dtype, args, comm->max_blocks, threads,
+                                               comm->launch_overlap, stream);
     if (err != cudaSuccess) {
       result = cudaFailure(err, "launching the all-reduce kernel", __FILE__, __LINE__);
       // Peers may already wait for this kernel: the group is out of step for good.

@@ -26,6 +26,7 @@ struct tparComm {
   std::vector<tpar::PeerMapping> mappings;
   tparTransport_t transport = tparTransportSameDevice;
   int max_blocks = 1;
+  bool launch_overlap = false;  // NOTE [launch overlap]
   int threads = 512;
   std::string last_error;
 };

@@ -17,6 +17,7 @@ tparResult_t resolveConfig(const tparConfig_t* user, const Env& env, ResolvedCon
   cfg.max_blocks = env.max_blocks;
   cfg.threads = env.threads;
   cfg.epoch_start = env.epoch_start;
+  cfg.launch_overlap = env.launch_overlap;
 
   if (user != nullptr) {
     // The initializer sets size, magic and version; anything else means the struct was not

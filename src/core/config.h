@@ -20,6 +20,7 @@ struct ResolvedConfig {
   int max_blocks = 0;               // 0: derived
   int threads = 0;
   uint32_t epoch_start = 0;
+  bool launch_overlap = true;
 };
 
 // Validates `user` (may be null) and merges it over `env`. Bad fields fail with

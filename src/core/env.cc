@@ -32,6 +32,8 @@ const std::vector<EnvVarSpec>& envRegistry() {
        "Threads per block of the all-reduce kernels (a multiple of 32, 64..512)."},
       {"TPAR_DEBUG", EnvType::kChoice, "warn", "warn|info|debug",
        "Log level of messages printed to stderr."},
+      {"TPAR_LAUNCH_OVERLAP", EnvType::kBool, "1", nullptr,
+       "Let a call's launch overlap the end of the previous kernel (GPUs of sm_90 and newer)."},
       {"TPAR_EPOCH_START", EnvType::kInt, "0", nullptr,
        "First call epoch (testing: start near 2^32 to cross the counter wrap)."},
   };
@@ -154,6 +156,9 @@ tparResult_t parseEnv(const EnvGetter& get, Env* out) {
       int idx = choiceIndex(spec.choices, value);
       if (idx < 0) return badValue(spec, value, "one of warn|info|debug");
       env.log_level = idx;
+    } else if (name == "TPAR_LAUNCH_OVERLAP") {
+      if (!parseBool(value, &flag)) return badValue(spec, value, "a boolean (0/1)");
+      env.launch_overlap = flag;
     } else if (name == "TPAR_EPOCH_START") {
       if (!parseInt(value, &i) || i < 0 || i > 0xFFFFFFFFll)
         return badValue(spec, value, "a 32-bit unsigned number");

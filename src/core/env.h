@@ -39,6 +39,7 @@ struct Env {
   int threads = 0;
   int log_level = 0;                  // 0 warn, 1 info, 2 debug
   uint32_t epoch_start = 0;
+  bool launch_overlap = true;
   std::vector<std::string> set_vars;  // "NAME=value" for every variable that was set
 };
 

@@ -17,7 +17,8 @@ uint32_t makeCallMeta(tparDataType_t dtype, tparRedOp_t op, Algo algo, uint64_t 
 uint64_t workVectors(Algo algo, uint64_t count, size_t elem_bytes, int nranks) {
   const uint64_t per_vec = kVecBytes / elem_bytes;
   const uint64_t vecs = (count + per_vec - 1) / per_vec;
-  return algo == Algo::kOneShot ? vecs : (vecs + nranks - 1) / nranks;
+  // Two-shot spreads (peer, position) pairs over the threads in its push and gather phases.
+  return algo == Algo::kOneShot ? vecs : (vecs + nranks - 1) / nranks * (nranks > 1 ? nranks - 1 : 1);
 }
 
 int threadsFor(uint64_t work, int blocks, int max_threads) {
@@ -29,12 +30,23 @@ int threadsFor(uint64_t work, int blocks, int max_threads) {
 }
 
 cudaError_t launchAllReduce(Algo algo, tparDataType_t dtype, const AllReduceArgs& args,
-                            int blocks, int threads, cudaStream_t stream) {
+                            int blocks, int threads, bool overlap, cudaStream_t stream) {
   const bool wide = args.nranks > 8;
   const void* fn = algo == Algo::kOneShot ? oneShotKernel(dtype, wide) : twoShotKernel(dtype, wide);
   if (fn == nullptr) return cudaErrorInvalidValue;
   void* params[] = {const_cast<AllReduceArgs*>(&args)};
-  return cudaLaunchKernel(fn, dim3(blocks), dim3(threads), params, 0, stream);
+  if (!overlap) return cudaLaunchKernel(fn, dim3(blocks), dim3(threads), params, 0, stream);
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(blocks);
+  config.blockDim = dim3(threads);
+  config.dynamicSmemBytes = 0;
+  config.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = attr;
+  config.numAttrs = 1;
+  return cudaLaunchKernelExC(&config, fn, params);
 }
 
 // NOTE [preload]

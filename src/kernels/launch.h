@@ -92,8 +92,9 @@ struct AllReduceArgs {
 uint32_t makeCallMeta(tparDataType_t dtype, tparRedOp_t op, Algo algo, uint64_t total_count);
 
 // Enqueues one all-reduce launch. `max_ranks` is 8 or 16 (kernel variant).
+// `overlap`: launch with programmatic stream serialization (NOTE [launch overlap]).
 cudaError_t launchAllReduce(Algo algo, tparDataType_t dtype, const AllReduceArgs& args,
-                            int blocks, int threads, cudaStream_t stream);
+                            int blocks, int threads, bool overlap, cudaStream_t stream);
 
 // Loads every kernel into the current device's context now (NOTE [preload]).
 cudaError_t preloadKernels();

@@ -276,6 +276,27 @@ __device__ __forceinline__ void storeUser(void* base, uint64_t v, uint64_t count
 
 // ---- kernel prologue / epilogue ---------------------------------------------------------------
 
+// NOTE [launch overlap]
+// On GPUs with programmatic dependent launch (sm_90+), the host launches with
+// cudaLaunchAttributeProgrammaticStreamSerialization, so a kernel may be scheduled before the
+// previous kernel in its stream has finished. Every kernel therefore waits (griddepcontrol.wait:
+// the previous grid complete and its memory visible) before its first access to global memory,
+// and each block allows the next kernel's launch only as its very last act, after all its
+// waits are over: the next kernel's blocks then never hold multiprocessors that ranks still
+// waiting for each other need (virtual ranks must all stay resident). Without the attribute,
+// or on older GPUs, both instructions do nothing.
+__device__ __forceinline__ void waitForPrerequisites() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void allowDependentLaunch() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
 struct CallContext {
   uint32_t epoch;
   uint32_t parity;
@@ -285,6 +306,7 @@ struct CallContext {
 // Returns false when the kernel must skip its work. Every thread reads the words itself (one
 // broadcast load, no barrier).
 __device__ __forceinline__ bool beginCall(const AllReduceArgs& a, CallContext* ctx) {
+  waitForPrerequisites();
   const uint32_t epoch =
       *reinterpret_cast<volatile uint32_t*>(&a.block_epochs[blockIdx.x]);
   const uint32_t failed = *reinterpret_cast<volatile uint32_t*>(&a.state->error);
@@ -334,7 +356,10 @@ __device__ __forceinline__ bool checkHeaders(const AllReduceArgs& a, const CallC
 // Advances this block's epoch (NOTE [epochs and parity]); every thread has read it.
 __device__ __forceinline__ void endCall(const AllReduceArgs& a, const CallContext& ctx) {
   __syncthreads();
-  if (threadIdx.x == 0) a.block_epochs[blockIdx.x] = ctx.epoch + 1;
+  if (threadIdx.x == 0) {
+    a.block_epochs[blockIdx.x] = ctx.epoch + 1;
+    allowDependentLaunch();
+  }
 }
 
 }  // namespace kernels

@@ -30,19 +30,18 @@ __device__ __forceinline__ void twoShotBody(const AllReduceArgs& a, const CallCo
   const uint64_t stride = uint64_t(gridDim.x) * blockDim.x;
 
   sendHeaders(a, ctx);
-  // Reduce-scatter push, in rotation order.
-  for (uint64_t j = first; j < chunk; j += stride) {
-#pragma unroll
-    for (int i = 1; i < kMax; ++i) {
-      if (i < n) {
-        int p = me + i;
-        if (p >= n) p -= n;
-        const uint64_t v = uint64_t(p) * chunk + j;
-        if (v < vecs) {
-          const Vec x = escapeVec(loadUser<T>(a.send, v, a.count, aligned));
-          storeVolatile(rsSlot(a.peer_ws[p] + data_off, me, j), x);
-        }
-      }
+  // Reduce-scatter push. One thread per (peer, position) pair, peers in rotation order: a
+  // thread's chain of dependent memory operations stays short even for small messages.
+  const uint64_t pairs = uint64_t(n - 1) * chunk;
+  for (uint64_t t = first; t < pairs; t += stride) {
+    const int i = static_cast<int>(t / chunk) + 1;
+    const uint64_t j = t - uint64_t(i - 1) * chunk;
+    int p = me + i;
+    if (p >= n) p -= n;
+    const uint64_t v = uint64_t(p) * chunk + j;
+    if (v < vecs) {
+      const Vec x = escapeVec(loadUser<T>(a.send, v, a.count, aligned));
+      storeVolatile(rsSlot(a.peer_ws[p] + data_off, me, j), x);
     }
   }
 
@@ -97,23 +96,21 @@ __device__ __forceinline__ void twoShotBody(const AllReduceArgs& a, const CallCo
     }
   }
 
-  // All-gather: copy every peer's reduced chunk out of our workspace.
-  for (uint64_t j = first; j < chunk; j += stride) {
-    Vec in[kMax];
-#pragma unroll
-    for (int o = 0; o < kMax; ++o) {
-      if (o < n && o != me && uint64_t(o) * chunk + j < vecs) in[o] = loadVolatile(agSlot(local, o, j));
-    }
-#pragma unroll
-    for (int o = 0; o < kMax; ++o) {
-      if (o < n && o != me && uint64_t(o) * chunk + j < vecs) {
-        while (!arrived(in[o])) {
-          if (!w.keepWaiting()) return;
-          in[o] = loadVolatile(agSlot(local, o, j));
-        }
-        storeUser<T>(a.recv, uint64_t(o) * chunk + j, a.count, aligned, in[o]);
-        storeVolatile(agSlot(local, o, j), sentinelVec());
-      }
+  // All-gather: copy every peer's reduced chunk out of our workspace, one thread per (owner,
+  // position) pair. In place, the output position written here was read by the push above in
+  // another thread; that read happened before the owner could reduce it, so before its
+  // all-gather data can arrive here (the pushed value depends on the read).
+  for (uint64_t t = first; t < pairs; t += stride) {
+    const int i = static_cast<int>(t / chunk) + 1;
+    const uint64_t j = t - uint64_t(i - 1) * chunk;
+    int o = me + i;
+    if (o >= n) o -= n;
+    const uint64_t v = uint64_t(o) * chunk + j;
+    if (v < vecs) {
+      Vec x;
+      if (!pollVec(agSlot(local, o, j), &x, w)) return;
+      storeUser<T>(a.recv, v, a.count, aligned, x);
+      storeVolatile(agSlot(local, o, j), sentinelVec());
     }
   }
 }

@@ -47,12 +47,14 @@ TEST(WorkspaceLayout, HeaderSlotsAreDistinctAndBeforeTheData) {
   }
 }
 
-TEST(WorkVectors, TwoShotSplitsTheMessageIntoOneChunkPerRank) {
+TEST(WorkVectors, TwoShotCountsOnePairPerPeerAndChunkPosition) {
   EXPECT_EQ(1u, kernels::workVectors(Algo::kOneShot, 1, 2, 8));
   EXPECT_EQ(2u, kernels::workVectors(Algo::kOneShot, 9, 2, 8));
   EXPECT_EQ(3u, kernels::workVectors(Algo::kOneShot, 9, 4, 8));
-  EXPECT_EQ(896u, kernels::workVectors(Algo::kTwoShot, 57344, 2, 8));
-  EXPECT_EQ(1u, kernels::workVectors(Algo::kTwoShot, 3, 2, 8));
+  // Two-shot: (peers x chunk) pairs; a chunk is a rank's share of the vectors.
+  EXPECT_EQ(7u * 896u, kernels::workVectors(Algo::kTwoShot, 57344, 2, 8));
+  EXPECT_EQ(7u, kernels::workVectors(Algo::kTwoShot, 3, 2, 8));
+  EXPECT_EQ(1u, kernels::workVectors(Algo::kTwoShot, 3, 2, 1));
 }
 
 TEST(Select, ThresholdPicksOneShotForSmallMessagesAndForcedChoicesWin) {

@@ -74,6 +74,54 @@ std::string nvidiaDriver() {
   return "unknown";
 }
 
+__global__ void emptyKernel() {}
+
+// The launch floor of this setup: every rank's stream replays a graph of `iters` empty kernels,
+// all ranks together, timed like the all-reduces. No all-reduce launched this way can be faster.
+int timeEmpty(const std::vector<int>& devs, int iters, double* us) {
+  const int n = static_cast<int>(devs.size());
+  std::vector<cudaStream_t> streams(n);
+  std::vector<cudaGraphExec_t> execs(n);
+  for (int r = 0; r < n; ++r) {
+    BENCH_CUDA(cudaSetDevice(devs[r]));
+    BENCH_CUDA(cudaStreamCreateWithFlags(&streams[r], cudaStreamNonBlocking));
+    cudaGraph_t g;
+    BENCH_CUDA(cudaStreamBeginCapture(streams[r], cudaStreamCaptureModeThreadLocal));
+    for (int i = 0; i < iters; ++i) emptyKernel<<<1, 32, 0, streams[r]>>>();
+    BENCH_CUDA(cudaStreamEndCapture(streams[r], &g));
+    BENCH_CUDA(cudaGraphInstantiate(&execs[r], g, 0));
+    cudaGraphDestroy(g);
+    BENCH_CUDA(cudaGraphLaunch(execs[r], streams[r]));
+  }
+  BENCH_CUDA(cudaSetDevice(devs[0]));
+  BENCH_CUDA(cudaDeviceSynchronize());
+  cudaEvent_t start, stop;
+  std::vector<cudaEvent_t> done(n);
+  BENCH_CUDA(cudaEventCreate(&start));
+  BENCH_CUDA(cudaEventCreate(&stop));
+  for (auto& e : done) BENCH_CUDA(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+  BENCH_CUDA(cudaEventRecord(start, streams[0]));
+  for (int r = 1; r < n; ++r) BENCH_CUDA(cudaStreamWaitEvent(streams[r], start, 0));
+  for (int r = 0; r < n; ++r) {
+    BENCH_CUDA(cudaGraphLaunch(execs[r], streams[r]));
+    BENCH_CUDA(cudaEventRecord(done[r], streams[r]));
+  }
+  for (int r = 1; r < n; ++r) BENCH_CUDA(cudaStreamWaitEvent(streams[0], done[r], 0));
+  BENCH_CUDA(cudaEventRecord(stop, streams[0]));
+  BENCH_CUDA(cudaEventSynchronize(stop));
+  float ms = 0;
+  BENCH_CUDA(cudaEventElapsedTime(&ms, start, stop));
+  *us = 1000.0 * ms / iters;
+  for (auto e : done) cudaEventDestroy(e);
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  for (int r = 0; r < n; ++r) {
+    cudaGraphExecDestroy(execs[r]);
+    cudaStreamDestroy(streams[r]);
+  }
+  return 0;
+}
+
 size_t elemSize(tparDataType_t d) { return d == tparFloat32 ? 4 : 2; }
 
 struct Row {
@@ -172,6 +220,13 @@ int benchRanks(const BenchOptions& opt, int nranks, int ngpus, std::vector<Row>*
   }
   const size_t es = elemSize(opt.dtype);
   const size_t max_bytes = *std::max_element(sizes.begin(), sizes.end());
+  if (opt.graph) {
+    double floor_us = 0;
+    if (int rc = timeEmpty(devs, opt.iters, &floor_us)) return rc;
+    rows->push_back(Row{nranks, "floor", "empty", 0, 0, floor_us, floor_us, 0});
+    std::printf("%6d %-8s %-8s %12d %12d %10.2f %8s %8s %10.2f %7d\n", nranks, "floor", "empty", 0,
+                0, floor_us, "-", "-", floor_us, 0);
+  }
   for (tparAlgo_t algo : opt.algos) {
     tparConfig_t cfg = TPAR_CONFIG_INITIALIZER;
     cfg.allowSharedDevice = ngpus < nranks ? 1 : 0;
