@@ -30,6 +30,7 @@ __device__ __forceinline__ void oneShotBody(const AllReduceArgs& a, const CallCo
   // outbound target that differs from every other rank's.
   for (uint64_t v = first; v < vecs; v += stride) {
     const Vec x = escapeVec(loadUser<T>(a.send, v, a.count, aligned));
+    if (ctx.failed) break;
 #pragma unroll
     for (int i = 1; i < kMax; ++i) {
       if (i < n) {
@@ -83,7 +84,8 @@ __device__ __forceinline__ void oneShotBody(const AllReduceArgs& a, const CallCo
 template <typename T, int kMax>
 __global__ void __launch_bounds__(kMaxThreads) oneShot(const __grid_constant__ AllReduceArgs a) {
   CallContext ctx;
-  if (beginCall(a, &ctx)) oneShotBody<T, kMax>(a, ctx);
+  beginCall(a, &ctx);
+  oneShotBody<T, kMax>(a, ctx);
   endCall(a, ctx);
 }
 

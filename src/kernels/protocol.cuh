@@ -300,25 +300,27 @@ __device__ __forceinline__ void allowDependentLaunch() {
 struct CallContext {
   uint32_t epoch;
   uint32_t parity;
+  bool failed;  // an earlier kernel recorded an error: send nothing, wait for nothing
 };
 
-// Reads the epoch (NOTE [epochs and parity]) and refuses to run after an earlier error.
-// Returns false when the kernel must skip its work. Every thread reads the words itself (one
-// broadcast load, no barrier).
-__device__ __forceinline__ bool beginCall(const AllReduceArgs& a, CallContext* ctx) {
+// Reads the epoch (NOTE [epochs and parity]) and whether an earlier kernel failed. Every
+// thread reads the words itself (one broadcast load, no barrier), and nothing branches on them
+// here: a kernel issues its first loads of the caller's input before it needs these values, so
+// the two memory latencies overlap. Callers check `failed` before their first store.
+__device__ __forceinline__ void beginCall(const AllReduceArgs& a, CallContext* ctx) {
   waitForPrerequisites();
   const uint32_t epoch =
       *reinterpret_cast<volatile uint32_t*>(&a.block_epochs[blockIdx.x]);
   const uint32_t failed = *reinterpret_cast<volatile uint32_t*>(&a.state->error);
   ctx->epoch = epoch;
   ctx->parity = epoch & 1u;
-  return failed == 0;
+  ctx->failed = failed != 0;
 }
 
 // Block 0 sends our call header to every peer (NOTE [call header]).
 __device__ __forceinline__ void sendHeaders(const AllReduceArgs& a, const CallContext& ctx) {
   const int p = threadIdx.x;
-  if (blockIdx.x == 0 && p < a.nranks && p != a.rank) {
+  if (blockIdx.x == 0 && p < a.nranks && p != a.rank && !ctx.failed) {
     char* dst = a.peer_ws[p] + WorkspaceLayout::headerOffset(ctx.parity, a.rank);
     storeVolatile(dst, Vec{{ctx.epoch, static_cast<uint32_t>(a.count), ctx.epoch, a.meta}});
   }
@@ -328,11 +330,13 @@ __device__ __forceinline__ void sendHeaders(const AllReduceArgs& a, const CallCo
 // recording the error) on a mismatch or give-up; the result is the same for every thread.
 __device__ __forceinline__ bool checkHeaders(const AllReduceArgs& a, const CallContext& ctx,
                                              Waiter& w) {
+  // Thread 0's view of `failed` decides for the whole block, so that every thread takes the
+  // same path through the barriers.
   __shared__ uint32_t s_bad;
-  if (threadIdx.x == 0) s_bad = 0;
+  if (threadIdx.x == 0) s_bad = ctx.failed ? 1u : 0u;
   __syncthreads();
   const int p = threadIdx.x;
-  if (p < a.nranks && p != a.rank) {
+  if (s_bad == 0 && p < a.nranks && p != a.rank) {
     const char* src = a.peer_ws[a.rank] + WorkspaceLayout::headerOffset(ctx.parity, p);
     Vec h = loadVolatile(src);
     bool ok = true;

@@ -41,6 +41,7 @@ __device__ __forceinline__ void twoShotBody(const AllReduceArgs& a, const CallCo
     const uint64_t v = uint64_t(p) * chunk + j;
     if (v < vecs) {
       const Vec x = escapeVec(loadUser<T>(a.send, v, a.count, aligned));
+      if (ctx.failed) break;
       storeVolatile(rsSlot(a.peer_ws[p] + data_off, me, j), x);
     }
   }
@@ -118,7 +119,8 @@ __device__ __forceinline__ void twoShotBody(const AllReduceArgs& a, const CallCo
 template <typename T, int kMax>
 __global__ void __launch_bounds__(kMaxThreads) twoShot(const __grid_constant__ AllReduceArgs a) {
   CallContext ctx;
-  if (beginCall(a, &ctx)) twoShotBody<T, kMax>(a, ctx);
+  beginCall(a, &ctx);
+  twoShotBody<T, kMax>(a, ctx);
   endCall(a, ctx);
 }
 
