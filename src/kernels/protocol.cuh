@@ -274,6 +274,16 @@ __device__ __forceinline__ void storeUser(void* base, uint64_t v, uint64_t count
   }
 }
 
+// A thread index over the whole grid in which consecutive warps lie in different blocks:
+// a loop over fewer items than the grid has threads then spreads them over every
+// multiprocessor instead of filling the first blocks, and each warp still covers 32
+// consecutive items (coalesced).
+__device__ __forceinline__ uint64_t spreadThreadIndex() {
+  const uint32_t warp = threadIdx.x / 32;
+  const uint32_t lane = threadIdx.x % 32;
+  return (uint64_t(warp) * gridDim.x + blockIdx.x) * 32 + lane;
+}
+
 // ---- kernel prologue / epilogue ---------------------------------------------------------------
 
 // NOTE [launch overlap]

@@ -49,8 +49,9 @@ __device__ __forceinline__ void twoShotBody(const AllReduceArgs& a, const CallCo
   Waiter w(a);
   if (!checkHeaders(a, ctx, w)) return;
 
-  // Reduce our chunk and push the result to every peer's all-gather slot.
-  for (uint64_t j = first; j < chunk; j += stride) {
+  // Reduce our chunk and push the result to every peer's all-gather slot. A chunk has 1/(n-1)
+  // of the pairs above: spread it over every block.
+  for (uint64_t j = spreadThreadIndex(); j < chunk; j += stride) {
     const uint64_t v = uint64_t(me) * chunk + j;
     if (v >= vecs) break;
     Vec in[kMax];
