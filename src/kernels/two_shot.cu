@@ -34,8 +34,11 @@ __device__ __forceinline__ void twoShotBody(const AllReduceArgs& a, const CallCo
   // thread's chain of dependent memory operations stays short even for small messages.
   const uint64_t pairs = uint64_t(n - 1) * chunk;
   for (uint64_t t = first; t < pairs; t += stride) {
-    const int i = static_cast<int>(t / chunk) + 1;
-    const uint64_t j = t - uint64_t(i - 1) * chunk;
+    // 32-bit division: a piece has fewer than 2^27 vectors (TPAR_MAX_BYTES_PER_CALL <= 1G), and
+    // a 64-bit division costs several times more on the critical path of every pair.
+    const uint32_t q = static_cast<uint32_t>(t) / static_cast<uint32_t>(chunk);
+    const int i = static_cast<int>(q) + 1;
+    const uint64_t j = t - uint64_t(q) * chunk;
     int p = me + i;
     if (p >= n) p -= n;
     const uint64_t v = uint64_t(p) * chunk + j;
@@ -103,8 +106,11 @@ __device__ __forceinline__ void twoShotBody(const AllReduceArgs& a, const CallCo
   // another thread; that read happened before the owner could reduce it, so before its
   // all-gather data can arrive here (the pushed value depends on the read).
   for (uint64_t t = first; t < pairs; t += stride) {
-    const int i = static_cast<int>(t / chunk) + 1;
-    const uint64_t j = t - uint64_t(i - 1) * chunk;
+    // 32-bit division: a piece has fewer than 2^27 vectors (TPAR_MAX_BYTES_PER_CALL <= 1G), and
+    // a 64-bit division costs several times more on the critical path of every pair.
+    const uint32_t q = static_cast<uint32_t>(t) / static_cast<uint32_t>(chunk);
+    const int i = static_cast<int>(q) + 1;
+    const uint64_t j = t - uint64_t(q) * chunk;
     int o = me + i;
     if (o >= n) o -= n;
     const uint64_t v = uint64_t(o) * chunk + j;
