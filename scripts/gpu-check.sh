@@ -52,5 +52,15 @@ if [ $run_bench = 1 ]; then
   echo "== bench"
   "$build/tools/tpar/tpar" bench --ranks 2,4,8 --sizes 12K,112K,384K,1M,4M -n 200 -w 20 \
     --json "$out/bench.json" 2>&1 | tee "$out/bench.txt" || status=1
+  python3 scripts/plot_bench.py "$out/bench.json" -o "$out/bench.png" || status=1
+  echo "== doctor"
+  "$build/tools/tpar/tpar" doctor --json "$out/doctor.json" >"$out/doctor.txt" 2>&1 || status=1
+  tail -25 "$out/doctor.txt"
+  echo "== verify (kimi-k2 shape, tp 8, 8 and 64 tokens)"
+  for t in 8 64; do
+    "$build/tools/tpar/tpar" verify --model kimi-k2 --tp 8 --tokens $t --iters 10 \
+      --json "$out/verify-$t.json" >"$out/verify-$t.txt" 2>&1 || status=1
+    tail -16 "$out/verify-$t.txt"
+  done
 fi
 exit $status

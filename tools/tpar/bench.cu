@@ -2,28 +2,42 @@
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <unistd.h>
+
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
 
 #include <algorithm>
-#include <cctype>
+#include <chrono>
 #include <cstdio>
+#include <thread>
 #include <fstream>
+#include <memory>
 #include <sstream>
-#include <string>
-#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "core/env.h"
+#include "tools/tpar/backend.h"
+#include "tools/tpar/commands.h"
+#include "tools/tpar/report.h"
+
+extern char** environ;
 
 namespace tpar_cli {
 namespace {
 
-#define BENCH_CUDA(call)                                                                   \
-  do {                                                                                     \
-    cudaError_t e_ = (call);                                                               \
-    if (e_ != cudaSuccess) {                                                               \
-      std::fprintf(stderr, "tpar bench: %s failed: %s\n", #call, cudaGetErrorString(e_)); \
-      return 2;                                                                            \
-    }                                                                                      \
+#define BENCH_CUDA(call)                                                                     \
+  do {                                                                                       \
+    cudaError_t e_ = (call);                                                                 \
+    if (e_ != cudaSuccess) {                                                                 \
+      return std::string(#call) + ": " + cudaGetErrorString(e_);                             \
+    }                                                                                        \
   } while (0)
 
-// Inputs whose sums are exact in every datatype: small integers, |sum| <= 8 * ranks.
+// Inputs whose sums are exact in every datatype: small integers, |sum| <= 8 * ranks (<= 128,
+// exact in bf16).
 __device__ inline float inputValue(size_t i, int rank) {
   return static_cast<float>(static_cast<int>((i * 7 + rank * 3 + (i >> 10)) % 17) - 8);
 }
@@ -58,302 +72,772 @@ __global__ void countWrong(const void* out, size_t count, int dtype, int nranks,
   if (local) atomicAdd(wrong, local);
 }
 
-// The kernel driver's version string ("580.159.04"), from the proc file it publishes.
-std::string nvidiaDriver() {
-  // "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.159.04  Release Build ..."
-  std::ifstream f("/proc/driver/nvidia/version");
-  std::string line;
-  std::getline(f, line);
-  std::stringstream ss(line);
-  std::string tok;
-  while (ss >> tok) {
-    if (!tok.empty() && std::isdigit(static_cast<unsigned char>(tok[0])) &&
-        tok.find('.') != std::string::npos)
-      return tok;
-  }
-  return "unknown";
-}
-
 __global__ void emptyKernel() {}
-
-// The launch floor of this setup: every rank's stream replays a graph of `iters` empty kernels,
-// all ranks together, timed like the all-reduces. No all-reduce launched this way can be faster.
-int timeEmpty(const std::vector<int>& devs, int iters, double* us) {
-  const int n = static_cast<int>(devs.size());
-  std::vector<cudaStream_t> streams(n);
-  std::vector<cudaGraphExec_t> execs(n);
-  for (int r = 0; r < n; ++r) {
-    BENCH_CUDA(cudaSetDevice(devs[r]));
-    BENCH_CUDA(cudaStreamCreateWithFlags(&streams[r], cudaStreamNonBlocking));
-    cudaGraph_t g;
-    BENCH_CUDA(cudaStreamBeginCapture(streams[r], cudaStreamCaptureModeThreadLocal));
-    for (int i = 0; i < iters; ++i) emptyKernel<<<1, 32, 0, streams[r]>>>();
-    BENCH_CUDA(cudaStreamEndCapture(streams[r], &g));
-    BENCH_CUDA(cudaGraphInstantiate(&execs[r], g, 0));
-    cudaGraphDestroy(g);
-    BENCH_CUDA(cudaGraphLaunch(execs[r], streams[r]));
-  }
-  BENCH_CUDA(cudaSetDevice(devs[0]));
-  BENCH_CUDA(cudaDeviceSynchronize());
-  cudaEvent_t start, stop;
-  std::vector<cudaEvent_t> done(n);
-  BENCH_CUDA(cudaEventCreate(&start));
-  BENCH_CUDA(cudaEventCreate(&stop));
-  for (auto& e : done) BENCH_CUDA(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
-  BENCH_CUDA(cudaEventRecord(start, streams[0]));
-  for (int r = 1; r < n; ++r) BENCH_CUDA(cudaStreamWaitEvent(streams[r], start, 0));
-  for (int r = 0; r < n; ++r) {
-    BENCH_CUDA(cudaGraphLaunch(execs[r], streams[r]));
-    BENCH_CUDA(cudaEventRecord(done[r], streams[r]));
-  }
-  for (int r = 1; r < n; ++r) BENCH_CUDA(cudaStreamWaitEvent(streams[0], done[r], 0));
-  BENCH_CUDA(cudaEventRecord(stop, streams[0]));
-  BENCH_CUDA(cudaEventSynchronize(stop));
-  float ms = 0;
-  BENCH_CUDA(cudaEventElapsedTime(&ms, start, stop));
-  *us = 1000.0 * ms / iters;
-  for (auto e : done) cudaEventDestroy(e);
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
-  for (int r = 0; r < n; ++r) {
-    cudaGraphExecDestroy(execs[r]);
-    cudaStreamDestroy(streams[r]);
-  }
-  return 0;
-}
 
 size_t elemSize(tparDataType_t d) { return d == tparFloat32 ? 4 : 2; }
 
-struct Row {
-  int nranks;
-  std::string algo;
-  std::string chosen;
-  size_t bytes;
-  size_t count;
-  double us_out;
-  double us_in;
-  unsigned long long wrong;
-};
-
-std::string gpuName(int dev) {
-  cudaDeviceProp p;
-  if (cudaGetDeviceProperties(&p, dev) != cudaSuccess) return "unknown";
-  return p.name;
+// cudaSetDevice only when the device changes (virtual ranks never switch).
+cudaError_t setDevice(int dev) {
+  int cur = -1;
+  cudaError_t e = cudaGetDevice(&cur);
+  if (e != cudaSuccess || cur == dev) return e;
+  return cudaSetDevice(dev);
 }
 
-// Times `iters` calls per rank captured in one graph per rank (or issued eagerly), from an
-// event before the first rank's work to the join of every rank's stream.
-int timeCalls(const std::vector<tparComm_t>& comms, const std::vector<cudaStream_t>& streams,
-              const std::vector<void*>& in, const std::vector<void*>& out, size_t count,
-              tparDataType_t dtype, int iters, int warmup, bool graph, double* us) {
-  const int n = static_cast<int>(comms.size());
-  auto issue = [&](int r, int k) -> int {
-    for (int i = 0; i < k; ++i) {
-      if (tparAllReduce(in[r], out[r], count, dtype, tparSum, comms[r], streams[r]) != tparSuccess) {
-        std::fprintf(stderr, "tpar bench: tparAllReduce: %s\n", tparGetLastError(comms[r]));
-        return 2;
-      }
+// N ranks' streams and buffers for one run.
+struct Ranks {
+  std::vector<int> devs;
+  int first_rank = 0;  // global rank of devs[0] (one process per rank: that rank)
+  int world = 0;       // ranks in the communicator (0: devs.size())
+  std::vector<cudaStream_t> streams;
+  std::vector<void*> in, out;
+  unsigned long long* wrong = nullptr;  // pinned, mapped
+
+  ~Ranks() {
+    for (size_t r = 0; r < devs.size(); ++r) {
+      cudaSetDevice(devs[r]);
+      if (r < in.size()) cudaFree(in[r]);
+      if (r < out.size()) cudaFree(out[r]);
+      if (r < streams.size()) cudaStreamDestroy(streams[r]);
     }
-    return 0;
-  };
-  for (int r = 0; r < n; ++r)
-    if (int rc = issue(r, warmup)) return rc;
-  BENCH_CUDA(cudaDeviceSynchronize());
+    if (wrong) cudaFreeHost(wrong);
+  }
+  std::string alloc(const std::vector<int>& d, size_t bytes) {
+    devs = d;
+    for (int dev : devs) {
+      BENCH_CUDA(cudaSetDevice(dev));
+      cudaStream_t s;
+      BENCH_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+      streams.push_back(s);
+      void* a = nullptr;
+      void* b = nullptr;
+      BENCH_CUDA(cudaMalloc(&a, bytes + 64));
+      in.push_back(a);
+      BENCH_CUDA(cudaMalloc(&b, bytes + 64));
+      out.push_back(b);
+    }
+    BENCH_CUDA(cudaSetDevice(devs[0]));
+    BENCH_CUDA(cudaMallocHost(&wrong, sizeof(*wrong)));
+    return "";
+  }
+  std::string sync() {
+    for (size_t r = 0; r < devs.size(); ++r) BENCH_CUDA(cudaStreamSynchronize(streams[r]));
+    return "";
+  }
+  // Fills `bufs` with every rank's exact input; poisons `poisoned` (may be empty).
+  std::string fill(const std::vector<void*>& bufs, const std::vector<void*>& poisoned,
+                   size_t count, tparDataType_t dtype) {
+    for (size_t r = 0; r < devs.size(); ++r) {
+      BENCH_CUDA(cudaSetDevice(devs[r]));
+      fillInputs<<<256, 256, 0, streams[r]>>>(bufs[r], count, dtype,
+                                              first_rank + static_cast<int>(r));
+      BENCH_CUDA(cudaGetLastError());
+      if (!poisoned.empty())
+        BENCH_CUDA(cudaMemsetAsync(poisoned[r], 0xA7, count * elemSize(dtype), streams[r]));
+    }
+    return sync();
+  }
+  // Elements of `bufs` (every rank) that differ from the exact sum.
+  std::string countWrongIn(const std::vector<void*>& bufs, size_t count, tparDataType_t dtype,
+                           long long* result) {
+    *wrong = 0;
+    for (size_t r = 0; r < devs.size(); ++r) {
+      BENCH_CUDA(cudaSetDevice(devs[r]));
+      countWrong<<<128, 256, 0, streams[r]>>>(
+          bufs[r], count, dtype, world > 0 ? world : static_cast<int>(devs.size()), wrong);
+      BENCH_CUDA(cudaGetLastError());
+    }
+    if (std::string e = sync(); !e.empty()) return e;
+    *result = static_cast<long long>(*wrong);
+    return "";
+  }
+};
+
+// Times `iters` repetitions of `issue` (which enqueues one call on every rank), captured in one
+// graph per rank or issued eagerly; from an event before the first rank's work to the join of
+// every rank's stream.
+template <typename Issue>
+std::string timeIt(Ranks& rk, int iters, int warmup, bool graph, Issue issue, double* us) {
+  const size_t n = rk.devs.size();
+  for (int i = 0; i < warmup; ++i)
+    if (std::string e = issue(); !e.empty()) return e;
+  if (std::string e = rk.sync(); !e.empty()) return e;
   std::vector<cudaGraphExec_t> execs(n, nullptr);
+  auto cleanup = [&] {
+    for (auto e : execs)
+      if (e) cudaGraphExecDestroy(e);
+  };
   if (graph) {
-    for (int r = 0; r < n; ++r) {
-      cudaGraph_t g;
-      BENCH_CUDA(cudaStreamBeginCapture(streams[r], cudaStreamCaptureModeThreadLocal));
-      if (int rc = issue(r, iters)) return rc;
-      BENCH_CUDA(cudaStreamEndCapture(streams[r], &g));
-      BENCH_CUDA(cudaGraphInstantiate(&execs[r], g, 0));
-      cudaGraphDestroy(g);
+    // Every rank's stream captures at once (NCCL needs one group call over all ranks). Relaxed
+    // mode: switching the current device while other streams of this thread capture is then
+    // allowed.
+    for (size_t r = 0; r < n; ++r) {
+      BENCH_CUDA(setDevice(rk.devs[r]));
+      BENCH_CUDA(cudaStreamBeginCapture(rk.streams[r], cudaStreamCaptureModeRelaxed));
     }
-    // One untimed replay: first launches upload the graph.
-    for (int r = 0; r < n; ++r) BENCH_CUDA(cudaGraphLaunch(execs[r], streams[r]));
-    BENCH_CUDA(cudaDeviceSynchronize());
+    std::string err;
+    for (int i = 0; i < iters && err.empty(); ++i) err = issue();
+    for (size_t r = 0; r < n; ++r) {
+      cudaGraph_t g = nullptr;
+      setDevice(rk.devs[r]);
+      cudaError_t e = cudaStreamEndCapture(rk.streams[r], &g);
+      if (e == cudaSuccess && err.empty()) e = cudaGraphInstantiate(&execs[r], g, 0);
+      if (g) cudaGraphDestroy(g);
+      if (e != cudaSuccess && err.empty()) err = std::string("graph capture: ") + cudaGetErrorString(e);
+    }
+    if (!err.empty()) {
+      cleanup();
+      return err;
+    }
+    // One untimed replay: the first launch of a graph uploads it.
+    for (size_t r = 0; r < n; ++r) BENCH_CUDA(cudaGraphLaunch(execs[r], rk.streams[r]));
+    if (std::string e = rk.sync(); !e.empty()) return e;
   }
   cudaEvent_t start, stop;
   std::vector<cudaEvent_t> done(n);
+  BENCH_CUDA(cudaSetDevice(rk.devs[0]));
   BENCH_CUDA(cudaEventCreate(&start));
   BENCH_CUDA(cudaEventCreate(&stop));
-  for (auto& e : done) BENCH_CUDA(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
-  BENCH_CUDA(cudaEventRecord(start, streams[0]));
-  for (int r = 1; r < n; ++r) BENCH_CUDA(cudaStreamWaitEvent(streams[r], start, 0));
-  for (int r = 0; r < n; ++r) {
-    if (graph) {
-      BENCH_CUDA(cudaGraphLaunch(execs[r], streams[r]));
-    } else if (int rc = issue(r, iters)) {
-      return rc;
-    }
-    BENCH_CUDA(cudaEventRecord(done[r], streams[r]));
+  for (size_t r = 0; r < n; ++r) {
+    BENCH_CUDA(cudaSetDevice(rk.devs[r]));
+    BENCH_CUDA(cudaEventCreateWithFlags(&done[r], cudaEventDisableTiming));
   }
-  for (int r = 1; r < n; ++r) BENCH_CUDA(cudaStreamWaitEvent(streams[0], done[r], 0));
-  BENCH_CUDA(cudaEventRecord(stop, streams[0]));
+  BENCH_CUDA(cudaSetDevice(rk.devs[0]));
+  BENCH_CUDA(cudaEventRecord(start, rk.streams[0]));
+  for (size_t r = 1; r < n; ++r) BENCH_CUDA(cudaStreamWaitEvent(rk.streams[r], start, 0));
+  if (graph) {
+    for (size_t r = 0; r < n; ++r) BENCH_CUDA(cudaGraphLaunch(execs[r], rk.streams[r]));
+  } else {
+    for (int i = 0; i < iters; ++i)
+      if (std::string e = issue(); !e.empty()) return e;
+  }
+  for (size_t r = 0; r < n; ++r) BENCH_CUDA(cudaEventRecord(done[r], rk.streams[r]));
+  for (size_t r = 1; r < n; ++r) BENCH_CUDA(cudaStreamWaitEvent(rk.streams[0], done[r], 0));
+  BENCH_CUDA(cudaEventRecord(stop, rk.streams[0]));
   BENCH_CUDA(cudaEventSynchronize(stop));
   float ms = 0;
   BENCH_CUDA(cudaEventElapsedTime(&ms, start, stop));
   *us = 1000.0 * ms / iters;
-  for (auto e : done) cudaEventDestroy(e);
   cudaEventDestroy(start);
   cudaEventDestroy(stop);
-  for (auto e : execs)
-    if (e) cudaGraphExecDestroy(e);
-  for (int r = 0; r < n; ++r) {
-    tparResult_t async = tparSuccess;
-    tparCommGetAsyncError(comms[r], &async);
-    if (async != tparSuccess) {
-      std::fprintf(stderr, "tpar bench: rank %d failed: %s\n", r, tparGetErrorString(async));
-      return 2;
+  for (auto e : done) cudaEventDestroy(e);
+  cleanup();
+  return rk.sync();
+}
+
+// The launch floor of this setup: every rank's stream replays empty kernels, all together.
+std::string timeFloor(Ranks& rk, int iters, double* us) {
+  return timeIt(rk, iters, 2, true, [&]() -> std::string {
+    for (size_t r = 0; r < rk.devs.size(); ++r) {
+      setDevice(rk.devs[r]);
+      emptyKernel<<<1, 32, 0, rk.streams[r]>>>();
+    }
+    return std::string();
+  }, us);
+}
+
+std::string measureRow(Backend& b, Ranks& rk, size_t bytes, const BenchOptions& opt,
+                       BenchRow* row) {
+  const size_t es = elemSize(opt.dtype);
+  const size_t count = std::max<size_t>(1, bytes / es);
+  const size_t n = rk.devs.size();
+  row->bytes = count * es;
+  row->count = count;
+  row->chosen = b.chosen(count * es);
+  row->graph = opt.graph && row->bytes <= opt.graph_max_bytes;
+  std::vector<const void*> cin(rk.in.begin(), rk.in.end());
+  std::vector<const void*> cout_(rk.out.begin(), rk.out.end());
+  // Out of place: the inputs stay intact, so the last call's output is checked.
+  if (std::string e = rk.fill(rk.in, rk.out, count, opt.dtype); !e.empty()) return e;
+  auto out_of_place = [&] { return b.allReduce(cin, rk.out, count, opt.dtype, rk.streams); };
+  if (std::string e = timeIt(rk, opt.iters, opt.warmup, row->graph, out_of_place, &row->us_out);
+      !e.empty())
+    return e;
+  if (std::string e = b.asyncError(); !e.empty()) return e;
+  if (opt.check) {
+    if (std::string e = rk.countWrongIn(rk.out, count, opt.dtype, &row->wrong_out); !e.empty())
+      return e;
+  }
+  // In place: check one call on fresh inputs, then time (the values then grow every call,
+  // which changes nothing the kernels do).
+  auto in_place = [&] { return b.allReduce(cout_, rk.out, count, opt.dtype, rk.streams); };
+  if (opt.check) {
+    if (std::string e = rk.fill(rk.out, {}, count, opt.dtype); !e.empty()) return e;
+    if (std::string e = in_place(); !e.empty()) return e;
+    if (std::string e = rk.sync(); !e.empty()) return e;
+    if (std::string e = rk.countWrongIn(rk.out, count, opt.dtype, &row->wrong_in); !e.empty())
+      return e;
+  }
+  if (std::string e = timeIt(rk, opt.iters, opt.warmup, row->graph, in_place, &row->us_in);
+      !e.empty())
+    return e;
+  (void)n;
+  return b.asyncError();
+}
+
+void printHeader() {
+  std::printf("#%69s%s\n", "out-of-place", "                          in-place");
+  std::printf("# %-13s %12s %12s %9s %6s %9s %8s %8s %6s %9s %8s %8s %6s %8s\n", "backend",
+              "size", "count", "type", "redop", "time", "algbw", "busbw", "#wrong", "time",
+              "algbw", "busbw", "#wrong", "algo");
+  std::printf("# %-13s %12s %12s %9s %6s %9s %8s %8s %6s %9s %8s %8s %6s %8s\n", "", "(B)",
+              "(elements)", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", "",
+              "");
+}
+
+std::string wrongText(long long w) { return w < 0 ? "N/A" : std::to_string(w); }
+
+void printRow(const BenchRow& r, tparDataType_t dtype) {
+  std::printf("  %-13s %12zu %12zu %9s %6s %9.2f %8.2f %8.2f %6s %9.2f %8.2f %8.2f %6s %8s\n",
+              r.backend.c_str(), r.bytes, r.count, tparDataTypeName(dtype), "sum", r.us_out,
+              algBandwidth(r.bytes, r.us_out), busBandwidth(r.bytes, r.us_out, r.ranks),
+              wrongText(r.wrong_out).c_str(), r.us_in, algBandwidth(r.bytes, r.us_in),
+              busBandwidth(r.bytes, r.us_in, r.ranks), wrongText(r.wrong_in).c_str(),
+              r.chosen.empty() ? "-" : r.chosen.c_str());
+  std::fflush(stdout);
+}
+
+// Runs a NCCL variant in a child `tpar bench` with its environment; appends its rows.
+std::string runVariantChild(const std::string& variant, const BenchOptions& opt, int nranks,
+                            std::vector<BenchRow>* rows) {
+  char self[4096] = {0};
+  if (readlink("/proc/self/exe", self, sizeof(self) - 1) <= 0) return "cannot find own binary";
+  char tmpl[] = "/tmp/tpar_bench_rows_XXXXXX";
+  const int fd = mkstemp(tmpl);
+  if (fd < 0) return "mkstemp failed";
+  close(fd);
+  std::ostringstream cmd;
+  for (const std::string& kv : ncclVariants().at(variant)) cmd << kv << ' ';
+  cmd << '\'' << self << "' bench --backends nccl --ranks " << nranks << " -n " << opt.iters
+      << " -w " << opt.warmup << " -G " << (opt.graph ? 1 : 0) << " -c " << (opt.check ? 1 : 0)
+      << " -d " << tparDataTypeName(opt.dtype) << " --sizes ";
+  const auto sizes = benchSizes(opt);
+  for (size_t i = 0; i < sizes.size(); ++i) cmd << (i ? "," : "") << sizes[i];
+  cmd << " --rows-json " << tmpl << " > /dev/null";
+  const int rc = std::system(cmd.str().c_str());
+  std::ifstream f(tmpl);
+  nlohmann::json j;
+  try {
+    f >> j;
+  } catch (...) {
+    unlink(tmpl);
+    return "child run failed (exit " + std::to_string(rc) + ")";
+  }
+  unlink(tmpl);
+  if (j.contains("error")) return j["error"].get<std::string>();
+  for (const auto& r : j["rows"]) {
+    BenchRow row;
+    row.backend = variant;
+    row.ranks = r["ranks"];
+    row.virtual_ranks = r["virtual"];
+    row.bytes = r["bytes"];
+    row.count = r["count"];
+    row.graph = r["graph"];
+    row.us_out = r["us_out_of_place"];
+    row.us_in = r["us_in_place"];
+    row.wrong_out = r["wrong_out_of_place"];
+    row.wrong_in = r["wrong_in_place"];
+    rows->push_back(row);
+  }
+  return "";
+}
+
+std::string selfPath() {
+  char self[4096] = {0};
+  if (readlink("/proc/self/exe", self, sizeof(self) - 1) <= 0) return "";
+  return self;
+}
+
+// Starts every command (argv lists) with `extra_env` added, waits for all (killing them all
+// after timeout_s). Returns "" when every one exited 0.
+std::string runAll(const std::vector<std::vector<std::string>>& cmds,
+                   const std::vector<std::string>& extra_env, int timeout_s) {
+  std::vector<std::string> envs;
+  for (char** e = environ; *e; ++e) envs.push_back(*e);
+  for (const std::string& kv : extra_env) envs.push_back(kv);
+  std::vector<char*> cenv;
+  for (auto& e : envs) cenv.push_back(const_cast<char*>(e.c_str()));
+  cenv.push_back(nullptr);
+  std::vector<pid_t> pids;
+  for (const auto& cmd : cmds) {
+    std::vector<char*> argv;
+    for (const auto& a : cmd) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    pid_t pid = 0;
+    if (posix_spawn(&pid, argv[0], nullptr, nullptr, argv.data(), cenv.data()) != 0) {
+      for (pid_t p : pids) kill(p, SIGKILL);
+      for (pid_t p : pids) waitpid(p, nullptr, 0);
+      return "cannot start " + cmd[0];
+    }
+    pids.push_back(pid);
+  }
+  std::string err;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(timeout_s);
+  size_t left = pids.size();
+  std::vector<bool> done(pids.size(), false);
+  while (left > 0) {
+    for (size_t i = 0; i < pids.size(); ++i) {
+      if (done[i]) continue;
+      int status = 0;
+      if (waitpid(pids[i], &status, WNOHANG) == pids[i]) {
+        done[i] = true;
+        --left;
+        if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+          err = "rank " + std::to_string(i) + " process failed (status " + std::to_string(status) + ")";
+      }
+    }
+    if (left > 0 && std::chrono::steady_clock::now() > deadline) {
+      for (size_t i = 0; i < pids.size(); ++i)
+        if (!done[i]) kill(pids[i], SIGKILL);
+      for (size_t i = 0; i < pids.size(); ++i)
+        if (!done[i]) waitpid(pids[i], nullptr, 0);
+      return "rank processes did not finish within " + std::to_string(timeout_s) + " s";
+    }
+    if (left > 0) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return err;
+}
+
+// One process per rank: every backend in its own set of `n` child processes (NCCL variants with
+// their environment); each child measures its rank, and a row takes the slowest rank's time.
+std::string runProcs(const BenchOptions& opt, int n, int ngpus,
+                     const std::vector<std::string>& backends, std::vector<BenchRow>* rows,
+                     std::vector<std::string>* skipped) {
+  const std::string self = selfPath();
+  if (self.empty()) return "cannot find own binary";
+  const auto sizes = benchSizes(opt);
+  std::string size_list;
+  for (size_t i = 0; i < sizes.size(); ++i) size_list += (i ? "," : "") + std::to_string(sizes[i]);
+  for (const std::string& name : backends) {
+    const bool variant = ncclVariants().count(name) != 0;
+    const std::string base = variant ? "nccl" : name;
+    if (base == "nccl" && n > ngpus) {
+      skipped->push_back(name + " at " + std::to_string(n) + " ranks: NCCL refuses two ranks on one GPU");
+      continue;
+    }
+    std::string id;
+    if (std::string e = newUniqueId(base, &id); !e.empty()) {
+      skipped->push_back(name + ": " + e);
+      continue;
+    }
+    std::vector<std::vector<std::string>> cmds;
+    std::vector<std::string> files;
+    for (int r = 0; r < n; ++r) {
+      files.push_back("/tmp/tpar_bench_rank_" + std::to_string(getpid()) + "_" + std::to_string(r));
+      cmds.push_back({self, "bench", "--backends", base, "--sizes", size_list, "-n",
+                      std::to_string(opt.iters), "-w", std::to_string(opt.warmup), "-G",
+                      opt.graph ? "1" : "0", "-c", opt.check ? "1" : "0", "-d",
+                      tparDataTypeName(opt.dtype), "--worker-rank", std::to_string(r),
+                      "--worker-world", std::to_string(n), "--worker-id", id, "--rows-json",
+                      files.back()});
+    }
+    const std::vector<std::string> env = variant ? ncclVariants().at(name) : std::vector<std::string>{};
+    const std::string err = runAll(cmds, env, 1800);
+    std::vector<BenchRow> merged;
+    for (int r = 0; r < n && err.empty(); ++r) {
+      std::ifstream f(files[r]);
+      nlohmann::json j;
+      try {
+        f >> j;
+      } catch (...) {
+        j = nlohmann::json{{"error", "rank " + std::to_string(r) + " wrote no rows"}};
+      }
+      if (j.contains("error")) {
+        skipped->push_back(name + ": " + j["error"].get<std::string>());
+        merged.clear();
+        break;
+      }
+      size_t i = 0;
+      for (const auto& jr : j["rows"]) {
+        if (r == 0) {
+          BenchRow row;
+          row.backend = name;
+          row.ranks = n;
+          row.virtual_ranks = n > ngpus;
+          row.bytes = jr["bytes"];
+          row.count = jr["count"];
+          row.chosen = jr["chosen"];
+          row.graph = jr["graph"];
+          row.wrong_out = row.wrong_in = 0;
+          merged.push_back(row);
+        }
+        if (i >= merged.size()) break;
+        BenchRow& m = merged[i++];
+        m.us_out = std::max(m.us_out, jr["us_out_of_place"].get<double>());
+        m.us_in = std::max(m.us_in, jr["us_in_place"].get<double>());
+        const long long wo = jr["wrong_out_of_place"], wi = jr["wrong_in_place"];
+        m.wrong_out = (m.wrong_out < 0 || wo < 0) ? -1 : m.wrong_out + wo;
+        m.wrong_in = (m.wrong_in < 0 || wi < 0) ? -1 : m.wrong_in + wi;
+      }
+    }
+    for (const auto& f : files) unlink(f.c_str());
+    if (!err.empty()) {
+      skipped->push_back(name + ": " + err);
+      continue;
+    }
+    for (const BenchRow& m : merged) {
+      rows->push_back(m);
+      printRow(m, opt.dtype);
     }
   }
+  return "";
+}
+
+// This process is one rank of a --procs run.
+int runWorker(const BenchOptions& opt, int ngpus) {
+  auto fail = [&](const std::string& msg) {
+    std::ofstream(opt.rows_path) << nlohmann::json{{"error", msg}}.dump();
+    return 2;
+  };
+  if (opt.backends.size() != 1) return fail("a worker runs exactly one backend");
+  const int dev = ngpus >= opt.worker_world ? opt.worker_rank : 0;
+  std::string why;
+  std::unique_ptr<Backend> b = makeBackend(opt.backends[0], &why);
+  if (b == nullptr) return fail(why);
+  if (std::string e = b->initRank(opt.worker_world, opt.worker_rank, opt.worker_id, dev);
+      !e.empty())
+    return fail(e);
+  Ranks rk;
+  rk.first_rank = opt.worker_rank;
+  rk.world = opt.worker_world;
+  const auto sizes = benchSizes(opt);
+  if (std::string e = rk.alloc({dev}, *std::max_element(sizes.begin(), sizes.end())); !e.empty())
+    return fail(e);
+  nlohmann::json j;
+  j["rows"] = nlohmann::json::array();
+  for (size_t bytes : sizes) {
+    BenchRow row;
+    row.backend = opt.backends[0];
+    row.ranks = opt.worker_world;
+    if (std::string e = measureRow(*b, rk, bytes, opt, &row); !e.empty()) return fail(e);
+    j["rows"].push_back(rowToJson(row));
+  }
+  std::ofstream(opt.rows_path) << j.dump();
   return 0;
 }
 
-int benchRanks(const BenchOptions& opt, int nranks, int ngpus, std::vector<Row>* rows) {
-  std::vector<int> devs(nranks);
-  for (int r = 0; r < nranks; ++r) devs[r] = ngpus >= nranks ? r : 0;
-  std::vector<size_t> sizes = opt.sizes;
-  if (sizes.empty()) {
-    for (double b = static_cast<double>(opt.min_bytes); b <= opt.max_bytes * 1.0001; b *= opt.factor)
-      sizes.push_back(static_cast<size_t>(b));
+std::vector<std::string> defaultBackends(int ngpus) {
+  std::vector<std::string> b = {"tpar", "tpar:oneshot", "tpar:twoshot", "nccl"};
+  if (ngpus > 1) {
+    b.push_back("nccl:p2p-sys");
+    b.push_back("nccl:shm");
   }
-  const size_t es = elemSize(opt.dtype);
-  const size_t max_bytes = *std::max_element(sizes.begin(), sizes.end());
-  if (opt.graph) {
-    double floor_us = 0;
-    if (int rc = timeEmpty(devs, opt.iters, &floor_us)) return rc;
-    rows->push_back(Row{nranks, "floor", "empty", 0, 0, floor_us, floor_us, 0});
-    std::printf("%6d %-8s %-8s %12d %12d %10.2f %8s %8s %10.2f %7d\n", nranks, "floor", "empty", 0,
-                0, floor_us, "-", "-", floor_us, 0);
-  }
-  for (tparAlgo_t algo : opt.algos) {
-    tparConfig_t cfg = TPAR_CONFIG_INITIALIZER;
-    cfg.allowSharedDevice = ngpus < nranks ? 1 : 0;
-    cfg.algorithm = algo;
-    std::vector<tparComm_t> comms(nranks);
-    if (tparCommInitAllConfig(comms.data(), nranks, devs.data(), &cfg) != tparSuccess) {
-      std::fprintf(stderr, "tpar bench: init: %s\n", tparGetLastError(nullptr));
-      return 2;
-    }
-    std::vector<cudaStream_t> streams(nranks);
-    std::vector<void*> in(nranks), out(nranks);
-    for (int r = 0; r < nranks; ++r) {
-      BENCH_CUDA(cudaSetDevice(devs[r]));
-      BENCH_CUDA(cudaStreamCreateWithFlags(&streams[r], cudaStreamNonBlocking));
-      BENCH_CUDA(cudaMalloc(&in[r], max_bytes + 16));
-      BENCH_CUDA(cudaMalloc(&out[r], max_bytes + 16));
-    }
-    unsigned long long* wrong = nullptr;
-    BENCH_CUDA(cudaSetDevice(devs[0]));
-    BENCH_CUDA(cudaMallocHost(&wrong, sizeof(*wrong)));
-    for (size_t bytes : sizes) {
-      const size_t count = std::max<size_t>(1, bytes / es);
-      Row row{nranks, tparAlgoName(algo), "", count * es, count, 0, 0, 0};
-      tparAlgo_t chosen;
-      tparCommSelectAlgorithm(comms[0], count * es, &chosen);
-      row.chosen = tparAlgoName(chosen);
-      for (int r = 0; r < nranks; ++r) {
-        BENCH_CUDA(cudaSetDevice(devs[r]));
-        fillInputs<<<256, 256, 0, streams[r]>>>(in[r], count, opt.dtype, r);
-        BENCH_CUDA(cudaMemsetAsync(out[r], 0xA7, count * es, streams[r]));
-      }
-      BENCH_CUDA(cudaDeviceSynchronize());
-      // Out of place: time, then check the last call's output on every rank.
-      if (int rc = timeCalls(comms, streams, in, out, count, opt.dtype, opt.iters, opt.warmup,
-                             opt.graph, &row.us_out))
-        return rc;
-      *wrong = 0;
-      for (int r = 0; r < nranks; ++r) {
-        BENCH_CUDA(cudaSetDevice(devs[r]));
-        countWrong<<<128, 256, 0, streams[r]>>>(out[r], count, opt.dtype, nranks, wrong);
-      }
-      for (int r = 0; r < nranks; ++r) {
-        BENCH_CUDA(cudaSetDevice(devs[r]));
-        BENCH_CUDA(cudaDeviceSynchronize());
-      }
-      row.wrong = *wrong;
-      // In place: the sum grows every call, so time only (its correctness is the tests' job).
-      if (int rc = timeCalls(comms, streams, out, out, count, opt.dtype, opt.iters, opt.warmup,
-                             opt.graph, &row.us_in))
-        return rc;
-      rows->push_back(row);
-      const double algbw = row.bytes / (row.us_out * 1e-6) / 1e9;
-      std::printf("%6d %-8s %-8s %12zu %12zu %10.2f %8.2f %8.2f %10.2f %7llu\n", nranks,
-                  row.algo.c_str(), row.chosen.c_str(), row.bytes, row.count, row.us_out, algbw,
-                  algbw * 2.0 * (nranks - 1) / nranks, row.us_in, row.wrong);
-      std::fflush(stdout);
-    }
-    cudaFreeHost(wrong);
-    for (int r = 0; r < nranks; ++r) {
-      cudaSetDevice(devs[r]);
-      cudaFree(in[r]);
-      cudaFree(out[r]);
-      cudaStreamDestroy(streams[r]);
-      tparCommDestroy(comms[r]);
-    }
-  }
-  return 0;
+  return b;
+}
+
+void registerOptions(CLI::App* app, BenchOptions* opt, std::shared_ptr<std::string> error) {
+  auto bytesOption = [error](const char* name, size_t* target) {
+    return [name, target, error](const std::string& v) {
+      uint64_t b = 0;
+      if (!tpar::parseBytes(v, &b) || b == 0) *error = std::string(name) + ": bad size '" + v + "'";
+      *target = b;
+    };
+  };
+  app->add_option_function<std::string>("-b,--minbytes", bytesOption("--minbytes", &opt->min_bytes),
+                                        "smallest message (e.g. 1K)");
+  app->add_option_function<std::string>("-e,--maxbytes", bytesOption("--maxbytes", &opt->max_bytes),
+                                        "largest message (e.g. 64M)");
+  app->add_option("-f,--stepfactor", opt->factor, "size factor between rows")
+      ->check(CLI::Range(1.01, 1e6));
+  app->add_option_function<std::string>(
+      "--sizes",
+      [opt, error](const std::string& v) {
+        std::stringstream ss(v);
+        std::string item;
+        while (std::getline(ss, item, ',')) {
+          uint64_t b = 0;
+          if (!tpar::parseBytes(item, &b) || b == 0) *error = "--sizes: bad size '" + item + "'";
+          opt->sizes.push_back(b);
+        }
+      },
+      "explicit sizes, comma-separated (overrides -b/-e/-f)");
+  app->add_option("-n,--iters", opt->iters, "timed calls per size")->check(CLI::Range(1, 1000000));
+  app->add_option("-w,--warmup_iters", opt->warmup, "untimed calls first")
+      ->check(CLI::Range(0, 1000000));
+  app->add_option("-G,--cudagraph", opt->graph, "1: time CUDA-graph replays (sizes <= 4 MB); 0: eager");
+  app->add_option("-c,--check", opt->check, "1: check every result (default); 0: do not");
+  app->add_option_function<std::string>(
+      "-d,--datatype",
+      [opt, error](const std::string& v) {
+        if (v == "bfloat16" || v == "bf16") opt->dtype = tparBfloat16;
+        else if (v == "float16" || v == "half" || v == "fp16") opt->dtype = tparFloat16;
+        else if (v == "float32" || v == "float" || v == "fp32") opt->dtype = tparFloat32;
+        else *error = "--datatype: unknown type '" + v + "' (bfloat16, float16, float32)";
+      },
+      "bfloat16 (default), float16, float32");
+  app->add_option_function<std::string>(
+      "--backends",
+      [opt, error](const std::string& v) {
+        std::stringstream ss(v);
+        std::string item;
+        opt->backends.clear();
+        while (std::getline(ss, item, ',')) {
+          std::string why;
+          if (!ncclVariants().count(item) && item != "tpar" && item != "tpar:oneshot" &&
+              item != "tpar:twoshot" && item != "nccl")
+            *error = "--backends: unknown backend '" + item +
+                     "' (tpar, tpar:oneshot, tpar:twoshot, nccl, nccl:p2p-sys, nccl:shm)";
+          opt->backends.push_back(item);
+        }
+      },
+      "comma-separated: tpar, tpar:oneshot, tpar:twoshot, nccl, nccl:p2p-sys, nccl:shm");
+  app->add_option_function<std::string>(
+      "--ranks",
+      [opt, error](const std::string& v) {
+        std::stringstream ss(v);
+        std::string item;
+        while (std::getline(ss, item, ',')) {
+          int64_t k = 0;
+          if (!tpar::parseInt(item, &k) || k < 1 || k > TPAR_MAX_RANKS)
+            *error = "--ranks: '" + item + "' is not a rank count in 1.." +
+                     std::to_string(TPAR_MAX_RANKS);
+          opt->ranks.push_back(static_cast<int>(k));
+        }
+      },
+      "ranks (default: every GPU; on one GPU, 8 virtual ranks); a list runs each");
+  app->add_option("--json", opt->json_path, "write every row with machine, versions, commit, command");
+  app->add_flag("--procs", opt->procs, "one process per rank (default: one thread drives all)");
+  app->add_option("--rows-json", opt->rows_path, "internal: rows of a child run")->group("");
+  app->add_option("--worker-rank", opt->worker_rank, "internal")->group("");
+  app->add_option("--worker-world", opt->worker_world, "internal")->group("");
+  app->add_option("--worker-id", opt->worker_id, "internal")->group("");
 }
 
 }  // namespace
 
+const std::map<std::string, std::vector<std::string>>& ncclVariants() {
+  static const std::map<std::string, std::vector<std::string>> kVariants = {
+      {"nccl:p2p-sys", {"NCCL_P2P_LEVEL=SYS"}},
+      {"nccl:shm", {"NCCL_P2P_DISABLE=1"}},
+  };
+  return kVariants;
+}
+
+std::vector<size_t> benchSizes(const BenchOptions& opt) {
+  if (!opt.sizes.empty()) return opt.sizes;
+  std::vector<size_t> out;
+  for (double b = static_cast<double>(opt.min_bytes); b <= opt.max_bytes * 1.000001;
+       b *= opt.factor) {
+    out.push_back(static_cast<size_t>(b));
+  }
+  if (out.empty() || out.back() != opt.max_bytes) {
+    if (opt.max_bytes >= opt.min_bytes && (out.empty() || out.back() < opt.max_bytes))
+      out.push_back(opt.max_bytes);
+  }
+  return out;
+}
+
+std::string parseBenchArgs(const std::vector<std::string>& args, BenchOptions* opt) {
+  CLI::App app{"bench", "bench"};
+  auto error = std::make_shared<std::string>();
+  registerOptions(&app, opt, error);
+  std::vector<std::string> reversed(args.rbegin(), args.rend());
+  try {
+    app.parse(reversed);
+  } catch (const CLI::ParseError& e) {
+    return e.what();
+  }
+  if (!error->empty()) return *error;
+  if (opt->sizes.empty() && opt->min_bytes > opt->max_bytes)
+    return "--minbytes is larger than --maxbytes";
+  return "";
+}
+
+nlohmann::json rowToJson(const BenchRow& r) {
+  return {{"backend", r.backend},
+          {"ranks", r.ranks},
+          {"virtual", r.virtual_ranks},
+          {"bytes", r.bytes},
+          {"count", r.count},
+          {"chosen", r.chosen},
+          {"graph", r.graph},
+          {"us_out_of_place", r.us_out},
+          {"us_in_place", r.us_in},
+          {"algbw_out_of_place", algBandwidth(r.bytes, r.us_out)},
+          {"busbw_out_of_place", busBandwidth(r.bytes, r.us_out, r.ranks)},
+          {"wrong_out_of_place", r.wrong_out},
+          {"wrong_in_place", r.wrong_in}};
+}
+
 int runBench(const BenchOptions& opt) {
-  int ngpus = 0;
-  cudaError_t err = cudaGetDeviceCount(&ngpus);
-  if (err != cudaSuccess || ngpus == 0) {
-    std::printf("tpar bench: no CUDA GPU on this machine (%s); nothing to measure.\n",
-                err != cudaSuccess ? cudaGetErrorString(err) : "0 devices");
+  std::string why;
+  const auto gpus = listGpus(&why);
+  auto fail = [&](const std::string& msg) {
+    std::fprintf(stderr, "tpar bench: %s\n", msg.c_str());
+    if (!opt.rows_path.empty()) {
+      std::ofstream(opt.rows_path) << nlohmann::json{{"error", msg}}.dump();
+    }
+    return 2;
+  };
+  if (gpus.empty()) {
+    std::printf("tpar bench: no CUDA GPU on this machine (%s); nothing to measure.\n", why.c_str());
+    return opt.rows_path.empty() ? 0 : fail("no GPU");
+  }
+  const int ngpus = static_cast<int>(gpus.size());
+  if (opt.worker_rank >= 0) return runWorker(opt, ngpus);
+  std::vector<int> rank_counts = opt.ranks;
+  if (rank_counts.empty()) rank_counts.push_back(ngpus > 1 ? ngpus : 8);
+  const std::vector<std::string> backends =
+      opt.backends.empty() ? defaultBackends(ngpus) : opt.backends;
+  const auto sizes = benchSizes(opt);
+  const size_t max_bytes = *std::max_element(sizes.begin(), sizes.end());
+  const bool child = !opt.rows_path.empty();
+  std::vector<BenchRow> rows;
+  nlohmann::json floors = nlohmann::json::object();
+  std::vector<std::string> skipped;
+
+  for (int n : rank_counts) {
+    const bool virt = n > ngpus;
+    std::vector<int> devs(n);
+    for (int r = 0; r < n; ++r) devs[r] = virt ? 0 : r;
+    if (!child) {
+      if (virt) {
+        std::printf("# %d virtual ranks on one %s: %d streams share its SMs and memory; the times\n"
+                    "# show protocol cost, not an %d-GPU machine's.\n",
+                    n, gpus[0].name.c_str(), n, n);
+      } else {
+        std::printf("# %d ranks on %d GPUs (%s)\n", n, n, gpus[0].name.c_str());
+      }
+      std::printf("# %s, sum, %s timing up to %zu B, %d iterations after %d warm-up, %s\n",
+                  tparDataTypeName(opt.dtype), opt.graph ? "CUDA-graph" : "eager",
+                  opt.graph_max_bytes, opt.iters, opt.warmup,
+                  opt.procs ? "one process per rank (time of the slowest rank)"
+                            : "one thread drives every rank");
+      if (opt.procs && virt)
+        std::printf("# processes sharing one GPU are time-sliced by the driver: these times are\n"
+                    "# dominated by context switches and say nothing about the protocol.\n");
+    }
+    Ranks rk;
+    if (std::string e = rk.alloc(devs, max_bytes); !e.empty()) return fail(e);
+    if (opt.graph && !child) {
+      double floor_us = 0;
+      if (std::string e = timeFloor(rk, opt.iters, &floor_us); !e.empty()) return fail(e);
+      floors[std::to_string(n)] = floor_us;
+      std::printf("# launch floor: %.2f us (graphs of empty kernels on the same %d streams)\n",
+                  floor_us, n);
+    }
+    if (!child) printHeader();
+    if (opt.procs) {
+      if (std::string e = runProcs(opt, n, ngpus, backends, &rows, &skipped); !e.empty())
+        return fail(e);
+      continue;
+    }
+    for (const std::string& name : backends) {
+      if (ncclVariants().count(name)) {
+        if (virt) {
+          skipped.push_back(name + " at " + std::to_string(n) + " ranks: NCCL refuses two ranks on one GPU");
+          continue;
+        }
+        const size_t before = rows.size();
+        if (std::string e = runVariantChild(name, opt, n, &rows); !e.empty()) {
+          skipped.push_back(name + ": " + e);
+          continue;
+        }
+        for (size_t i = before; i < rows.size(); ++i) printRow(rows[i], opt.dtype);
+        continue;
+      }
+      std::string reason;
+      std::unique_ptr<Backend> b = makeBackend(name, &reason);
+      if (b == nullptr) {
+        skipped.push_back(name + ": " + reason);
+        continue;
+      }
+      if (std::string e = b->init(devs); !e.empty()) {
+        skipped.push_back(name + " at " + std::to_string(n) + " ranks: " + e);
+        continue;
+      }
+      for (size_t bytes : sizes) {
+        BenchRow row;
+        row.backend = name;
+        row.ranks = n;
+        row.virtual_ranks = virt;
+        if (std::string e = measureRow(*b, rk, bytes, opt, &row); !e.empty())
+          return fail(name + ", " + std::to_string(bytes) + " B: " + e);
+        rows.push_back(row);
+        if (!child) printRow(row, opt.dtype);
+      }
+    }
+  }
+
+  if (child) {
+    nlohmann::json j;
+    j["rows"] = nlohmann::json::array();
+    for (const BenchRow& r : rows) j["rows"].push_back(rowToJson(r));
+    std::ofstream(opt.rows_path) << j.dump();
     return 0;
   }
-  std::vector<int> rank_counts = opt.rank_list;
-  if (rank_counts.empty()) rank_counts.push_back(opt.ranks > 0 ? opt.ranks : (ngpus > 1 ? ngpus : 8));
-  int driver = 0, runtime = 0;
-  cudaDriverGetVersion(&driver);
-  cudaRuntimeGetVersion(&runtime);
-  const std::string gpu = gpuName(0);
-  for (int n : rank_counts) {
-    if (n > ngpus) {
-      std::printf("# %d virtual ranks on one %s: %d streams share its SMs and memory; times show\n"
-                  "# protocol cost, not a multi-GPU machine's. NCCL cannot run ranks on one GPU.\n",
-                  n, gpu.c_str(), n);
-    } else {
-      std::printf("# %d ranks on %d GPUs (%s)\n", n, n, gpu.c_str());
+
+  // Average bus bandwidth per backend, and each backend against NCCL where NCCL ran.
+  long long total_wrong = 0;
+  for (const BenchRow& r : rows) total_wrong += std::max(0LL, r.wrong_out) + std::max(0LL, r.wrong_in);
+  std::map<std::string, std::pair<double, int>> avg;
+  for (const BenchRow& r : rows) {
+    auto& a = avg[r.backend + " @" + std::to_string(r.ranks)];
+    a.first += busBandwidth(r.bytes, r.us_out, r.ranks);
+    a.second += 1;
+  }
+  for (const auto& [k, v] : avg)
+    std::printf("# Avg bus bandwidth %-22s: %.3f GB/s\n", k.c_str(), v.first / v.second);
+  bool any_nccl = false;
+  for (const BenchRow& r : rows) any_nccl |= r.backend == "nccl";
+  if (any_nccl) {
+    std::printf("#\n# speed-up against nccl (nccl time / backend time, out of place)\n");
+    for (const BenchRow& r : rows) {
+      if (r.backend == "nccl") continue;
+      for (const BenchRow& q : rows) {
+        if (q.backend == "nccl" && q.ranks == r.ranks && q.bytes == r.bytes) {
+          std::printf("  %-13s %3d ranks %12zu B  %7.2fx\n", r.backend.c_str(), r.ranks, r.bytes,
+                      q.us_out / r.us_out);
+        }
+      }
     }
   }
-  std::printf("# dtype %s, op sum, %s timing, %d iterations after %d warm-up\n",
-              tparDataTypeName(opt.dtype), opt.graph ? "CUDA-graph" : "eager", opt.iters,
-              opt.warmup);
-  std::printf("#\n# %4s %-8s %-8s %12s %12s %10s %8s %8s %10s %7s\n", "ranks", "algo", "chosen",
-              "size(B)", "count", "time(us)", "algbw", "busbw", "inplace", "#wrong");
-  std::vector<Row> rows;
-  for (int n : rank_counts) {
-    if (int rc = benchRanks(opt, n, ngpus, &rows)) return rc;
-  }
-  unsigned long long total_wrong = 0;
-  for (const Row& r : rows) total_wrong += r.wrong;
+  for (const std::string& s : skipped) std::printf("# skipped %s\n", s.c_str());
   if (!opt.json_path.empty()) {
+    nlohmann::json j = machineReport("tpar bench", opt.command_line);
+    j["dtype"] = tparDataTypeName(opt.dtype);
+    j["timing"] = opt.graph ? "graph" : "eager";
+    j["graph_max_bytes"] = opt.graph_max_bytes;
+    j["iters"] = opt.iters;
+    j["warmup"] = opt.warmup;
+    j["launch_floor_us"] = floors;
+    j["skipped"] = skipped;
+    j["rows"] = nlohmann::json::array();
+    for (const BenchRow& r : rows) j["rows"].push_back(rowToJson(r));
     std::ofstream f(opt.json_path);
-    f << "{\n  \"tool\": \"tpar bench\",\n  \"commit\": \"" << TPAR_GIT_COMMIT << "\",\n"
-      << "  \"command\": \"" << opt.command_line << "\",\n  \"gpu\": \"" << gpu << "\",\n"
-      << "  \"gpus\": " << ngpus << ",\n  \"cuda_driver\": " << driver << ",\n"
-      << "  \"nvidia_driver\": \"" << nvidiaDriver() << "\",\n"
-      << "  \"cuda_runtime\": " << runtime << ",\n  \"dtype\": \"" << tparDataTypeName(opt.dtype)
-      << "\",\n  \"timing\": \"" << (opt.graph ? "graph" : "eager") << "\",\n  \"iters\": "
-      << opt.iters << ",\n  \"rows\": [\n";
-    for (size_t i = 0; i < rows.size(); ++i) {
-      const Row& r = rows[i];
-      f << "    {\"ranks\": " << r.nranks << ", \"virtual\": " << (r.nranks > ngpus ? "true" : "false")
-        << ", \"algo\": \"" << r.algo << "\", \"chosen\": \"" << r.chosen << "\", \"bytes\": "
-        << r.bytes << ", \"count\": " << r.count << ", \"us_out_of_place\": " << r.us_out
-        << ", \"us_in_place\": " << r.us_in << ", \"wrong\": " << r.wrong << "}"
-        << (i + 1 < rows.size() ? "," : "") << "\n";
-    }
-    f << "  ]\n}\n";
+    f << j.dump(2) << "\n";
+    if (!f) return fail("cannot write " + opt.json_path);
     std::printf("# wrote %s\n", opt.json_path.c_str());
   }
-  std::printf("# %s: %llu wrong elements\n", total_wrong ? "FAILED" : "ok", total_wrong);
+  std::printf("# %s: %lld wrong elements\n", total_wrong ? "FAILED" : "ok", total_wrong);
   return total_wrong ? 1 : 0;
+}
+
+Action addBenchCommand(CLI::App& root, const std::string& command_line) {
+  CLI::App* sub = root.add_subcommand("bench", "all-reduce latency and bandwidth, every backend side by side");
+  auto opt = std::make_shared<BenchOptions>();
+  auto error = std::make_shared<std::string>();
+  opt->command_line = command_line;
+  registerOptions(sub, opt.get(), error);
+  return [opt, error] {
+    if (!error->empty()) {
+      std::fprintf(stderr, "tpar bench: %s\n", error->c_str());
+      return 2;
+    }
+    if (opt->sizes.empty() && opt->min_bytes > opt->max_bytes) {
+      std::fprintf(stderr, "tpar bench: --minbytes is larger than --maxbytes\n");
+      return 2;
+    }
+    return runBench(*opt);
+  };
+}
+
+int runQuickBench(const std::string& command_line) {
+  BenchOptions opt;
+  opt.command_line = command_line;
+  opt.sizes = {12u << 10, 112u << 10, 384u << 10, 1u << 20};
+  opt.iters = 100;
+  return runBench(opt);
 }
 
 }  // namespace tpar_cli

@@ -1,32 +1,66 @@
-// `tpar bench`: latency of every algorithm over a size range, CUDA-graph timed, with the
-// correctness of every measured configuration checked in the same run.
+// `tpar bench`: nccl-tests-style all-reduce benchmark, every backend side by side in one run,
+// correctness checked in the benchmark itself.
 #ifndef TPAR_TOOLS_BENCH_H_
 #define TPAR_TOOLS_BENCH_H_
 
+#include <map>
 #include <string>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "tpar/tpar.h"
 
 namespace tpar_cli {
 
 struct BenchOptions {
-  int ranks = 0;                  // 0: number of GPUs, or 8 virtual ranks on one GPU
-  std::vector<int> rank_list;     // several rank counts in one run (--ranks 2,4,8)
-  size_t min_bytes = 12 << 10;
-  size_t max_bytes = 4 << 20;
+  std::vector<int> ranks;         // empty: every GPU, or 8 virtual ranks on one GPU
+  size_t min_bytes = 1024;
+  size_t max_bytes = 64u << 20;
   double factor = 2.0;
   std::vector<size_t> sizes;      // explicit list (--sizes), overrides -b/-e/-f
-  int iters = 200;
-  int warmup = 20;
-  bool graph = true;
+  int iters = 100;
+  int warmup = 10;
+  bool graph = true;              // CUDA-graph timing for sizes <= graph_max_bytes
+  size_t graph_max_bytes = 4u << 20;
+  bool check = true;
   tparDataType_t dtype = tparBfloat16;
-  std::vector<tparAlgo_t> algos = {tparAlgoAuto, tparAlgoOneShot, tparAlgoTwoShot};
+  std::vector<std::string> backends;  // empty: the defaults for the machine
   std::string json_path;
+  std::string rows_path;          // internal: a child writes its rows here (NCCL variants)
+  bool procs = false;             // one process per rank instead of one thread for all
+  int worker_rank = -1;           // internal: this process is rank worker_rank of worker_world
+  int worker_world = 0;
+  std::string worker_id;          // internal: hex unique id of the backend's communicator
   std::string command_line;
 };
 
-// Runs the benchmark and prints the table; returns the process exit code.
+// NCCL variants that need their own process environment.
+const std::map<std::string, std::vector<std::string>>& ncclVariants();
+
+// The sizes a run covers: --sizes, or min..max by factor (min and max included).
+std::vector<size_t> benchSizes(const BenchOptions& opt);
+
+// Parses `tpar bench` arguments (argv without the program and subcommand names) into `opt`.
+// Returns "" or the error text. Used by the CLI and by the unit tests.
+std::string parseBenchArgs(const std::vector<std::string>& args, BenchOptions* opt);
+
+// One measured (backend, ranks, size) row.
+struct BenchRow {
+  std::string backend;
+  int ranks = 0;
+  bool virtual_ranks = false;
+  size_t bytes = 0;
+  size_t count = 0;
+  std::string chosen;
+  bool graph = true;
+  double us_out = 0, us_in = 0;
+  long long wrong_out = -1, wrong_in = -1;  // -1: not checked
+};
+
+nlohmann::json rowToJson(const BenchRow& row);
+
+// Runs the benchmark, prints the tables; returns the exit code (1 when any element was wrong).
 int runBench(const BenchOptions& opt);
 
 }  // namespace tpar_cli

@@ -1,0 +1,62 @@
+#!/usr/bin/env python3
+"""Draws latency against message size, one line per backend and rank count, from the JSON of
+`tpar bench --json FILE`.
+
+    scripts/plot_bench.py bench.json -o bench.png
+"""
+import argparse
+import json
+import sys
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("json", help="output of tpar bench --json")
+    ap.add_argument("-o", "--output", default="bench.png", help="PNG to write")
+    ap.add_argument("--in-place", action="store_true", help="plot in-place times")
+    args = ap.parse_args()
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    with open(args.json) as f:
+        run = json.load(f)
+    rows = run.get("rows", [])
+    if not rows:
+        print(f"{args.json}: no rows to plot", file=sys.stderr)
+        return 1
+    key = "us_in_place" if args.in_place else "us_out_of_place"
+    lines = {}
+    for r in rows:
+        lines.setdefault((r["ranks"], r["backend"]), []).append((r["bytes"], r[key]))
+
+    fig, ax = plt.subplots(figsize=(9, 5.5))
+    for (ranks, backend), pts in sorted(lines.items()):
+        pts.sort()
+        virtual = any(r["virtual"] for r in rows if r["ranks"] == ranks)
+        label = f"{backend}, {ranks} {'virtual ' if virtual else ''}ranks"
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", ms=3, label=label)
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    xmin = min(r["bytes"] for r in rows)
+    for ranks, us in run.get("launch_floor_us", {}).items():
+        ax.axhline(us, ls=":", lw=1, color="gray")
+        ax.annotate(f"launch floor, {ranks} ranks", (xmin, us), fontsize=7, color="gray",
+                    va="bottom")
+    ax.set_xlabel("message size (bytes)")
+    ax.set_ylabel(("in-place" if args.in_place else "out-of-place") + " time per all-reduce (us)")
+    gpus = ", ".join(sorted({g["name"] for g in run.get("gpus", [])})) or "no GPU"
+    ax.set_title(f"tpar bench: {run.get('dtype', '')} sum on {gpus}, "
+                 f"commit {run.get('commit', '?')}", fontsize=10)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(args.output, dpi=120)
+    print(f"wrote {args.output}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

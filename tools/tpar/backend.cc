@@ -1,0 +1,204 @@
+#include "tools/tpar/backend.h"
+
+#include "tools/tpar/nccl_loader.h"
+
+namespace tpar_cli {
+namespace {
+
+std::string toHex(const char* bytes, size_t n) {
+  static const char* kDigits = "0123456789abcdef";
+  std::string s;
+  for (size_t i = 0; i < n; ++i) {
+    s += kDigits[(static_cast<unsigned char>(bytes[i]) >> 4) & 15];
+    s += kDigits[static_cast<unsigned char>(bytes[i]) & 15];
+  }
+  return s;
+}
+
+bool fromHex(const std::string& hex, char* bytes, size_t n) {
+  if (hex.size() != 2 * n) return false;
+  for (size_t i = 0; i < n; ++i) {
+    unsigned v = 0;
+    for (int k = 0; k < 2; ++k) {
+      const char c = hex[2 * i + k];
+      v <<= 4;
+      if (c >= '0' && c <= '9') v |= c - '0';
+      else if (c >= 'a' && c <= 'f') v |= c - 'a' + 10;
+      else return false;
+    }
+    bytes[i] = static_cast<char>(v);
+  }
+  return true;
+}
+
+class TparBackend : public Backend {
+ public:
+  explicit TparBackend(tparAlgo_t algo) : algo_(algo) {}
+  ~TparBackend() override {
+    for (tparComm_t c : comms_) tparCommDestroy(c);
+  }
+  std::string name() const override {
+    return algo_ == tparAlgoAuto ? "tpar" : std::string("tpar:") + tparAlgoName(algo_);
+  }
+  std::string init(const std::vector<int>& devs) override {
+    tparConfig_t cfg = TPAR_CONFIG_INITIALIZER;
+    cfg.algorithm = algo_;
+    for (size_t i = 0; i < devs.size(); ++i)
+      for (size_t j = i + 1; j < devs.size(); ++j)
+        if (devs[i] == devs[j]) cfg.allowSharedDevice = 1;
+    comms_.assign(devs.size(), nullptr);
+    if (tparCommInitAllConfig(comms_.data(), static_cast<int>(devs.size()), devs.data(), &cfg) !=
+        tparSuccess) {
+      comms_.clear();
+      return std::string("tparCommInitAll: ") + tparGetLastError(nullptr);
+    }
+    return "";
+  }
+  std::string initRank(int nranks, int rank, const std::string& id_hex, int dev) override {
+    tparUniqueId id;
+    if (!fromHex(id_hex, id.internal, sizeof(id.internal))) return "bad unique id";
+    tparConfig_t cfg = TPAR_CONFIG_INITIALIZER;
+    cfg.algorithm = algo_;
+    cfg.allowSharedDevice = 1;  // several processes on one GPU are a test setup, not an error
+    if (cudaSetDevice(dev) != cudaSuccess) return "cudaSetDevice failed";
+    tparComm_t c = nullptr;
+    if (tparCommInitRankConfig(&c, nranks, id, rank, &cfg) != tparSuccess)
+      return std::string("tparCommInitRank: ") + tparGetLastError(nullptr);
+    comms_.assign(1, c);
+    return "";
+  }
+  std::string allReduce(const std::vector<const void*>& send, const std::vector<void*>& recv,
+                        size_t count, tparDataType_t dtype,
+                        const std::vector<cudaStream_t>& streams) override {
+    for (size_t r = 0; r < comms_.size(); ++r) {
+      if (tparAllReduce(send[r], recv[r], count, dtype, tparSum, comms_[r], streams[r]) !=
+          tparSuccess) {
+        return std::string("tparAllReduce: ") + tparGetLastError(comms_[r]);
+      }
+    }
+    return "";
+  }
+  std::string asyncError() override {
+    for (size_t r = 0; r < comms_.size(); ++r) {
+      tparResult_t e = tparSuccess;
+      tparCommGetAsyncError(comms_[r], &e);
+      if (e != tparSuccess) return "rank " + std::to_string(r) + ": " + tparGetErrorString(e);
+    }
+    return "";
+  }
+  std::string chosen(size_t bytes) override {
+    if (comms_.empty()) return "";
+    tparAlgo_t a = tparAlgoAuto;
+    tparCommSelectAlgorithm(comms_[0], bytes, &a);
+    return tparAlgoName(a);
+  }
+
+ private:
+  tparAlgo_t algo_;
+  std::vector<tparComm_t> comms_;
+};
+
+int ncclType(tparDataType_t t) {
+  return t == tparFloat32 ? kNcclFloat32 : (t == tparFloat16 ? kNcclFloat16 : kNcclBfloat16);
+}
+
+class NcclBackend : public Backend {
+ public:
+  explicit NcclBackend(const NcclLib* lib) : lib_(lib) {}
+  ~NcclBackend() override {
+    for (NcclComm c : comms_) lib_->commDestroy(c);
+  }
+  std::string name() const override { return "nccl"; }
+  std::string init(const std::vector<int>& devs) override {
+    for (size_t i = 0; i < devs.size(); ++i)
+      for (size_t j = i + 1; j < devs.size(); ++j)
+        if (devs[i] == devs[j])
+          return "NCCL refuses two ranks on one GPU (duplicate GPU " + std::to_string(devs[i]) +
+                 ")";
+    comms_.assign(devs.size(), nullptr);
+    const int rc = lib_->commInitAll(comms_.data(), static_cast<int>(devs.size()), devs.data());
+    if (rc != 0) {
+      comms_.clear();
+      return std::string("ncclCommInitAll: ") + lib_->getErrorString(rc);
+    }
+    return "";
+  }
+  std::string initRank(int nranks, int rank, const std::string& id_hex, int dev) override {
+    NcclUniqueId id;
+    if (!fromHex(id_hex, id.internal, sizeof(id.internal))) return "bad unique id";
+    if (cudaSetDevice(dev) != cudaSuccess) return "cudaSetDevice failed";
+    NcclComm c = nullptr;
+    const int rc = lib_->commInitRank(&c, nranks, id, rank);
+    if (rc != 0) return std::string("ncclCommInitRank: ") + lib_->getErrorString(rc);
+    comms_.assign(1, c);
+    return "";
+  }
+  std::string allReduce(const std::vector<const void*>& send, const std::vector<void*>& recv,
+                        size_t count, tparDataType_t dtype,
+                        const std::vector<cudaStream_t>& streams) override {
+    // One thread, several ranks: NCCL needs the calls grouped.
+    lib_->groupStart();
+    int first_error = 0;
+    for (size_t r = 0; r < comms_.size(); ++r) {
+      const int rc = lib_->allReduce(send[r], recv[r], count, ncclType(dtype), kNcclSum,
+                                     comms_[r], streams[r]);
+      if (rc != 0 && first_error == 0) first_error = rc;
+    }
+    const int rc = lib_->groupEnd();
+    if (first_error == 0) first_error = rc;
+    return first_error ? std::string("ncclAllReduce: ") + lib_->getErrorString(first_error) : "";
+  }
+  std::string asyncError() override {
+    for (size_t r = 0; r < comms_.size(); ++r) {
+      int e = 0;
+      lib_->commGetAsyncError(comms_[r], &e);
+      if (e != 0) return "rank " + std::to_string(r) + ": " + lib_->getErrorString(e);
+    }
+    return "";
+  }
+
+ private:
+  const NcclLib* lib_;
+  std::vector<NcclComm> comms_;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> makeTparBackend(tparAlgo_t algo) {
+  return std::make_unique<TparBackend>(algo);
+}
+
+std::unique_ptr<Backend> makeNcclBackend(std::string* why) {
+  const NcclLib* lib = loadNccl(why);
+  if (lib == nullptr) return nullptr;
+  return std::make_unique<NcclBackend>(lib);
+}
+
+std::string newUniqueId(const std::string& backend, std::string* id_hex) {
+  if (backend.rfind("tpar", 0) == 0) {
+    tparUniqueId id;
+    if (tparGetUniqueId(&id) != tparSuccess)
+      return std::string("tparGetUniqueId: ") + tparGetLastError(nullptr);
+    *id_hex = toHex(id.internal, sizeof(id.internal));
+    return "";
+  }
+  std::string why;
+  const NcclLib* lib = loadNccl(&why);
+  if (lib == nullptr) return why;
+  NcclUniqueId id;
+  const int rc = lib->getUniqueId(&id);
+  if (rc != 0) return std::string("ncclGetUniqueId: ") + lib->getErrorString(rc);
+  *id_hex = toHex(id.internal, sizeof(id.internal));
+  return "";
+}
+
+std::unique_ptr<Backend> makeBackend(const std::string& name, std::string* why) {
+  if (name == "tpar") return makeTparBackend(tparAlgoAuto);
+  if (name == "tpar:oneshot") return makeTparBackend(tparAlgoOneShot);
+  if (name == "tpar:twoshot") return makeTparBackend(tparAlgoTwoShot);
+  if (name == "nccl") return makeNcclBackend(why);
+  if (why) *why = "unknown backend '" + name + "' (tpar, tpar:oneshot, tpar:twoshot, nccl, nccl:p2p-sys, nccl:shm)";
+  return nullptr;
+}
+
+}  // namespace tpar_cli

@@ -1,0 +1,32 @@
+// The subcommands of `tpar`. Each registers itself on the root CLI11 app and returns what runs
+// it once parsed.
+#ifndef TPAR_TOOLS_COMMANDS_H_
+#define TPAR_TOOLS_COMMANDS_H_
+
+#include <functional>
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+namespace tpar_cli {
+
+using Action = std::function<int()>;
+
+// `command_line` is the whole invocation, recorded in JSON output.
+Action addInfoCommand(CLI::App& root, const std::string& command_line);
+Action addEnvCommand(CLI::App& root, const std::string& command_line);
+Action addBenchCommand(CLI::App& root, const std::string& command_line);
+Action addDoctorCommand(CLI::App& root, const std::string& command_line);
+Action addVerifyCommand(CLI::App& root, const std::string& command_line);
+
+// `tpar` with no subcommand: info, then a short benchmark when a GPU is present.
+int runDefault(const std::string& command_line);
+// The short benchmark of runDefault (bench.cu).
+int runQuickBench(const std::string& command_line);
+
+// The whole command line, as typed.
+std::string commandLineOf(int argc, char** argv);
+
+}  // namespace tpar_cli
+
+#endif  // TPAR_TOOLS_COMMANDS_H_
