@@ -64,6 +64,7 @@ if [ $run_bench = 1 ]; then
   done
 fi
 # Only a few files travel back from some machines: keep the records, pack the rest.
-(cd "$out" && tar czf logs.tgz --exclude=logs.tgz --exclude='*.json' --exclude=bench.png . &&
-  find . -maxdepth 1 -type f ! -name logs.tgz ! -name '*.json' ! -name bench.png -delete) || true
+pack=$(mktemp /tmp/gpu-check-logs.XXXXXX.tgz)
+(cd "$out" && tar czf "$pack" --exclude='*.json' --exclude=bench.png . &&
+  find . -maxdepth 1 -type f ! -name '*.json' ! -name bench.png -delete && mv "$pack" logs.tgz) || true
 exit $status
