@@ -56,6 +56,13 @@ if [ $run_bench = 1 ]; then
   echo "== doctor"
   "$build/tools/tpar/tpar" doctor --json "$out/doctor.json" >"$out/doctor.txt" 2>&1 || status=1
   tail -25 "$out/doctor.txt"
+  echo "== tune, then bench with the measured table"
+  "$build/tools/tpar/tpar" tune --ranks 8 --sizes 4K,64K,512K,4M -n 30 \
+    --output "$out/tuning.json" >"$out/tune.txt" 2>&1 || status=1
+  tail -12 "$out/tune.txt"
+  TPAR_TUNING_FILE="$out/tuning.json" "$build/tools/tpar/tpar" bench --ranks 8 --backends tpar \
+    --sizes 4K,64K,512K,4M -n 50 >"$out/bench-tuned.txt" 2>&1 || status=1
+  grep -E "^  tpar|wrong" "$out/bench-tuned.txt"
   echo "== verify (kimi-k2 shape, tp 8, 8 and 64 tokens)"
   for t in 8 64; do
     "$build/tools/tpar/tpar" verify --model kimi-k2 --tp 8 --tokens $t --iters 10 \

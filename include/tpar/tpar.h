@@ -49,8 +49,18 @@ typedef enum { tparFloat32 = 0, tparFloat16 = 1, tparBfloat16 = 2, tparNumDataTy
 
 typedef enum { tparSum = 0, tparMax = 1, tparMin = 2, tparNumOps = 3 } tparRedOp_t;
 
-/* Algorithms; tparAlgoAuto lets the communicator choose by message size. */
-typedef enum { tparAlgoAuto = 0, tparAlgoOneShot = 1, tparAlgoTwoShot = 2, tparNumAlgos = 3 } tparAlgo_t;
+/* Algorithms; tparAlgoAuto lets the communicator choose (tuning table, else built-in defaults).
+ * Staged: two-shot whose pushes follow a rotation, one outbound and one inbound peer per rank
+ * and step. Hierarchical: reduce inside each island of the topology, exchange partial sums
+ * between islands, broadcast inside the island (needs equal-sized islands; otherwise two-shot). */
+typedef enum {
+  tparAlgoAuto = 0,
+  tparAlgoOneShot = 1,
+  tparAlgoTwoShot = 2,
+  tparAlgoStaged = 3,
+  tparAlgoHierarchical = 4,
+  tparNumAlgos = 5
+} tparAlgo_t;
 
 /* How a communicator reaches its peers' receive regions. */
 typedef enum {
@@ -179,11 +189,16 @@ typedef struct {
   size_t oneShotMaxBytes;      /* tparAlgoAuto uses one-shot up to this size, two-shot above */
   int blocksPerRank;           /* largest grid one call launches */
   int threadsPerBlock;
+  int islands;                 /* groups of ranks with better links inside than between */
+  int islandOfRank[TPAR_MAX_RANKS]; /* island index of each rank (islands in order of first rank) */
+  char topologySignature[96];  /* keys tuning results; the same on every rank */
+  int tuningTableLoaded;       /* 1 when a table measured by `tpar tune` is in use */
 } tparCommInfo_t;
 
 tparResult_t tparCommQuery(tparComm_t comm, tparCommInfo_t* info);
 
-/* The algorithm tparAllReduce would use for a message of `bytes` on this communicator. */
+/* The algorithm tparAllReduce would use for a bfloat16 message of `bytes` on this
+ * communicator. */
 tparResult_t tparCommSelectAlgorithm(tparComm_t comm, size_t bytes, tparAlgo_t* algo);
 
 /* Printable names for the enums; "unknown" for values out of range. */

@@ -150,7 +150,72 @@ tparResult_t commInitRank(tparComm_t* out, int nranks, const tparUniqueId& id, i
   }
   if (mixed) comm->transport = tparTransportMixed;
 
-  // Round 3: did every rank map every peer? A rank that failed must not leave the others
+  // Round 3: the topology, as rank 0 sees it, for every rank (the tuner's inputs must be
+  // identical on all ranks). Every rank takes part even after a local failure, so that the
+  // rounds stay matched; the failure is reported in round 4.
+  struct TopoWire {
+    char signature[96];
+    char source[64];
+    uint8_t links[TPAR_MAX_RANKS][TPAR_MAX_RANKS];
+    uint8_t island_of[TPAR_MAX_RANKS];
+  };
+  std::vector<TopoWire> wires(nranks);
+  std::memset(wires.data(), 0, sizeof(TopoWire) * nranks);
+  const std::string saved_error = lastError();
+  if (res == tparSuccess) {
+    bool one_process = true;
+    for (int r = 0; r < nranks; ++r) one_process &= infos[r].pid == infos[rank].pid;
+    std::vector<int> devices(nranks, -1);
+    bool all_visible = true;
+    for (int r = 0; r < nranks; ++r) {
+      if (one_process) {
+        devices[r] = infos[r].cuda_device;
+      } else if (cudaDeviceGetByPCIBusId(&devices[r], infos[r].bus_id) != cudaSuccess) {
+        (void)cudaGetLastError();
+        all_visible = false;
+      }
+    }
+    Topology mine;
+    if (!cfg.topo_file.empty() || all_visible) {
+      res = buildTopology(cfg, devices, &mine);
+    } else {
+      // Other processes' GPUs are hidden from this one: assume PCIe through a host bridge.
+      mine = flatTopology(nranks, LinkClass::kSameHostBridge);
+    }
+    if (res == tparSuccess) {
+      TopoWire& w = wires[rank];
+      std::snprintf(w.signature, sizeof(w.signature), "%s", mine.signature.c_str());
+      std::snprintf(w.source, sizeof(w.source), "%s", mine.source.c_str());
+      for (int a = 0; a < nranks; ++a)
+        for (int b = 0; b < nranks; ++b) w.links[a][b] = static_cast<uint8_t>(mine.links[a][b]);
+      for (size_t i = 0; i < mine.islands.size(); ++i)
+        for (int r : mine.islands[i]) w.island_of[r] = static_cast<uint8_t>(i);
+    }
+  }
+  const std::string topo_error = res == tparSuccess ? std::string() : lastError();
+  tparResult_t gathered = boot->allGather(wires.data(), sizeof(TopoWire));
+  if (res == tparSuccess && gathered != tparSuccess) res = gathered;
+  if (res == tparSuccess) {
+    const TopoWire& root = wires[0];
+    Topology agreed;
+    agreed.gpus.resize(nranks);
+    for (int r = 0; r < nranks; ++r) agreed.gpus[r].bus_id = where[r].bus_id;
+    agreed.links.assign(nranks, std::vector<LinkClass>(nranks, LinkClass::kSameDevice));
+    int nislands = 0;
+    for (int a = 0; a < nranks; ++a) {
+      nislands = std::max(nislands, root.island_of[a] + 1);
+      for (int b = 0; b < nranks; ++b) agreed.links[a][b] = static_cast<LinkClass>(root.links[a][b]);
+    }
+    agreed.islands.assign(nislands, {});
+    for (int r = 0; r < nranks; ++r) agreed.islands[root.island_of[r]].push_back(r);
+    agreed.signature = root.signature;
+    agreed.source = root.source;
+    res = applyTopology(comm, agreed);
+  }
+  if (res == tparSuccess) setError(tparSuccess, "%s", saved_error.c_str());
+  else if (!topo_error.empty()) setError(res, "%s", topo_error.c_str());
+
+  // Round 4: did every rank map every peer? A rank that failed must not leave the others
   // believing the group is ready.
   std::vector<int32_t> ok(nranks, 0);
   ok[rank] = res == tparSuccess ? 1 : 0;
@@ -237,6 +302,13 @@ tparResult_t commInitAll(tparComm_t* comms, int ndev, const int* devlist,
   const tparTransport_t kind = any_peer && any_shared ? tparTransportMixed
                                : any_peer            ? tparTransportPeerAccess
                                                      : tparTransportSameDevice;
+  Topology topo;
+  tparResult_t tres = buildTopology(cfg, devs, &topo);
+  if (tres != tparSuccess) return cleanup(tres);
+  for (tparComm* c : made) {
+    tres = applyTopology(c, topo);
+    if (tres != tparSuccess) return cleanup(tres);
+  }
   for (tparComm* c : made) {
     c->transport = kind;
     registerComm(c);
@@ -458,6 +530,12 @@ tparResult_t tparCommQuery(tparComm_t comm, tparCommInfo_t* info) {
                               : defaultOneShotMaxBytes(comm->nranks);
     out.blocksPerRank = comm->max_blocks;
     out.threadsPerBlock = comm->threads;
+    out.islands = static_cast<int>(comm->topology.islands.size());
+    for (size_t i = 0; i < comm->topology.islands.size(); ++i)
+      for (int r : comm->topology.islands[i]) out.islandOfRank[r] = static_cast<int>(i);
+    std::snprintf(out.topologySignature, sizeof(out.topologySignature), "%s",
+                  comm->topology.signature.c_str());
+    out.tuningTableLoaded = comm->has_tuning ? 1 : 0;
     *info = out;
     return tparSuccess;
   });
@@ -467,9 +545,14 @@ tparResult_t tparCommSelectAlgorithm(tparComm_t comm, size_t bytes, tparAlgo_t* 
   return guarded([&] {
     TPAR_TRY(checkComm(comm));
     if (algo == nullptr) return finish(comm, setError(tparInvalidArgument, "algo is NULL"));
-    const kernels::Algo a =
-        selectAlgo(bytes, comm->nranks, comm->cfg.forced_algo, comm->cfg.one_shot_max_bytes);
-    *algo = a == kernels::Algo::kOneShot ? tparAlgoOneShot : tparAlgoTwoShot;
+    Plan plan = planFor(comm, bytes, tparBfloat16);
+    if (plan.algo == kernels::Algo::kHier && !comm->hier_ok) plan.algo = kernels::Algo::kTwoShot;
+    switch (plan.algo) {
+      case kernels::Algo::kOneShot: *algo = tparAlgoOneShot; break;
+      case kernels::Algo::kTwoShot: *algo = tparAlgoTwoShot; break;
+      case kernels::Algo::kStaged: *algo = tparAlgoStaged; break;
+      case kernels::Algo::kHier: *algo = tparAlgoHierarchical; break;
+    }
     return tparSuccess;
   });
 }
@@ -479,6 +562,8 @@ const char* tparAlgoName(tparAlgo_t algo) {
     case tparAlgoAuto: return "auto";
     case tparAlgoOneShot: return "oneshot";
     case tparAlgoTwoShot: return "twoshot";
+    case tparAlgoStaged: return "staged";
+    case tparAlgoHierarchical: return "hier";
     default: return "unknown";
   }
 }

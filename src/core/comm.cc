@@ -2,6 +2,8 @@
 
 #include <unistd.h>
 
+#include <mutex>
+
 #include <algorithm>
 #include <cstring>
 #include <mutex>
@@ -10,6 +12,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "tuner/select.h"
+#include "tuner/tuner.h"
 
 namespace tpar {
 
@@ -141,16 +144,119 @@ tparResult_t describeSelf(const tparComm& comm, PeerInfo* out) {
   return tparSuccess;
 }
 
+Topology flatTopology(int nranks, LinkClass link) {
+  Topology t;
+  t.gpus.resize(nranks);
+  t.links.assign(nranks, std::vector<LinkClass>(nranks, link));
+  for (int r = 0; r < nranks; ++r) t.links[r][r] = LinkClass::kSameDevice;
+  deriveIslands(&t);
+  t.source = "flat";
+  return t;
+}
+
+tparResult_t buildTopology(const ResolvedConfig& cfg, const std::vector<int>& devices,
+                           Topology* out) {
+  const int n = static_cast<int>(devices.size());
+  if (!cfg.topo_file.empty()) {
+    Topology file;
+    TPAR_TRY(loadTopologyXml(cfg.topo_file, {}, &file));
+    if (static_cast<int>(file.gpus.size()) < n) {
+      return setError(tparInvalidArgument,
+                      "topology file %s has %zu GPUs; the communicator has %d ranks",
+                      cfg.topo_file.c_str(), file.gpus.size(), n);
+    }
+    // Ranks take the file's first n GPUs (virtual ranks then run the fixture's islands).
+    std::vector<std::string> ids;
+    for (int r = 0; r < n; ++r) ids.push_back(file.gpus[r].bus_id);
+    return loadTopologyXml(cfg.topo_file, ids, out);
+  }
+  return discoverTopology(devices, out);
+}
+
+tparResult_t applyTopology(tparComm* comm, const Topology& topo) {
+  const int n = comm->nranks;
+  if (static_cast<int>(topo.links.size()) != n) {
+    return setError(tparInternalError, "topology has %zu ranks, communicator %d",
+                    topo.links.size(), n);
+  }
+  comm->topology = topo;
+  TunerContext ctx;
+  ctx.nranks = n;
+  ctx.signature = topo.signature;
+  ctx.islands = static_cast<int>(topo.islands.size());
+  int worst = 0;
+  for (int a = 0; a < n; ++a)
+    for (int b = 0; b < n; ++b) worst = std::max(worst, static_cast<int>(topo.links[a][b]));
+  ctx.worst_link = worst;
+  const size_t m = topo.islands.empty() ? 0 : topo.islands[0].size();
+  bool equal = m > 0;
+  for (const auto& island : topo.islands) equal &= island.size() == m;
+  ctx.island_size = equal ? static_cast<int>(m) : 0;
+  ctx.hierarchical_ok = equal && topo.islands.size() > 1;
+  comm->tuner_ctx = ctx;
+  // Hierarchical mapping: island i, position p -> rank.
+  comm->hier_ok = equal;
+  if (equal) {
+    comm->hier_k = static_cast<int>(topo.islands.size());
+    comm->hier_m = static_cast<int>(m);
+    for (int i = 0; i < comm->hier_k; ++i) {
+      for (int p = 0; p < comm->hier_m; ++p) {
+        const int r = topo.islands[i][p];
+        comm->hier_rank[i * comm->hier_m + p] = static_cast<uint8_t>(r);
+        if (r == comm->rank) {
+          comm->hier_island = i;
+          comm->hier_pos = p;
+        }
+      }
+    }
+  } else {
+    comm->hier_k = 1;
+    comm->hier_m = n;
+    for (int r = 0; r < n; ++r) comm->hier_rank[r] = static_cast<uint8_t>(r);
+    comm->hier_island = 0;
+    comm->hier_pos = comm->rank;
+  }
+  // A tuning table measured on this machine replaces the defaults.
+  const std::string path = tuningFilePath(ctx);
+  if (!path.empty() && access(path.c_str(), R_OK) == 0) {
+    TuningTable table;
+    const std::string saved = lastError();
+    if (loadTuningFile(path, ctx, &table) == tparSuccess) {
+      comm->tuning = table;
+      comm->has_tuning = true;
+      TPAR_INFO("rank %d: tuning table %s", comm->rank, path.c_str());
+    } else {
+      static std::once_flag warned;
+      const std::string why = lastError();
+      std::call_once(warned, [&] { TPAR_WARN("ignoring tuning file: %s", why.c_str()); });
+    }
+    setError(tparSuccess, "%s", saved.c_str());
+  }
+  return tparSuccess;
+}
+
+Plan planFor(const tparComm* comm, uint64_t bytes, tparDataType_t dtype) {
+  return selectPlan(bytes, dtype, comm->tuner_ctx, comm->has_tuning ? &comm->tuning : nullptr,
+                    comm->cfg.forced_algo, comm->cfg.one_shot_max_bytes);
+}
+
 tparResult_t allReduce(tparComm* comm, const void* send, void* recv, size_t count,
                        tparDataType_t dtype, tparRedOp_t op, cudaStream_t stream) {
   const size_t esize = elemBytes(dtype);
   const uint64_t bytes = uint64_t(count) * esize;
-  const kernels::Algo algo =
-      selectAlgo(bytes, comm->nranks, comm->cfg.forced_algo, comm->cfg.one_shot_max_bytes);
-  const uint64_t piece_limit =
-      std::min<uint64_t>(comm->cfg.max_bytes_per_call,
-                         algo == kernels::Algo::kOneShot ? comm->layout.oneShotMaxBytes(comm->nranks)
-                                                         : comm->layout.twoShotMaxBytes(comm->nranks));
+  Plan plan = planFor(comm, bytes, dtype);
+  if (plan.algo == kernels::Algo::kHier && !comm->hier_ok) plan.algo = kernels::Algo::kTwoShot;
+  const kernels::Algo algo = plan.algo;
+  uint64_t algo_limit = 0;
+  switch (algo) {
+    case kernels::Algo::kOneShot: algo_limit = comm->layout.oneShotMaxBytes(comm->nranks); break;
+    case kernels::Algo::kTwoShot:
+    case kernels::Algo::kStaged: algo_limit = comm->layout.twoShotMaxBytes(comm->nranks); break;
+    case kernels::Algo::kHier:
+      algo_limit = comm->layout.hierMaxBytes(comm->hier_m, comm->hier_k, esize);
+      break;
+  }
+  const uint64_t piece_limit = std::min<uint64_t>(comm->cfg.max_bytes_per_call, algo_limit);
   const uint64_t piece_elems = piece_limit / esize;  // piece_limit is a multiple of 16
 
   kernels::AllReduceArgs args;
@@ -165,6 +271,12 @@ tparResult_t allReduce(tparComm* comm, const void* send, void* recv, size_t coun
   args.rank = comm->rank;
   args.nranks = comm->nranks;
   args.op = op;
+  args.active_blocks = plan.active_blocks;
+  args.hier_k = comm->hier_k;
+  args.hier_m = comm->hier_m;
+  args.hier_island = comm->hier_island;
+  args.hier_pos = comm->hier_pos;
+  for (int r = 0; r < comm->nranks; ++r) args.hier_rank[r] = comm->hier_rank[r];
 
   int prev = -1;
   TPAR_CUDA_TRY(cudaGetDevice(&prev));
@@ -178,8 +290,12 @@ tparResult_t allReduce(tparComm* comm, const void* send, void* recv, size_t coun
     args.vec_aligned = (reinterpret_cast<uintptr_t>(args.send) % kernels::kVecBytes == 0) &&
                        (reinterpret_cast<uintptr_t>(args.recv) % kernels::kVecBytes == 0);
     // Always the same grid (NOTE [epochs and parity]); the block size follows the work.
-    const uint64_t work = kernels::workVectors(algo, n, esize, comm->nranks);
-    const int threads = kernels::threadsFor(work, comm->max_blocks, comm->threads);
+    const int active = plan.active_blocks > 0 ? std::min(plan.active_blocks, comm->max_blocks)
+                                              : comm->max_blocks;
+    const uint64_t work = kernels::workVectors(
+        algo, n, esize, algo == kernels::Algo::kHier ? comm->hier_m : comm->nranks);
+    const int threads = plan.threads > 0 ? std::min(plan.threads, comm->threads)
+                                         : kernels::threadsFor(work, active, comm->threads);
     cudaError_t err = kernels::launchAllReduce(algo, dtype, args, comm->max_blocks, threads,
                                                comm->launch_overlap, stream);
     if (err != cudaSuccess) {

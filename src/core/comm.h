@@ -7,6 +7,8 @@
 #include <vector>
 
 #include "core/config.h"
+#include "topology/topology.h"
+#include "tuner/tuner.h"
 #include "kernels/launch.h"
 #include "transport/transport.h"
 #include "tpar/tpar.h"
@@ -26,6 +28,15 @@ struct tparComm {
   std::vector<tpar::PeerMapping> mappings;
   tparTransport_t transport = tparTransportSameDevice;
   int max_blocks = 1;
+  // Topology as every rank of the group sees it (rank 0's view), and what the tuner uses.
+  tpar::Topology topology;
+  tpar::TunerContext tuner_ctx;
+  tpar::TuningTable tuning;
+  bool has_tuning = false;
+  // Hierarchical algorithm: k islands of m ranks (hier_ok when they are all the same size).
+  bool hier_ok = false;
+  int hier_k = 1, hier_m = 1, hier_island = 0, hier_pos = 0;
+  uint8_t hier_rank[tpar::kernels::kMaxRanks] = {};
   bool launch_overlap = false;  // NOTE [launch overlap]
   int threads = 512;
   std::string last_error;
@@ -39,6 +50,19 @@ namespace tpar {
 tparResult_t createLocal(int rank, int nranks, const ResolvedConfig& cfg, int ranks_on_device,
                          tparComm** out);
 
+// Adopts `topo` (the same on every rank): islands for the hierarchical algorithm, the tuner's
+// context, and the tuning table for this topology when one is found (a bad table is reported
+// once on stderr and ignored).
+tparResult_t applyTopology(tparComm* comm, const Topology& topo);
+
+// Topology of ranks on these CUDA devices of this process: the fixture file when the config
+// names one (its first nranks GPUs), else the live machine.
+tparResult_t buildTopology(const ResolvedConfig& cfg, const std::vector<int>& devices,
+                           Topology* out);
+
+// A topology that knows nothing: every pair `link`, one island.
+Topology flatTopology(int nranks, LinkClass link);
+
 // Frees what createLocal and peer mapping made. Waits for the device first.
 void destroyComm(tparComm* comm);
 
@@ -50,6 +74,9 @@ bool isLiveComm(tparComm* comm);
 
 // PeerInfo describing this rank (current device).
 tparResult_t describeSelf(const tparComm& comm, PeerInfo* out);
+
+// The plan a call of `bytes` gets on this communicator.
+Plan planFor(const tparComm* comm, uint64_t bytes, tparDataType_t dtype);
 
 // The whole all-reduce path after argument checks.
 tparResult_t allReduce(tparComm* comm, const void* send, void* recv, size_t count,

@@ -18,6 +18,8 @@ tparResult_t resolveConfig(const tparConfig_t* user, const Env& env, ResolvedCon
   cfg.threads = env.threads;
   cfg.epoch_start = env.epoch_start;
   cfg.launch_overlap = env.launch_overlap;
+  cfg.tuning_file = env.tuning_file;
+  cfg.topo_file = env.topo_file;
 
   if (user != nullptr) {
     // The initializer sets size, magic and version; anything else means the struct was not

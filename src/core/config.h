@@ -4,6 +4,7 @@
 #define TPAR_CORE_CONFIG_H_
 
 #include <cstdint>
+#include <string>
 
 #include "core/env.h"
 #include "tpar/tpar.h"
@@ -21,6 +22,8 @@ struct ResolvedConfig {
   int threads = 0;
   uint32_t epoch_start = 0;
   bool launch_overlap = true;
+  std::string tuning_file;  // TPAR_TUNING_FILE; empty: tuningFilePath's default
+  std::string topo_file;    // TPAR_TOPO_FILE; empty: the live machine
 };
 
 // Validates `user` (may be null) and merges it over `env`. Bad fields fail with

@@ -20,8 +20,8 @@ const std::vector<EnvVarSpec>& envRegistry() {
        "Bound on the rendezvous of tparCommInitRank (all ranks must arrive within it)."},
       {"TPAR_MAX_BYTES_PER_CALL", EnvType::kBytes, "8M", nullptr,
        "Largest message one kernel launch handles; larger calls are split. Workspace is 4x this."},
-      {"TPAR_ALGO", EnvType::kChoice, "auto", "auto|oneshot|twoshot",
-       "Force an all-reduce algorithm for every call."},
+      {"TPAR_ALGO", EnvType::kChoice, "auto", "auto|oneshot|twoshot|staged|hier",
+       "Force an all-reduce algorithm for every call (hier without equal islands: twoshot)."},
       {"TPAR_ALLOW_SHARED_DEVICE", EnvType::kBool, "0", nullptr,
        "Allow several ranks of one process on one GPU (virtual ranks, for tests)."},
       {"TPAR_ONESHOT_MAX_BYTES", EnvType::kBytes, "auto", nullptr,
@@ -36,6 +36,12 @@ const std::vector<EnvVarSpec>& envRegistry() {
        "Let a call's launch overlap the end of the previous kernel (GPUs of sm_90 and newer)."},
       {"TPAR_EPOCH_START", EnvType::kInt, "0", nullptr,
        "First call epoch (testing: start near 2^32 to cross the counter wrap)."},
+      {"TPAR_TUNING_FILE", EnvType::kString, "", nullptr,
+       "Tuning table to use (written by `tpar tune`); empty: the per-machine file in the cache "
+       "directory."},
+      {"TPAR_TOPO_FILE", EnvType::kString, "", nullptr,
+       "hwloc XML file to use instead of the live machine's topology, for tests and for "
+       "machines that hide it."},
   };
   return kRegistry;
 }
@@ -131,7 +137,7 @@ tparResult_t parseEnv(const EnvGetter& get, Env* out) {
       env.max_bytes_per_call = b;
     } else if (name == "TPAR_ALGO") {
       int idx = choiceIndex(spec.choices, value);
-      if (idx < 0) return badValue(spec, value, "one of auto|oneshot|twoshot");
+      if (idx < 0) return badValue(spec, value, "one of auto|oneshot|twoshot|staged|hier");
       env.algo = idx;  // the order of choices matches tparAlgo_t
     } else if (name == "TPAR_ALLOW_SHARED_DEVICE") {
       if (!parseBool(value, &flag)) return badValue(spec, value, "a boolean (0/1)");
@@ -163,6 +169,10 @@ tparResult_t parseEnv(const EnvGetter& get, Env* out) {
       if (!parseInt(value, &i) || i < 0 || i > 0xFFFFFFFFll)
         return badValue(spec, value, "a 32-bit unsigned number");
       env.epoch_start = static_cast<uint32_t>(i);
+    } else if (name == "TPAR_TUNING_FILE") {
+      env.tuning_file = value;  // any path; whether it exists is checked where it is read
+    } else if (name == "TPAR_TOPO_FILE") {
+      env.topo_file = value;
     } else {
       return setError(tparInternalError, "environment variable %s has no parser", spec.name);
     }
@@ -208,8 +218,11 @@ std::string envMarkdown() {
       for (auto& c : choices) if (c == '|') c = '/';
       type = choices.c_str();
     }
-    md << "| `" << spec.name << "` | " << type << " | `" << spec.default_value << "` | "
-       << spec.description << " |\n";
+    // An empty default would render as two stray backticks.
+    const std::string def =
+        spec.default_value[0] != '\0' ? std::string("`") + spec.default_value + "`" : "(empty)";
+    md << "| `" << spec.name << "` | " << type << " | " << def << " | " << spec.description
+       << " |\n";
   }
   return md.str();
 }

@@ -40,6 +40,8 @@ struct Env {
   int log_level = 0;                  // 0 warn, 1 info, 2 debug
   uint32_t epoch_start = 0;
   bool launch_overlap = true;
+  std::string tuning_file;            // empty: the per-machine file in the cache directory
+  std::string topo_file;              // empty: discover the live machine's topology
   std::vector<std::string> set_vars;  // "NAME=value" for every variable that was set
 };
 

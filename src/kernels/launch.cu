@@ -17,8 +17,16 @@ uint32_t makeCallMeta(tparDataType_t dtype, tparRedOp_t op, Algo algo, uint64_t 
 uint64_t workVectors(Algo algo, uint64_t count, size_t elem_bytes, int nranks) {
   const uint64_t per_vec = kVecBytes / elem_bytes;
   const uint64_t vecs = (count + per_vec - 1) / per_vec;
-  // Two-shot spreads (peer, position) pairs over the threads in its push and gather phases.
-  return algo == Algo::kOneShot ? vecs : (vecs + nranks - 1) / nranks * (nranks > 1 ? nranks - 1 : 1);
+  // Two-shot spreads (peer, position) pairs over the threads in its push and gather phases;
+  // staged and hierarchical give each thread one position of a chunk (hierarchical's chunks
+  // are per island position, sized by the caller through `nranks` = ranks per island).
+  switch (algo) {
+    case Algo::kOneShot: return vecs;
+    case Algo::kTwoShot: return (vecs + nranks - 1) / nranks * (nranks > 1 ? nranks - 1 : 1);
+    case Algo::kStaged: return (vecs + nranks - 1) / nranks;
+    case Algo::kHier: return (vecs + nranks - 1) / nranks * (nranks > 1 ? nranks - 1 : 1);
+  }
+  return vecs;
 }
 
 int threadsFor(uint64_t work, int blocks, int max_threads) {
@@ -32,7 +40,13 @@ int threadsFor(uint64_t work, int blocks, int max_threads) {
 cudaError_t launchAllReduce(Algo algo, tparDataType_t dtype, const AllReduceArgs& args,
                             int blocks, int threads, bool overlap, cudaStream_t stream) {
   const bool wide = args.nranks > 8;
-  const void* fn = algo == Algo::kOneShot ? oneShotKernel(dtype, wide) : twoShotKernel(dtype, wide);
+  const void* fn = nullptr;
+  switch (algo) {
+    case Algo::kOneShot: fn = oneShotKernel(dtype, wide); break;
+    case Algo::kTwoShot: fn = twoShotKernel(dtype, wide); break;
+    case Algo::kStaged: fn = stagedKernel(dtype, wide); break;
+    case Algo::kHier: fn = hierKernel(dtype, wide); break;
+  }
   if (fn == nullptr) return cudaErrorInvalidValue;
   void* params[] = {const_cast<AllReduceArgs*>(&args)};
   if (!overlap) return cudaLaunchKernel(fn, dim3(blocks), dim3(threads), params, 0, stream);
@@ -56,34 +70,25 @@ cudaError_t launchAllReduce(Algo algo, tparDataType_t dtype, const AllReduceArgs
 // H200: two streams, spin/set, hangs under LAZY, fine under EAGER). Touching every kernel with
 // cudaFuncGetAttributes at communicator init loads them all up front.
 cudaError_t preloadKernels() {
-  const tparDataType_t dtypes[] = {tparFloat32, tparFloat16, tparBfloat16};
-  for (tparDataType_t d : dtypes) {
-    for (bool wide : {false, true}) {
-      for (const void* fn : {oneShotKernel(d, wide), twoShotKernel(d, wide)}) {
-        cudaFuncAttributes attr;
-        cudaError_t err = cudaFuncGetAttributes(&attr, fn);
-        if (err != cudaSuccess) return err;
-      }
-    }
-  }
-  return cudaSuccess;
+  cudaError_t result = cudaSuccess;
+  forEachKernel([&](const void* fn) {
+    cudaFuncAttributes attr;
+    if (result == cudaSuccess) result = cudaFuncGetAttributes(&attr, fn);
+  });
+  return result;
 }
 
 cudaError_t maxActiveBlocksPerSm(int threads, int* blocks) {
   int best = 1 << 30;
-  const tparDataType_t dtypes[] = {tparFloat32, tparFloat16, tparBfloat16};
-  for (tparDataType_t d : dtypes) {
-    for (bool wide : {false, true}) {
-      for (const void* fn : {oneShotKernel(d, wide), twoShotKernel(d, wide)}) {
-        int b = 0;
-        cudaError_t err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, fn, threads, 0);
-        if (err != cudaSuccess) return err;
-        if (b < best) best = b;
-      }
-    }
-  }
+  cudaError_t result = cudaSuccess;
+  forEachKernel([&](const void* fn) {
+    int b = 0;
+    if (result == cudaSuccess)
+      result = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, fn, threads, 0);
+    if (result == cudaSuccess && b < best) best = b;
+  });
   *blocks = best;
-  return cudaSuccess;
+  return result;
 }
 
 }  // namespace kernels

@@ -67,9 +67,19 @@ struct WorkspaceLayout {
   uint64_t twoShotMaxBytes(int nranks) const {
     return ((data_bytes / 2 - uint64_t(nranks) * kVecBytes) / kVecBytes) * kVecBytes;
   }
+  // Hierarchical over k islands of m ranks: reduce-scatter and all-gather areas of m chunks,
+  // plus k fp32 partial-sum slots of one chunk (2x the bytes of 16-bit data).
+  uint64_t hierMaxBytes(int m, int k, size_t elem_bytes) const {
+    const uint64_t cross = elem_bytes == 4 ? 1 : 2;  // fp32 partial bytes per input byte
+    const uint64_t slack = (2 * uint64_t(m) + k * cross) * kVecBytes;
+    if (data_bytes <= slack) return 0;
+    // 2 m Cv 16 + k Cv 16 cross <= data_bytes with Cv = ceil(V / m) <= V / m + 1.
+    const uint64_t vecs = (data_bytes - slack) * m / (2 * uint64_t(m) + k * cross) / kVecBytes;
+    return vecs * kVecBytes;
+  }
 };
 
-enum class Algo { kOneShot = 0, kTwoShot = 1 };
+enum class Algo { kOneShot = 0, kTwoShot = 1, kStaged = 2, kHier = 3 };
 
 struct AllReduceArgs {
   const void* send;
@@ -86,6 +96,14 @@ struct AllReduceArgs {
   int nranks;
   int op;                         // tparRedOp_t
   int vec_aligned;                // send and recv are 16-byte aligned
+  int active_blocks;              // blocks that work (0: all); the others only keep the epoch
+  // Hierarchical: k islands of m ranks. hier_rank[i * m + p] is the rank at position p of
+  // island i; this rank is at (hier_island, hier_pos).
+  int hier_k;
+  int hier_m;
+  int hier_island;
+  int hier_pos;
+  uint8_t hier_rank[kMaxRanks];
 };
 
 // The header word every rank puts into its first packet of a call.

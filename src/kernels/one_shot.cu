@@ -22,8 +22,9 @@ __device__ __forceinline__ void oneShotBody(const AllReduceArgs& a, const CallCo
   const uint64_t vecs = (a.count + kPer - 1) / kPer;
   const uint64_t data_off = WorkspaceLayout::kDataOffset + ctx.parity * a.data_bytes;
   char* local = a.peer_ws[me] + data_off;
+  const int grid = activeBlocks(a);
   const uint64_t first = uint64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  const uint64_t stride = uint64_t(gridDim.x) * blockDim.x;
+  const uint64_t stride = uint64_t(grid) * blockDim.x;
 
   sendHeaders(a, ctx);
   // Push: peers in rotation order (rank+1 first), so that at each step every rank has one
@@ -85,7 +86,7 @@ template <typename T, int kMax>
 __global__ void __launch_bounds__(kMaxThreads) oneShot(const __grid_constant__ AllReduceArgs a) {
   CallContext ctx;
   beginCall(a, &ctx);
-  oneShotBody<T, kMax>(a, ctx);
+  if (static_cast<int>(blockIdx.x) < activeBlocks(a)) oneShotBody<T, kMax>(a, ctx);
   endCall(a, ctx);
 }
 

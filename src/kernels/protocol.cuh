@@ -278,10 +278,18 @@ __device__ __forceinline__ void storeUser(void* base, uint64_t v, uint64_t count
 // a loop over fewer items than the grid has threads then spreads them over every
 // multiprocessor instead of filling the first blocks, and each warp still covers 32
 // consecutive items (coalesced).
-__device__ __forceinline__ uint64_t spreadThreadIndex() {
+__device__ __forceinline__ uint64_t spreadThreadIndex(int grid) {
   const uint32_t warp = threadIdx.x / 32;
   const uint32_t lane = threadIdx.x % 32;
-  return (uint64_t(warp) * gridDim.x + blockIdx.x) * 32 + lane;
+  return (uint64_t(warp) * grid + blockIdx.x) * 32 + lane;
+}
+
+// Blocks that take work this launch (the grid is fixed per communicator, NOTE [epochs and
+// parity]; a plan may use fewer). Block 0 is always active: it sends the call headers.
+__device__ __forceinline__ int activeBlocks(const AllReduceArgs& a) {
+  return a.active_blocks > 0 && a.active_blocks < static_cast<int>(gridDim.x)
+             ? a.active_blocks
+             : static_cast<int>(gridDim.x);
 }
 
 // ---- kernel prologue / epilogue ---------------------------------------------------------------

@@ -26,8 +26,9 @@ __device__ __forceinline__ void twoShotBody(const AllReduceArgs& a, const CallCo
   auto agSlot = [&](char* data, int o, uint64_t j) {
     return data + ((uint64_t(n) + o) * chunk + j) * kVecBytes;
   };
+  const int grid = activeBlocks(a);
   const uint64_t first = uint64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  const uint64_t stride = uint64_t(gridDim.x) * blockDim.x;
+  const uint64_t stride = uint64_t(grid) * blockDim.x;
 
   sendHeaders(a, ctx);
   // Reduce-scatter push. One thread per (peer, position) pair, peers in rotation order: a
@@ -54,7 +55,7 @@ __device__ __forceinline__ void twoShotBody(const AllReduceArgs& a, const CallCo
 
   // Reduce our chunk and push the result to every peer's all-gather slot. A chunk has 1/(n-1)
   // of the pairs above: spread it over every block.
-  for (uint64_t j = spreadThreadIndex(); j < chunk; j += stride) {
+  for (uint64_t j = spreadThreadIndex(grid); j < chunk; j += stride) {
     const uint64_t v = uint64_t(me) * chunk + j;
     if (v >= vecs) break;
     Vec in[kMax];
@@ -127,7 +128,7 @@ template <typename T, int kMax>
 __global__ void __launch_bounds__(kMaxThreads) twoShot(const __grid_constant__ AllReduceArgs a) {
   CallContext ctx;
   beginCall(a, &ctx);
-  twoShotBody<T, kMax>(a, ctx);
+  if (static_cast<int>(blockIdx.x) < activeBlocks(a)) twoShotBody<T, kMax>(a, ctx);
   endCall(a, ctx);
 }
 

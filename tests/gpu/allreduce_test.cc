@@ -9,53 +9,6 @@
 namespace tpar_test {
 namespace {
 
-// Runs one all-reduce on every rank of `g` and checks it. `offset_elems` shifts the buffers
-// (misalignment); in place when `in_place`.
-void runAndCheck(VirtualGroup& g, size_t count, tparDataType_t dtype, tparRedOp_t op,
-                 bool in_place, size_t send_off = 0, size_t recv_off = 0) {
-  const int n = g.size();
-  const size_t es = elemSize(dtype);
-  Buffers b;
-  CUDA_OK(b.alloc(n, (count + 8) * es));
-  const uint64_t seed = freshSeed();
-  std::vector<const void*> ins, outs;
-  std::vector<void*> inputs_copy(n, nullptr);
-  for (int r = 0; r < n; ++r) {
-    char* in = static_cast<char*>(b.in[r]) + send_off * es;
-    char* out = in_place ? in : static_cast<char*>(b.out[r]) + recv_off * es;
-    CUDA_OK(poison(b.out[r], b.bytes, g.stream(r)));
-    CUDA_OK(fillRandom(in, count, dtype, seed + r, g.stream(r)));
-    if (in_place) {
-      // The reference needs the inputs after the call overwrote them: keep a copy.
-      CUDA_OK(cudaMalloc(&inputs_copy[r], count * es + 16));
-      CUDA_OK(cudaMemcpyAsync(inputs_copy[r], in, count * es, cudaMemcpyDeviceToDevice, g.stream(r)));
-      ins.push_back(inputs_copy[r]);
-    } else {
-      ins.push_back(in);
-    }
-    outs.push_back(out);
-  }
-  for (int r = 0; r < n; ++r) CUDA_OK(cudaStreamSynchronize(g.stream(r)));
-  for (int r = 0; r < n; ++r) {
-    const void* send = in_place ? outs[r] : ins[r];
-    ASSERT_EQ(tparSuccess, tparAllReduce(send, const_cast<void*>(outs[r]), count, dtype, op,
-                                         g.comm(r), g.stream(r)))
-        << tparGetLastError(g.comm(r));
-  }
-  for (int r = 0; r < n; ++r) CUDA_OK(cudaStreamSynchronize(g.stream(r)));
-  for (int r = 0; r < n; ++r) {
-    tparResult_t async = tparSuccess;
-    TPAR_OK(tparCommGetAsyncError(g.comm(r), &async));
-    ASSERT_EQ(tparSuccess, async) << "rank " << r;
-  }
-  CheckResult res;
-  CUDA_OK(checkOutputs(ins, outs, count, dtype, op, &res));
-  EXPECT_EQ(0ull, res.wrong) << "count " << count << " seed " << seed << " first bad " << res.first_bad;
-  EXPECT_EQ(0ull, res.off_ref) << "count " << count << " seed " << seed;
-  EXPECT_EQ(0ull, res.disagree) << "count " << count << " seed " << seed;
-  for (void* p : inputs_copy) cudaFree(p);
-}
-
 using Param = std::tuple<int, tparAlgo_t, tparDataType_t>;
 
 class AllReduceVirtualRanks : public ::testing::TestWithParam<Param> {};
@@ -83,7 +36,8 @@ TEST_P(AllReduceVirtualRanks, MatchesReferenceAndAgreesBitwiseAcrossRanks) {
 INSTANTIATE_TEST_SUITE_P(
     Sizes, AllReduceVirtualRanks,
     ::testing::Combine(::testing::Values(2, 3, 4, 8),
-                       ::testing::Values(tparAlgoOneShot, tparAlgoTwoShot, tparAlgoAuto),
+                       ::testing::Values(tparAlgoOneShot, tparAlgoTwoShot, tparAlgoStaged,
+                                         tparAlgoAuto),
                        ::testing::Values(tparBfloat16, tparFloat16, tparFloat32)),
     [](const ::testing::TestParamInfo<Param>& info) {
       return "n" + std::to_string(std::get<0>(info.param)) + "_" +
@@ -93,7 +47,7 @@ INSTANTIATE_TEST_SUITE_P(
 
 TEST(AllReduceOps, MaxAndMinMatchReferenceForEveryAlgorithm) {
   TPAR_REQUIRE_GPU();
-  for (tparAlgo_t algo : {tparAlgoOneShot, tparAlgoTwoShot}) {
+  for (tparAlgo_t algo : {tparAlgoOneShot, tparAlgoTwoShot, tparAlgoStaged}) {
     tparConfig_t cfg = sharedDeviceConfig();
     cfg.algorithm = algo;
     VirtualGroup g;
@@ -108,7 +62,7 @@ TEST(AllReduceOps, MaxAndMinMatchReferenceForEveryAlgorithm) {
 
 TEST(AllReduceAlignment, ElementAlignedButNotVectorAlignedBuffersWork) {
   TPAR_REQUIRE_GPU();
-  for (tparAlgo_t algo : {tparAlgoOneShot, tparAlgoTwoShot}) {
+  for (tparAlgo_t algo : {tparAlgoOneShot, tparAlgoTwoShot, tparAlgoStaged}) {
     tparConfig_t cfg = sharedDeviceConfig();
     cfg.algorithm = algo;
     VirtualGroup g;
@@ -123,7 +77,7 @@ TEST(AllReduceAlignment, ElementAlignedButNotVectorAlignedBuffersWork) {
 
 TEST(AllReduceChunking, MessagesLargerThanOneLaunchAreSplitAndCorrect) {
   TPAR_REQUIRE_GPU();
-  for (tparAlgo_t algo : {tparAlgoOneShot, tparAlgoTwoShot, tparAlgoAuto}) {
+  for (tparAlgo_t algo : {tparAlgoOneShot, tparAlgoTwoShot, tparAlgoStaged, tparAlgoAuto}) {
     tparConfig_t cfg = sharedDeviceConfig();
     cfg.algorithm = algo;
     cfg.maxBytesPerCall = 64 << 10;

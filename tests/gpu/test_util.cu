@@ -98,7 +98,13 @@ struct CheckArgs {
   int dtype;
   int op;
   double tol;
+  int islands;  // 0: flat rank order
+  int island_of[kMaxCheckRanks];
 };
+
+__device__ inline float combine(float acc, float x, int op) {
+  return op == tparSum ? __fadd_rn(acc, x) : (op == tparMax ? fmaxf(acc, x) : fminf(acc, x));
+}
 
 __global__ void checkKernel(CheckArgs a, CheckResult* res) {
   for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < a.count;
@@ -121,6 +127,22 @@ __global__ void checkKernel(CheckArgs a, CheckResult* res) {
         ref = fmin(ref, double(x));
       }
       mag += fabs(double(x));
+    }
+    if (a.islands > 0) {
+      // Hierarchical order: each island in rank order, then the islands in order.
+      float total = 0.f;
+      for (int isl = 0; isl < a.islands; ++isl) {
+        float part = 0.f;
+        bool first = true;
+        for (int r = 0; r < a.n; ++r) {
+          if (a.island_of[r] != isl) continue;
+          const float x = loadAsFloat(a.in[r], i, a.dtype);
+          part = first ? x : combine(part, x, a.op);
+          first = false;
+        }
+        total = isl == 0 ? part : combine(total, part, a.op);
+      }
+      acc = total;
     }
     const uint32_t want = roundBits(acc, a.dtype);
     const uint32_t got0 = bitsOf(a.out[0], i, a.dtype);
@@ -180,7 +202,8 @@ cudaError_t poison(void* buf, size_t bytes, cudaStream_t stream) {
 
 cudaError_t checkOutputs(const std::vector<const void*>& inputs,
                          const std::vector<const void*>& outputs, size_t count,
-                         tparDataType_t dtype, tparRedOp_t op, CheckResult* result) {
+                         tparDataType_t dtype, tparRedOp_t op, CheckResult* result,
+                         const std::vector<int>& island_of) {
   CheckArgs a{};
   a.n = static_cast<int>(inputs.size());
   for (int r = 0; r < a.n; ++r) {
@@ -191,6 +214,11 @@ cudaError_t checkOutputs(const std::vector<const void*>& inputs,
   a.dtype = dtype;
   a.op = op;
   a.tol = dtype == tparFloat32 ? 1e-6 : (dtype == tparFloat16 ? 2e-3 : 1e-2);
+  a.islands = 0;
+  for (size_t r = 0; r < island_of.size() && r < kMaxCheckRanks; ++r) {
+    a.island_of[r] = island_of[r];
+    a.islands = std::max(a.islands, island_of[r] + 1);
+  }
   CheckResult* dres = nullptr;
   cudaError_t err = cudaMalloc(&dres, sizeof(CheckResult));
   if (err != cudaSuccess) return err;
@@ -344,6 +372,54 @@ cudaError_t Buffers::alloc(int nranks, size_t bytes_each) {
     out.push_back(b);
   }
   return cudaSuccess;
+}
+
+// Runs one all-reduce on every rank of `g` and checks it. `offset_elems` shifts the buffers
+// (misalignment); in place when `in_place`.
+void runAndCheck(VirtualGroup& g, size_t count, tparDataType_t dtype, tparRedOp_t op,
+                 bool in_place, size_t send_off, size_t recv_off,
+                 const std::vector<int>& island_of) {
+  const int n = g.size();
+  const size_t es = elemSize(dtype);
+  Buffers b;
+  CUDA_OK(b.alloc(n, (count + 8) * es));
+  const uint64_t seed = freshSeed();
+  std::vector<const void*> ins, outs;
+  std::vector<void*> inputs_copy(n, nullptr);
+  for (int r = 0; r < n; ++r) {
+    char* in = static_cast<char*>(b.in[r]) + send_off * es;
+    char* out = in_place ? in : static_cast<char*>(b.out[r]) + recv_off * es;
+    CUDA_OK(poison(b.out[r], b.bytes, g.stream(r)));
+    CUDA_OK(fillRandom(in, count, dtype, seed + r, g.stream(r)));
+    if (in_place) {
+      // The reference needs the inputs after the call overwrote them: keep a copy.
+      CUDA_OK(cudaMalloc(&inputs_copy[r], count * es + 16));
+      CUDA_OK(cudaMemcpyAsync(inputs_copy[r], in, count * es, cudaMemcpyDeviceToDevice, g.stream(r)));
+      ins.push_back(inputs_copy[r]);
+    } else {
+      ins.push_back(in);
+    }
+    outs.push_back(out);
+  }
+  for (int r = 0; r < n; ++r) CUDA_OK(cudaStreamSynchronize(g.stream(r)));
+  for (int r = 0; r < n; ++r) {
+    const void* send = in_place ? outs[r] : ins[r];
+    ASSERT_EQ(tparSuccess, tparAllReduce(send, const_cast<void*>(outs[r]), count, dtype, op,
+                                         g.comm(r), g.stream(r)))
+        << tparGetLastError(g.comm(r));
+  }
+  for (int r = 0; r < n; ++r) CUDA_OK(cudaStreamSynchronize(g.stream(r)));
+  for (int r = 0; r < n; ++r) {
+    tparResult_t async = tparSuccess;
+    TPAR_OK(tparCommGetAsyncError(g.comm(r), &async));
+    ASSERT_EQ(tparSuccess, async) << "rank " << r;
+  }
+  CheckResult res;
+  CUDA_OK(checkOutputs(ins, outs, count, dtype, op, &res, island_of));
+  EXPECT_EQ(0ull, res.wrong) << "count " << count << " seed " << seed << " first bad " << res.first_bad;
+  EXPECT_EQ(0ull, res.off_ref) << "count " << count << " seed " << seed;
+  EXPECT_EQ(0ull, res.disagree) << "count " << count << " seed " << seed;
+  for (void* p : inputs_copy) cudaFree(p);
 }
 
 }  // namespace tpar_test

@@ -50,9 +50,12 @@ struct CheckResult {
 // Checks every rank's output against the inputs of all ranks (all on the current device or
 // mapped into it): the bits must equal the fp32 sum in rank order rounded once, lie within
 // tolerance of the float64 sum, and be identical on every rank.
+// `island_of` (optional, one entry per rank): the expected bits are those of the hierarchical
+// order instead: each island summed in rank order, then the islands in order.
 cudaError_t checkOutputs(const std::vector<const void*>& inputs,
                          const std::vector<const void*>& outputs, size_t count,
-                         tparDataType_t dtype, tparRedOp_t op, CheckResult* result);
+                         tparDataType_t dtype, tparRedOp_t op, CheckResult* result,
+                         const std::vector<int>& island_of = {});
 
 // Adds to *counter the number of bytes where got and want differ (stream-ordered).
 cudaError_t countMismatches(const void* got, const void* want, size_t bytes,
@@ -67,6 +70,14 @@ int runSelfChild(const std::string& filter, const std::vector<std::string>& env,
 // Spawns `argv` with extra environment entries, output to a file; same contract as above.
 int runProcess(const std::vector<std::string>& argv, const std::vector<std::string>& env,
                int timeout_s, std::string* output);
+
+// Runs one all-reduce on every rank of `g` (fresh random inputs, poisoned outputs) and checks
+// it with checkOutputs. `send_off`/`recv_off` shift the buffers by elements (misalignment); in
+// place when `in_place`; `island_of` as for checkOutputs.
+class VirtualGroup;
+void runAndCheck(VirtualGroup& g, size_t count, tparDataType_t dtype, tparRedOp_t op,
+                 bool in_place, size_t send_off = 0, size_t recv_off = 0,
+                 const std::vector<int>& island_of = {});
 
 // N ranks as N streams on one GPU ("virtual ranks").
 class VirtualGroup {

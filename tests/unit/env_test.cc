@@ -50,12 +50,44 @@ TEST(EnvParse, SetValuesAreParsedAndListed) {
   EXPECT_EQ(6u, env.set_vars.size());
 }
 
+TEST(EnvParse, AlgoChoicesFollowTheEnumOrder) {
+  const std::pair<const char*, int> cases[] = {{"auto", tparAlgoAuto},
+                                               {"oneshot", tparAlgoOneShot},
+                                               {"twoshot", tparAlgoTwoShot},
+                                               {"staged", tparAlgoStaged},
+                                               {"hier", tparAlgoHierarchical},
+                                               {"HIER", tparAlgoHierarchical}};
+  for (const auto& [text, want] : cases) {
+    Env env;
+    ASSERT_EQ(tparSuccess, parseEnv(fromMap({{"TPAR_ALGO", text}}), &env)) << text;
+    EXPECT_EQ(want, env.algo) << text;
+  }
+}
+
+TEST(EnvParse, TuningAndTopologyFilesAreStringsThatReachTheConfig) {
+  Env env;
+  ASSERT_EQ(tparSuccess, parseEnv(fromMap({}), &env));
+  EXPECT_EQ("", env.tuning_file);
+  EXPECT_EQ("", env.topo_file);
+  ASSERT_EQ(tparSuccess, parseEnv(fromMap({{"TPAR_TUNING_FILE", "/etc/tpar/tuning.json"},
+                                           {"TPAR_TOPO_FILE", "/fixtures/two sockets.xml"}}),
+                                  &env));
+  EXPECT_EQ("/etc/tpar/tuning.json", env.tuning_file);
+  EXPECT_EQ("/fixtures/two sockets.xml", env.topo_file);
+  EXPECT_EQ(2u, env.set_vars.size());
+  ResolvedConfig r;
+  ASSERT_EQ(tparSuccess, resolveConfig(nullptr, env, &r));
+  EXPECT_EQ("/etc/tpar/tuning.json", r.tuning_file);
+  EXPECT_EQ("/fixtures/two sockets.xml", r.topo_file);
+}
+
 TEST(EnvParse, MalformedValuesFailNamingTheVariable) {
   const std::map<std::string, std::string> bad[] = {
       {{"TPAR_TIMEOUT_MS", "abc"}},         {{"TPAR_TIMEOUT_MS", "-1"}},
       {{"TPAR_TIMEOUT_MS", "10ms"}},        {{"TPAR_MAX_BYTES_PER_CALL", "12Q"}},
       {{"TPAR_MAX_BYTES_PER_CALL", "1K"}},  {{"TPAR_MAX_BYTES_PER_CALL", "99999999999999999999"}},
       {{"TPAR_ALGO", "ring"}},              {{"TPAR_ALLOW_SHARED_DEVICE", "maybe"}},
+      {{"TPAR_ALGO", "hierarchical"}},
       {{"TPAR_THREADS", "100"}},            {{"TPAR_THREADS", "2048"}},
       {{"TPAR_MAX_BLOCKS", "-3"}},          {{"TPAR_DEBUG", "loud"}},
       {{"TPAR_EPOCH_START", "4294967296"}}, {{"TPAR_ONESHOT_MAX_BYTES", "x"}},

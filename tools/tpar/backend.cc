@@ -196,8 +196,10 @@ std::unique_ptr<Backend> makeBackend(const std::string& name, std::string* why) 
   if (name == "tpar") return makeTparBackend(tparAlgoAuto);
   if (name == "tpar:oneshot") return makeTparBackend(tparAlgoOneShot);
   if (name == "tpar:twoshot") return makeTparBackend(tparAlgoTwoShot);
+  if (name == "tpar:staged") return makeTparBackend(tparAlgoStaged);
+  if (name == "tpar:hier") return makeTparBackend(tparAlgoHierarchical);
   if (name == "nccl") return makeNcclBackend(why);
-  if (why) *why = "unknown backend '" + name + "' (tpar, tpar:oneshot, tpar:twoshot, nccl, nccl:p2p-sys, nccl:shm)";
+  if (why) *why = "unknown backend '" + name + "' (tpar, tpar:oneshot, tpar:twoshot, tpar:staged, tpar:hier, nccl, nccl:p2p-sys, nccl:shm)";
   return nullptr;
 }
 

@@ -517,7 +517,8 @@ int runWorker(const BenchOptions& opt, int ngpus) {
 }
 
 std::vector<std::string> defaultBackends(int ngpus) {
-  std::vector<std::string> b = {"tpar", "tpar:oneshot", "tpar:twoshot", "nccl"};
+  std::vector<std::string> b = {"tpar", "tpar:oneshot", "tpar:twoshot", "tpar:staged", "nccl"};
+  if (ngpus > 2) b.insert(b.begin() + 4, "tpar:hier");
   if (ngpus > 1) {
     b.push_back("nccl:p2p-sys");
     b.push_back("nccl:shm");
@@ -574,13 +575,16 @@ void registerOptions(CLI::App* app, BenchOptions* opt, std::shared_ptr<std::stri
         while (std::getline(ss, item, ',')) {
           std::string why;
           if (!ncclVariants().count(item) && item != "tpar" && item != "tpar:oneshot" &&
-              item != "tpar:twoshot" && item != "nccl")
+              item != "tpar:twoshot" && item != "tpar:staged" && item != "tpar:hier" &&
+              item != "nccl")
             *error = "--backends: unknown backend '" + item +
-                     "' (tpar, tpar:oneshot, tpar:twoshot, nccl, nccl:p2p-sys, nccl:shm)";
+                     "' (tpar, tpar:oneshot, tpar:twoshot, tpar:staged, tpar:hier, nccl, "
+                     "nccl:p2p-sys, nccl:shm)";
           opt->backends.push_back(item);
         }
       },
-      "comma-separated: tpar, tpar:oneshot, tpar:twoshot, nccl, nccl:p2p-sys, nccl:shm");
+      "comma-separated: tpar, tpar:oneshot, tpar:twoshot, tpar:staged, tpar:hier, nccl, "
+      "nccl:p2p-sys, nccl:shm");
   app->add_option_function<std::string>(
       "--ranks",
       [opt, error](const std::string& v) {

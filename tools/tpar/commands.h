@@ -18,6 +18,7 @@ Action addEnvCommand(CLI::App& root, const std::string& command_line);
 Action addBenchCommand(CLI::App& root, const std::string& command_line);
 Action addDoctorCommand(CLI::App& root, const std::string& command_line);
 Action addVerifyCommand(CLI::App& root, const std::string& command_line);
+Action addTuneCommand(CLI::App& root, const std::string& command_line);
 
 // `tpar` with no subcommand: info, then a short benchmark when a GPU is present.
 int runDefault(const std::string& command_line);

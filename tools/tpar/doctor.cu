@@ -412,6 +412,7 @@ nlohmann::json doctorJson(const DoctorResults& r, const Verdict& v) {
     topo.push_back(row);
   }
   j["topology"] = topo;
+  j["tpar_topology"] = topologyJson(r);
   j["pairs"] = nlohmann::json::array();
   for (const PairProbe& p : r.pairs) {
     nlohmann::json pj = {{"a", p.a},
@@ -513,6 +514,7 @@ std::string renderReport(const DoctorResults& r, const Verdict& v) {
                 note.c_str());
       }
     }
+    s += renderTopology(r);
     s += "\nNCCL: " +
          (r.nccl_version.empty() ? "not found (" + r.nccl_error + ")" : r.nccl_version) + "\n";
     s += "\nSelf-test on " + whereTested(r) +
@@ -550,6 +552,7 @@ int runDoctor(const DoctorOptions& o) {
   r.nccl_requested = !o.no_nccl;
   gatherInventory(&r);
   if (r.no_gpu.empty()) {
+    gatherTopology(&r);
     const ProbePlan plan = probePlan(o.quick);
     r.devices = chooseDevices(r);
     std::vector<int> all;

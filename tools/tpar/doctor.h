@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "topology/topology.h"
+
 namespace tpar_cli {
 
 // Exit codes of `tpar doctor`.
@@ -89,6 +91,10 @@ struct DoctorResults {
   std::vector<SelfTestResult> self_tests;
   int timing_iterations = 0;
   std::vector<TimingResult> timings;
+  // tpar's own view of every visible GPU (src/topology): link classes, islands, signature.
+  // Empty links with an empty error: not gathered (no GPU, or results made by hand).
+  tpar::Topology topology;
+  std::string topology_error;
 };
 
 struct Verdict {
@@ -126,6 +132,13 @@ nlohmann::json doctorJson(const DoctorResults& r, const Verdict& v);
 
 // The human-readable tables and the verdict.
 std::string renderReport(const DoctorResults& r, const Verdict& v);
+
+// The topology section (doctor_topology.cc): gathered from the live machine over every
+// visible GPU; its JSON object ("tpar_topology": source, signature, islands, links by class
+// name; null when not gathered) and its text ("" when not gathered).
+void gatherTopology(DoctorResults* r);
+nlohmann::json topologyJson(const DoctorResults& r);
+std::string renderTopology(const DoctorResults& r);
 
 struct DoctorOptions {
   std::string json_path;

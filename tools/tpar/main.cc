@@ -1,4 +1,4 @@
-// The `tpar` command: `tpar info | bench | doctor | verify | env`. With no subcommand it
+// The `tpar` command: `tpar info | bench | doctor | verify | tune | env`. With no subcommand it
 // describes the machine and runs a short benchmark on its GPUs.
 #include <cstdio>
 #include <string>
@@ -26,6 +26,7 @@ int main(int argc, char** argv) {
   add(tpar_cli::addBenchCommand(app, cmdline));
   add(tpar_cli::addDoctorCommand(app, cmdline));
   add(tpar_cli::addVerifyCommand(app, cmdline));
+  add(tpar_cli::addTuneCommand(app, cmdline));
   add(tpar_cli::addEnvCommand(app, cmdline));
   CLI11_PARSE(app, argc, argv);
   for (auto& [sub, action] : commands) {

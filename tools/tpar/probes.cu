@@ -559,7 +559,7 @@ void probeLinks(const ProbePlan& plan, DoctorResults* r) {
 
 void runSelfTests(DoctorResults* r) {
   const std::vector<int>& devs = r->devices;
-  for (const char* name : {"tpar:oneshot", "tpar:twoshot"}) {
+  for (const char* name : {"tpar:oneshot", "tpar:twoshot", "tpar:staged", "tpar:hier"}) {
     progress(std::string("self-test of ") + name);
     SelfTestResult t;
     t.backend = name;

@@ -17,7 +17,7 @@ constexpr int64_t kMaxIntermediate = 262144;
 constexpr int64_t kMaxTokens = 16384;
 constexpr int64_t kMaxIters = 100000;
 
-const char* const kBackendNames[] = {"tpar", "tpar:oneshot", "tpar:twoshot", "nccl"};
+const char* const kBackendNames[] = {"tpar", "tpar:oneshot", "tpar:twoshot", "tpar:staged", "tpar:hier", "nccl"};
 
 std::string presetNames() {
   std::string s;
@@ -41,7 +41,7 @@ std::string parseBackendList(const std::string& text, std::vector<std::string>* 
     if (item.empty()) return "--backends: empty entry in '" + text + "'";
     if (std::find(std::begin(kBackendNames), std::end(kBackendNames), item) ==
         std::end(kBackendNames))
-      return "--backends: unknown backend '" + item + "' (tpar, tpar:oneshot, tpar:twoshot, nccl)";
+      return "--backends: unknown backend '" + item + "' (tpar, tpar:oneshot, tpar:twoshot, tpar:staged, tpar:hier, nccl)";
     if (std::find(out->begin(), out->end(), item) != out->end())
       return "--backends: '" + item + "' is listed twice";
     out->push_back(item);
@@ -83,7 +83,8 @@ void addVerifyOptions(CLI::App* sub, VerifyArgs* args) {
   sizeOption("--tp", &args->tp,
              "tensor-parallel ranks (default: every GPU; with one GPU, 8 virtual ranks)");
   sub->add_option("--backends", args->backends,
-                  "comma-separated: tpar, tpar:oneshot, tpar:twoshot, nccl (default tpar,nccl)");
+                  "comma-separated: tpar, tpar:oneshot, tpar:twoshot, tpar:staged, tpar:hier, nccl "
+                  "(default tpar,nccl)");
   sub->add_option("--accept-len", args->accept_len,
                   "tokens accepted per verify step, for the tokens/s projection (default 3.0)");
   sub->add_option("--draft-ms", args->draft_ms,

@@ -1,0 +1,448 @@
+#include "tuner/tuner.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cinttypes>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <map>
+
+#include <nlohmann/json.hpp>
+
+#include "core/env.h"
+#include "core/error.h"
+#include "topology/topology.h"
+#include "tuner/select.h"
+
+namespace tpar {
+namespace {
+
+constexpr const char* kFormatTag = "tpar-tuning";
+constexpr int kFormatVersion = 1;
+
+// A tuning file is a few kilobytes; refusing anything huge keeps communicator init from
+// reading whatever a wrong TPAR_TUNING_FILE points at.
+constexpr std::streamsize kMaxFileBytes = 4 << 20;
+
+// Staged pays n-1 dependent steps, each behind a flag round trip (~2-4.5 us over PCIe), so it
+// only makes sense above the one-shot limit. At bulk sizes the time is wire time, and no
+// measurement yet shows its rotation beating two-shot there; until `tpar tune` measures the
+// machine, two-shot keeps the sizes above this one.
+constexpr uint64_t kStagedMaxBytes = 4u << 20;
+
+const char* dtypeKey(tparDataType_t d) {
+  switch (d) {
+    case tparFloat32: return "float32";
+    case tparFloat16: return "float16";
+    case tparBfloat16: return "bfloat16";
+    default: return nullptr;
+  }
+}
+
+bool dtypeFromKey(const std::string& s, tparDataType_t* out) {
+  for (int d = 0; d < tparNumDataTypes; ++d) {
+    if (s == dtypeKey(static_cast<tparDataType_t>(d))) {
+      *out = static_cast<tparDataType_t>(d);
+      return true;
+    }
+  }
+  return false;
+}
+
+// Hierarchical needs equal islands; a table or a forced choice may name it on a group that
+// has none, and the communicator must still run.
+Plan runnable(Plan p, const TunerContext& ctx) {
+  if (p.algo == kernels::Algo::kHier && !ctx.hierarchical_ok) p.algo = kernels::Algo::kTwoShot;
+  return p;
+}
+
+bool validThreads(int64_t t) { return t == 0 || (t >= 64 && t <= 512 && t % 32 == 0); }
+
+// Field checks for tuningFromJson. Each failure names the field by its JSON path.
+tparResult_t bad(const std::string& field, const std::string& problem) {
+  return setError(tparInvalidArgument, "tuning table: field '%s' %s", field.c_str(),
+                  problem.c_str());
+}
+
+tparResult_t getInt(const nlohmann::json& obj, const std::string& key, const std::string& path,
+                    int64_t lo, int64_t hi, int64_t* out) {
+  auto it = obj.find(key);
+  if (it == obj.end()) return bad(path, "is missing");
+  if (!it->is_number_integer()) return bad(path, "is " + it->dump() + ", not a whole number");
+  // Unsigned values above INT64_MAX come back negative through get<int64_t>.
+  if (it->is_number_unsigned() && it->get<uint64_t>() > static_cast<uint64_t>(INT64_MAX))
+    return bad(path, "is " + it->dump() + ", out of range");
+  const int64_t v = it->get<int64_t>();
+  if (v < lo || v > hi) {
+    return bad(path, "is " + std::to_string(v) + "; expected " + std::to_string(lo) + ".." +
+                         std::to_string(hi));
+  }
+  *out = v;
+  return tparSuccess;
+}
+
+tparResult_t getString(const nlohmann::json& obj, const std::string& key, const std::string& path,
+                       bool required, std::string* out) {
+  auto it = obj.find(key);
+  if (it == obj.end()) return required ? bad(path, "is missing") : tparSuccess;
+  if (!it->is_string()) return bad(path, "is " + it->dump() + ", not a string");
+  *out = it->get<std::string>();
+  return tparSuccess;
+}
+
+tparResult_t entryFromJson(const nlohmann::json& e, size_t index, TuningEntry* out) {
+  const std::string at = "entries[" + std::to_string(index) + "]";
+  if (!e.is_object()) return bad(at, "is not an object");
+  TuningEntry entry;
+  std::string dtype;
+  TPAR_TRY(getString(e, "dtype", at + ".dtype", true, &dtype));
+  if (!dtypeFromKey(dtype, &entry.dtype))
+    return bad(at + ".dtype", "is '" + dtype + "'; expected float32, float16 or bfloat16");
+
+  auto mb = e.find("max_bytes");
+  if (mb == e.end()) return bad(at + ".max_bytes", "is missing");
+  if (!mb->is_number_integer()) return bad(at + ".max_bytes", "is " + mb->dump() + ", not a whole number");
+  if (!mb->is_number_unsigned() || mb->get<uint64_t>() == 0)
+    return bad(at + ".max_bytes", "is " + mb->dump() + "; expected a positive size");
+  entry.max_bytes = mb->get<uint64_t>();
+
+  std::string algo;
+  TPAR_TRY(getString(e, "algo", at + ".algo", true, &algo));
+  if (!algoFromName(algo, &entry.plan.algo))
+    return bad(at + ".algo", "is '" + algo + "'; expected oneshot, twoshot, staged or hier");
+
+  int64_t v = 0;
+  TPAR_TRY(getInt(e, "active_blocks", at + ".active_blocks", 0, kernels::kMaxBlocks, &v));
+  entry.plan.active_blocks = static_cast<int>(v);
+  TPAR_TRY(getInt(e, "threads", at + ".threads", 0, kernels::kMaxThreads, &v));
+  if (!validThreads(v))
+    return bad(at + ".threads", "is " + std::to_string(v) + "; expected 0 or a multiple of 32 in 64..512");
+  entry.plan.threads = static_cast<int>(v);
+
+  // "us" is informational and optional; when present it is a real measurement.
+  auto us = e.find("us");
+  if (us != e.end()) {
+    if (!us->is_number() || !std::isfinite(us->get<double>()) || us->get<double>() <= 0)
+      return bad(at + ".us", "is " + us->dump() + "; expected a positive number of microseconds");
+    entry.us = us->get<double>();
+  }
+  *out = entry;
+  return tparSuccess;
+}
+
+// A signature can be anything the topology module makes of the machine; only a plain one is
+// put into a file name as it is, anything else as a hash of it.
+std::string fileNamePart(const std::string& signature) {
+  bool plain = !signature.empty() && signature.size() <= 64 && signature[0] != '.';
+  for (char c : signature) {
+    plain &= (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+             c == '-' || c == '_' || c == '.';
+  }
+  if (plain) return signature;
+  uint64_t h = 1469598103934665603ull;  // FNV-1a: stable across builds and platforms
+  for (unsigned char c : signature) {
+    h ^= c;
+    h *= 1099511628211ull;
+  }
+  char buf[17];
+  std::snprintf(buf, sizeof(buf), "%016" PRIx64, h);
+  return buf;
+}
+
+// mkdir -p. Succeeds when the directory exists already.
+bool makeDirs(const std::string& dir, std::string* why) {
+  if (dir.empty()) return true;
+  for (size_t pos = 1; pos <= dir.size(); ++pos) {
+    if (pos != dir.size() && dir[pos] != '/') continue;
+    const std::string prefix = dir.substr(0, pos);
+    if (mkdir(prefix.c_str(), 0755) != 0 && errno != EEXIST) {
+      *why = "cannot create directory " + prefix + ": " + std::strerror(errno);
+      return false;
+    }
+  }
+  struct stat st;
+  if (stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+    *why = dir + " is not a directory";
+    return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+const char* algoName(kernels::Algo a) {
+  switch (a) {
+    case kernels::Algo::kOneShot: return "oneshot";
+    case kernels::Algo::kTwoShot: return "twoshot";
+    case kernels::Algo::kStaged: return "staged";
+    case kernels::Algo::kHier: return "hier";
+  }
+  return "unknown";
+}
+
+bool algoFromName(const std::string& name, kernels::Algo* out) {
+  for (kernels::Algo a : {kernels::Algo::kOneShot, kernels::Algo::kTwoShot,
+                          kernels::Algo::kStaged, kernels::Algo::kHier}) {
+    if (name == algoName(a)) {
+      *out = a;
+      return true;
+    }
+  }
+  return false;
+}
+
+Plan defaultPlan(uint64_t bytes, tparDataType_t dtype, const TunerContext& ctx,
+                 int64_t one_shot_max_bytes) {
+  (void)dtype;  // the built-in thresholds are in bytes; only a measured table tells dtypes apart
+  Plan p;       // active_blocks = threads = 0: the kernels size themselves from the work
+  const uint64_t one_shot_limit = one_shot_max_bytes >= 0
+                                      ? static_cast<uint64_t>(one_shot_max_bytes)
+                                      : defaultOneShotMaxBytes(ctx.nranks);
+  // Small messages are latency-bound: one crossing beats two even though it moves (n-1)x the
+  // bytes. One rank has nothing to exchange either way.
+  if (bytes <= one_shot_limit || ctx.nranks <= 1) {
+    p.algo = kernels::Algo::kOneShot;
+    return p;
+  }
+  const int worst = ctx.worst_link;
+  if (worst >= static_cast<int>(LinkClass::kAcrossNuma) && ctx.hierarchical_ok) {
+    // The inter-socket link (~24 GB/s) is half a PCIe Gen5 hop and every byte crossing it
+    // also crosses both root complexes: reduce inside each island first so that only one
+    // partial sum per island crosses.
+    p.algo = kernels::Algo::kHier;
+    return p;
+  }
+  if (worst >= static_cast<int>(LinkClass::kSameHostBridge) && !ctx.hierarchical_ok &&
+      ctx.nranks > 2 && bytes <= kStagedMaxBytes) {
+    // Every peer-to-peer write between these GPUs passes through a root complex. Two-shot's
+    // all-to-all pushes make n-1 streams converge on each GPU's port at once, and the root
+    // complex's posted-write buffering collapses under that fan-in (the failure that makes
+    // the engines' custom all-reduce slower than NCCL beyond two PCIe GPUs). Staged keeps
+    // one inbound and one outbound stream per GPU and step.
+    p.algo = kernels::Algo::kStaged;
+    return p;
+  }
+  // Behind one switch (or with two ranks, where all-to-all is a single pair) the fan-in is
+  // absorbed by the switch and two-shot's bandwidth-optimal traffic wins.
+  p.algo = kernels::Algo::kTwoShot;
+  return p;
+}
+
+Plan selectPlan(uint64_t bytes, tparDataType_t dtype, const TunerContext& ctx,
+                const TuningTable* table, tparAlgo_t forced, int64_t one_shot_max_bytes) {
+  Plan forced_plan;
+  switch (forced) {
+    case tparAlgoOneShot: forced_plan.algo = kernels::Algo::kOneShot; return forced_plan;
+    case tparAlgoTwoShot: forced_plan.algo = kernels::Algo::kTwoShot; return forced_plan;
+    case tparAlgoStaged: forced_plan.algo = kernels::Algo::kStaged; return forced_plan;
+    case tparAlgoHierarchical:
+      forced_plan.algo = kernels::Algo::kHier;
+      return runnable(forced_plan, ctx);
+    default: break;
+  }
+  // A table measured on another machine or rank count says nothing about this one.
+  if (table != nullptr && table->signature == ctx.signature && table->nranks == ctx.nranks) {
+    const TuningEntry* last = nullptr;
+    for (const TuningEntry& e : table->entries) {
+      if (e.dtype != dtype) continue;
+      if (e.max_bytes >= bytes) return runnable(e.plan, ctx);
+      last = &e;
+    }
+    // Beyond the largest measured size the largest size's answer is the best evidence.
+    if (last != nullptr) return runnable(last->plan, ctx);
+    // No entry for this dtype: the defaults, rather than another dtype's crossovers.
+  }
+  return defaultPlan(bytes, dtype, ctx, one_shot_max_bytes);
+}
+
+std::string tuningToJson(const TuningTable& table) {
+  // Ordered keys: the file is meant to be read by people too.
+  nlohmann::ordered_json j;
+  j["format"] = kFormatTag;
+  j["version"] = kFormatVersion;
+  j["signature"] = table.signature;
+  j["nranks"] = table.nranks;
+  j["created"] = table.created;
+  j["gpu"] = table.gpu;
+  j["entries"] = nlohmann::ordered_json::array();
+  for (const TuningEntry& e : table.entries) {
+    nlohmann::ordered_json o;
+    const char* key = dtypeKey(e.dtype);
+    o["dtype"] = key != nullptr ? key : "unknown";
+    o["max_bytes"] = e.max_bytes;
+    o["algo"] = algoName(e.plan.algo);
+    o["active_blocks"] = e.plan.active_blocks;
+    o["threads"] = e.plan.threads;
+    if (e.us > 0) o["us"] = std::round(e.us * 1000.0) / 1000.0;
+    j["entries"].push_back(o);
+  }
+  return j.dump(2) + "\n";
+}
+
+tparResult_t tuningFromJson(const std::string& text, TuningTable* out) {
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::parse_error& e) {
+    return setError(tparInvalidArgument, "tuning table: not valid JSON (%s)", e.what());
+  }
+  if (!j.is_object()) return bad("(top level)", "is not a JSON object");
+  TuningTable t;
+  std::string format;
+  TPAR_TRY(getString(j, "format", "format", true, &format));
+  if (format != kFormatTag) return bad("format", "is '" + format + "'; expected '" + kFormatTag + "'");
+  int64_t v = 0;
+  auto ver = j.find("version");
+  if (ver == j.end()) return bad("version", "is missing");
+  if (!ver->is_number_integer() || ver->get<int64_t>() != kFormatVersion) {
+    return bad("version", "is " + ver->dump() + "; this library reads version " +
+                              std::to_string(kFormatVersion) + " (re-run `tpar tune`)");
+  }
+  TPAR_TRY(getString(j, "signature", "signature", true, &t.signature));
+  if (t.signature.empty()) return bad("signature", "is empty");
+  TPAR_TRY(getInt(j, "nranks", "nranks", 1, TPAR_MAX_RANKS, &v));
+  t.nranks = static_cast<int>(v);
+  TPAR_TRY(getString(j, "created", "created", false, &t.created));
+  TPAR_TRY(getString(j, "gpu", "gpu", false, &t.gpu));
+
+  auto entries = j.find("entries");
+  if (entries == j.end()) return bad("entries", "is missing");
+  if (!entries->is_array()) return bad("entries", "is not an array");
+  if (entries->empty()) return bad("entries", "is empty");
+  std::map<int, uint64_t> previous;  // per dtype: the last max_bytes, to check the order
+  for (size_t i = 0; i < entries->size(); ++i) {
+    TuningEntry e;
+    TPAR_TRY(entryFromJson((*entries)[i], i, &e));
+    auto it = previous.find(e.dtype);
+    if (it != previous.end() && e.max_bytes <= it->second) {
+      return bad("entries[" + std::to_string(i) + "].max_bytes",
+                 "is " + std::to_string(e.max_bytes) + ", not above the previous " +
+                     dtypeKey(e.dtype) + " entry's " + std::to_string(it->second) +
+                     " (sizes must ascend per dtype)");
+    }
+    previous[e.dtype] = e.max_bytes;
+    t.entries.push_back(e);
+  }
+  *out = std::move(t);
+  return tparSuccess;
+}
+
+tparResult_t loadTuningFile(const std::string& path, const TunerContext& ctx, TuningTable* out) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) {
+    return setError(tparSystemError, "cannot read tuning file %s: %s", path.c_str(),
+                    std::strerror(errno));
+  }
+  std::string text;
+  text.resize(static_cast<size_t>(kMaxFileBytes) + 1);
+  f.read(&text[0], kMaxFileBytes + 1);
+  if (f.bad()) {
+    return setError(tparSystemError, "cannot read tuning file %s: %s", path.c_str(),
+                    std::strerror(errno));
+  }
+  text.resize(static_cast<size_t>(f.gcount()));
+  if (f.gcount() > kMaxFileBytes) {
+    return setError(tparInvalidArgument, "tuning file %s is larger than %lld bytes",
+                    path.c_str(), static_cast<long long>(kMaxFileBytes));
+  }
+  TuningTable t;
+  if (tuningFromJson(text, &t) != tparSuccess) {
+    const std::string why = lastError();
+    return setError(tparInvalidArgument, "tuning file %s: %s", path.c_str(), why.c_str());
+  }
+  if (t.signature != ctx.signature || t.nranks != ctx.nranks) {
+    return setError(tparInvalidArgument,
+                    "tuning file %s was measured for topology '%s' with %d ranks; this group "
+                    "is topology '%s' with %d ranks (re-run `tpar tune`)",
+                    path.c_str(), t.signature.c_str(), t.nranks, ctx.signature.c_str(),
+                    ctx.nranks);
+  }
+  t.source = path;
+  *out = std::move(t);
+  return tparSuccess;
+}
+
+tparResult_t saveTuningFile(const std::string& path, const TuningTable& table) {
+  if (path.empty()) return setError(tparInvalidArgument, "tuning file path is empty");
+  // Refuse to write what loadTuningFile would reject.
+  const std::string text = tuningToJson(table);
+  TuningTable check;
+  if (tuningFromJson(text, &check) != tparSuccess) {
+    const std::string why = lastError();
+    return setError(tparInvalidArgument, "not saving %s: %s", path.c_str(), why.c_str());
+  }
+  const size_t slash = path.rfind('/');
+  const std::string dir = slash == std::string::npos ? "" : path.substr(0, slash);
+  std::string why;
+  if (!makeDirs(dir, &why)) return setError(tparSystemError, "saving %s: %s", path.c_str(), why.c_str());
+  // Temp file + rename in the same directory: a communicator starting while `tpar tune`
+  // writes sees the old file or the new one, never half of one.
+  std::string tmp = path + ".tmp.XXXXXX";
+  const int fd = mkstemp(&tmp[0]);
+  if (fd < 0) {
+    return setError(tparSystemError, "saving %s: cannot create %s: %s", path.c_str(),
+                    tmp.c_str(), std::strerror(errno));
+  }
+  fchmod(fd, 0644);  // mkstemp makes 0600; the table is not a secret
+  size_t done = 0;
+  while (done < text.size()) {
+    const ssize_t n = write(fd, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const int err = errno;
+      close(fd);
+      unlink(tmp.c_str());
+      return setError(tparSystemError, "saving %s: write failed: %s", path.c_str(),
+                      std::strerror(err));
+    }
+    done += static_cast<size_t>(n);
+  }
+  if (fsync(fd) != 0 || close(fd) != 0) {
+    const int err = errno;
+    unlink(tmp.c_str());
+    return setError(tparSystemError, "saving %s: %s", path.c_str(), std::strerror(err));
+  }
+  if (rename(tmp.c_str(), path.c_str()) != 0) {
+    const int err = errno;
+    unlink(tmp.c_str());
+    return setError(tparSystemError, "saving %s: rename failed: %s", path.c_str(),
+                    std::strerror(err));
+  }
+  return tparSuccess;
+}
+
+std::string tuningFilePathFrom(const TunerContext& ctx, const std::string& tuning_file,
+                               const char* xdg_cache_home, const char* home) {
+  if (!tuning_file.empty()) return tuning_file;
+  std::string dir;
+  // The XDG base directory spec says to ignore a relative XDG_CACHE_HOME.
+  if (xdg_cache_home != nullptr && xdg_cache_home[0] == '/') {
+    dir = std::string(xdg_cache_home) + "/tpar";
+  } else if (home != nullptr && home[0] != '\0') {
+    dir = std::string(home) + "/.cache/tpar";
+  } else {
+    return "";
+  }
+  return dir + "/tuning-" + fileNamePart(ctx.signature) + "-" + std::to_string(ctx.nranks) +
+         ".json";
+}
+
+std::string tuningFilePath(const TunerContext& ctx) {
+  const Env* env = nullptr;
+  std::string file;
+  // processEnv records a parse failure as this thread's last error; the communicator has
+  // reported it already, so keep the caller's text and fall back to the default location.
+  const std::string saved = lastError();
+  if (processEnv(&env) == tparSuccess) file = env->tuning_file;
+  else setError(tparSuccess, "%s", saved.c_str());
+  // XDG_CACHE_HOME and HOME belong to the desktop and the shell, not to tpar: they are not in
+  // tpar's registry and are read where they are used.
+  return tuningFilePathFrom(ctx, file, std::getenv("XDG_CACHE_HOME"), std::getenv("HOME"));
+}
+
+}  // namespace tpar

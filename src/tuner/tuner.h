@@ -1,0 +1,82 @@
+// (bytes, ranks, dtype, topology) -> algorithm and launch shape. A pure function of inputs that
+// are identical on every rank of a communicator, so every rank picks the same plan by
+// construction. Built-in defaults per link class; a tuning table measured by `tpar tune` on the
+// machine (JSON keyed by the topology signature) replaces them when present.
+#ifndef TPAR_TUNER_TUNER_H_
+#define TPAR_TUNER_TUNER_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "kernels/launch.h"
+#include "tpar/tpar.h"
+
+namespace tpar {
+
+struct Plan {
+  kernels::Algo algo = kernels::Algo::kOneShot;
+  int active_blocks = 0;  // 0: every block of the communicator's grid
+  int threads = 0;        // 0: sized from the work (kernels::threadsFor)
+};
+
+// What the tuner knows about the group (the same on every rank).
+struct TunerContext {
+  int nranks = 1;
+  std::string signature;          // Topology::signature
+  int islands = 1;                // number of islands
+  int island_size = 1;            // ranks per island when all islands are equal, else 0
+  int worst_link = 0;             // LinkClass of the worst pair, as int
+  bool hierarchical_ok = false;   // islands are equal-sized and > 1 (kernels can run it)
+};
+
+// One measured size bucket: messages up to max_bytes use this plan.
+struct TuningEntry {
+  uint64_t max_bytes = 0;
+  tparDataType_t dtype = tparBfloat16;
+  Plan plan;
+  double us = 0;  // time measured by `tpar tune` (0: not measured); for people, not for choice
+};
+
+struct TuningTable {
+  std::string signature;
+  int nranks = 0;
+  std::vector<TuningEntry> entries;  // ascending max_bytes per dtype
+  std::string created;               // when it was measured (ISO 8601, UTC); informational
+  std::string gpu;                   // GPU name it was measured on; informational
+  std::string source;                // file it came from (not stored in the file)
+};
+
+// The built-in choice for this context (no table).
+Plan defaultPlan(uint64_t bytes, tparDataType_t dtype, const TunerContext& ctx,
+                 int64_t one_shot_max_bytes);
+
+// The plan for a call: `forced` (TPAR_ALGO / config) first, then the table when it matches the
+// context, then the defaults. An algorithm the context cannot run (hierarchical without equal
+// islands) falls back to two-shot.
+Plan selectPlan(uint64_t bytes, tparDataType_t dtype, const TunerContext& ctx,
+                const TuningTable* table, tparAlgo_t forced, int64_t one_shot_max_bytes);
+
+// Reads a tuning file. A file that does not parse, has another format version, or names
+// another topology signature or rank count fails with tparInvalidArgument and a message naming
+// the file and the problem; the caller then uses the defaults. A file that cannot be read
+// (missing, unreadable) fails with tparSystemError naming the path.
+tparResult_t loadTuningFile(const std::string& path, const TunerContext& ctx, TuningTable* out);
+tparResult_t saveTuningFile(const std::string& path, const TuningTable& table);
+std::string tuningToJson(const TuningTable& table);
+tparResult_t tuningFromJson(const std::string& text, TuningTable* out);
+
+// Where the communicator looks for a table: $TPAR_TUNING_FILE, else
+// $XDG_CACHE_HOME/tpar or ~/.cache/tpar, file "tuning-<signature hash>-<nranks>.json".
+std::string tuningFilePath(const TunerContext& ctx);
+// The same from explicit values (null or empty: unset), so that tests need not touch the
+// process environment. "" when no directory can be named (no HOME either).
+std::string tuningFilePathFrom(const TunerContext& ctx, const std::string& tuning_file,
+                               const char* xdg_cache_home, const char* home);
+
+const char* algoName(kernels::Algo a);        // "oneshot", "twoshot", "staged", "hier"
+bool algoFromName(const std::string& name, kernels::Algo* out);
+
+}  // namespace tpar
+
+#endif  // TPAR_TUNER_TUNER_H_

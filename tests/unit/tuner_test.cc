@@ -1,0 +1,504 @@
+// The tuner: built-in plans per topology, forced algorithms, tuning tables and their files,
+// and the pure parts of `tpar tune` (no GPU needed).
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <functional>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "tools/tpar/tune.h"
+#include "topology/topology.h"
+#include "tuner/select.h"
+#include "tuner/tuner.h"
+
+namespace tpar {
+namespace {
+
+using kernels::Algo;
+
+TunerContext context(int nranks, LinkClass worst, int islands, bool equal_islands,
+                     const std::string& signature = "sig-test") {
+  TunerContext c;
+  c.nranks = nranks;
+  c.signature = signature;
+  c.islands = islands;
+  c.island_size = equal_islands ? nranks / islands : 0;
+  c.worst_link = static_cast<int>(worst);
+  c.hierarchical_ok = equal_islands && islands > 1;
+  return c;
+}
+
+Algo pick(uint64_t bytes, const TunerContext& ctx, int64_t one_shot_max = -1) {
+  return defaultPlan(bytes, tparBfloat16, ctx, one_shot_max).algo;
+}
+
+constexpr uint64_t kK = 1024, kM = 1024 * 1024;
+
+TEST(TunerDefaults, TwoRanksBehindOneSwitchUseOneShotThenTwoShot) {
+  const TunerContext ctx = context(2, LinkClass::kSameSwitch, 1, true);
+  EXPECT_EQ(Algo::kOneShot, pick(1 * kK, ctx));
+  EXPECT_EQ(Algo::kOneShot, pick(defaultOneShotMaxBytes(2), ctx));
+  EXPECT_EQ(Algo::kTwoShot, pick(defaultOneShotMaxBytes(2) + 1, ctx));
+  EXPECT_EQ(Algo::kTwoShot, pick(64 * kM, ctx));
+  const Plan p = defaultPlan(64 * kM, tparBfloat16, ctx, -1);
+  EXPECT_EQ(0, p.active_blocks);
+  EXPECT_EQ(0, p.threads);
+}
+
+TEST(TunerDefaults, EightRanksOnTwoSocketsWithEqualIslandsGoHierarchicalAboveOneShot) {
+  const TunerContext ctx = context(8, LinkClass::kAcrossNuma, 2, true);
+  EXPECT_EQ(Algo::kOneShot, pick(4 * kK, ctx));
+  EXPECT_EQ(Algo::kOneShot, pick(defaultOneShotMaxBytes(8), ctx));
+  EXPECT_EQ(Algo::kHier, pick(defaultOneShotMaxBytes(8) + 16, ctx));
+  EXPECT_EQ(Algo::kHier, pick(1 * kM, ctx));
+  EXPECT_EQ(Algo::kHier, pick(64 * kM, ctx));
+  // No peer access at all is worse still: the same reasoning holds.
+  EXPECT_EQ(Algo::kHier, pick(1 * kM, context(8, LinkClass::kNoP2P, 2, true)));
+}
+
+TEST(TunerDefaults, EightRanksBehindOneSwitchUseTwoShot) {
+  const TunerContext ctx = context(8, LinkClass::kSameSwitch, 1, true);
+  EXPECT_EQ(Algo::kOneShot, pick(16 * kK, ctx));
+  EXPECT_EQ(Algo::kTwoShot, pick(112 * kK, ctx));
+  EXPECT_EQ(Algo::kTwoShot, pick(64 * kM, ctx));
+  EXPECT_EQ(Algo::kTwoShot, pick(1 * kM, context(8, LinkClass::kAcrossSwitches, 1, true)));
+}
+
+TEST(TunerDefaults, RootComplexWithoutEqualIslandsUsesStagedForMidSizes) {
+  const TunerContext phb = context(8, LinkClass::kSameHostBridge, 1, true);
+  EXPECT_EQ(Algo::kOneShot, pick(8 * kK, phb));
+  EXPECT_EQ(Algo::kStaged, pick(112 * kK, phb));
+  EXPECT_EQ(Algo::kStaged, pick(1 * kM, phb));
+  EXPECT_EQ(Algo::kTwoShot, pick(64 * kM, phb));
+  // Across sockets with islands of 5 and 3: hierarchical cannot run, staged can.
+  const TunerContext uneven = context(8, LinkClass::kAcrossNuma, 2, false);
+  EXPECT_EQ(Algo::kStaged, pick(384 * kK, uneven));
+  // With two ranks there is one pair: nothing to stage.
+  EXPECT_EQ(Algo::kTwoShot, pick(1 * kM, context(2, LinkClass::kSameHostBridge, 1, true)));
+  EXPECT_EQ(Algo::kStaged, pick(1 * kM, context(3, LinkClass::kSameHostBridge, 1, true)));
+}
+
+TEST(TunerDefaults, VirtualRanksOnOneGpuUseOneShotThenTwoShot) {
+  const TunerContext ctx = context(8, LinkClass::kSameDevice, 1, true);
+  EXPECT_EQ(Algo::kOneShot, pick(12 * kK, ctx));
+  EXPECT_EQ(Algo::kTwoShot, pick(384 * kK, ctx));
+  EXPECT_EQ(Algo::kTwoShot, pick(64 * kM, ctx));
+}
+
+TEST(TunerDefaults, OneShotLimitOverrideMovesTheThreshold) {
+  const TunerContext ctx = context(8, LinkClass::kSameSwitch, 1, true);
+  EXPECT_EQ(Algo::kTwoShot, pick(1 * kK, ctx, 0));
+  EXPECT_EQ(Algo::kOneShot, pick(1 * kM, ctx, 1 * kM));
+  EXPECT_EQ(Algo::kTwoShot, pick(1 * kM + 1, ctx, 1 * kM));
+  // Agrees with the old threshold function where both apply.
+  for (uint64_t b : {1 * kK, 32 * kK, 33 * kK, 8 * kM})
+    EXPECT_EQ(selectAlgo(b, 8, tparAlgoAuto, -1), pick(b, ctx)) << b;
+}
+
+TEST(TunerSelect, ForcedAlgorithmsWinOverTableAndDefaults) {
+  const TunerContext ctx = context(8, LinkClass::kAcrossNuma, 2, true);
+  TuningTable table;
+  table.signature = ctx.signature;
+  table.nranks = 8;
+  table.entries.push_back({1 << 30, tparBfloat16, {Algo::kStaged, 7, 128}, 0});
+  EXPECT_EQ(Algo::kOneShot, selectPlan(64 * kM, tparBfloat16, ctx, &table, tparAlgoOneShot, -1).algo);
+  EXPECT_EQ(Algo::kTwoShot, selectPlan(1 * kK, tparBfloat16, ctx, &table, tparAlgoTwoShot, -1).algo);
+  EXPECT_EQ(Algo::kStaged, selectPlan(1 * kK, tparBfloat16, ctx, nullptr, tparAlgoStaged, -1).algo);
+  EXPECT_EQ(Algo::kHier, selectPlan(1 * kK, tparBfloat16, ctx, nullptr, tparAlgoHierarchical, -1).algo);
+  const Plan forced = selectPlan(1 * kK, tparBfloat16, ctx, &table, tparAlgoTwoShot, -1);
+  EXPECT_EQ(0, forced.active_blocks);
+  EXPECT_EQ(0, forced.threads);
+}
+
+TEST(TunerSelect, ForcedHierarchicalFallsBackToTwoShotWithoutEqualIslands) {
+  for (const TunerContext& ctx : {context(8, LinkClass::kAcrossNuma, 2, false),
+                                  context(8, LinkClass::kSameSwitch, 1, true)}) {
+    EXPECT_EQ(Algo::kTwoShot,
+              selectPlan(1 * kM, tparBfloat16, ctx, nullptr, tparAlgoHierarchical, -1).algo);
+  }
+}
+
+TuningTable sampleTable() {
+  TuningTable t;
+  t.signature = "sig-test";
+  t.nranks = 8;
+  t.created = "2025-01-02T03:04:05Z";
+  t.gpu = "NVIDIA Test GPU";
+  t.entries = {
+      {4 * kK, tparBfloat16, {Algo::kOneShot, 0, 0}, 3.25},
+      {64 * kK, tparBfloat16, {Algo::kTwoShot, 16, 0}, 7.5},
+      {1 * kM, tparBfloat16, {Algo::kStaged, 0, 256}, 30.125},
+      {8 * kK, tparFloat32, {Algo::kTwoShot, 0, 0}, 4.0},
+      {2 * kM, tparFloat32, {Algo::kHier, 0, 0}, 0},
+  };
+  return t;
+}
+
+TEST(TunerSelect, TableEntriesCoverSizesUpToTheirMaxBytes) {
+  const TunerContext ctx = context(8, LinkClass::kAcrossNuma, 2, true);
+  const TuningTable t = sampleTable();
+  auto sel = [&](uint64_t b, tparDataType_t d) {
+    return selectPlan(b, d, ctx, &t, tparAlgoAuto, -1);
+  };
+  EXPECT_EQ(Algo::kOneShot, sel(1, tparBfloat16).algo);
+  EXPECT_EQ(Algo::kOneShot, sel(4 * kK, tparBfloat16).algo);
+  const Plan mid = sel(4 * kK + 2, tparBfloat16);
+  EXPECT_EQ(Algo::kTwoShot, mid.algo);
+  EXPECT_EQ(16, mid.active_blocks);
+  const Plan big = sel(1 * kM, tparBfloat16);
+  EXPECT_EQ(Algo::kStaged, big.algo);
+  EXPECT_EQ(256, big.threads);
+  // Beyond the last entry: the last entry's plan, not the defaults (which say hier here).
+  EXPECT_EQ(Algo::kStaged, sel(64 * kM, tparBfloat16).algo);
+  EXPECT_EQ(256, sel(64 * kM, tparBfloat16).threads);
+}
+
+TEST(TunerSelect, TableEntriesAreSeparatedByDtype) {
+  const TunerContext ctx = context(8, LinkClass::kAcrossNuma, 2, true);
+  const TuningTable t = sampleTable();
+  // bf16 at 2K is one-shot, float32 at 2K is two-shot: each dtype reads its own entries.
+  EXPECT_EQ(Algo::kOneShot, selectPlan(2 * kK, tparBfloat16, ctx, &t, tparAlgoAuto, -1).algo);
+  EXPECT_EQ(Algo::kTwoShot, selectPlan(2 * kK, tparFloat32, ctx, &t, tparAlgoAuto, -1).algo);
+  EXPECT_EQ(Algo::kHier, selectPlan(1 * kM, tparFloat32, ctx, &t, tparAlgoAuto, -1).algo);
+  // float16 has no entries: the built-in defaults, not another dtype's crossovers.
+  EXPECT_EQ(Algo::kOneShot, selectPlan(16 * kK, tparFloat16, ctx, &t, tparAlgoAuto, -1).algo);
+  EXPECT_EQ(Algo::kHier, selectPlan(256 * kK, tparFloat16, ctx, &t, tparAlgoAuto, -1).algo);
+}
+
+TEST(TunerSelect, TableOfAnotherTopologyOrRankCountIsIgnored) {
+  const TuningTable t = sampleTable();  // says staged at 1M for bf16
+  const TunerContext other_sig = context(8, LinkClass::kAcrossNuma, 2, true, "sig-other");
+  EXPECT_EQ(Algo::kHier, selectPlan(1 * kM, tparBfloat16, other_sig, &t, tparAlgoAuto, -1).algo);
+  const TunerContext other_n = context(4, LinkClass::kAcrossNuma, 2, true);
+  EXPECT_EQ(Algo::kHier, selectPlan(1 * kM, tparBfloat16, other_n, &t, tparAlgoAuto, -1).algo);
+  const TunerContext same = context(8, LinkClass::kAcrossNuma, 2, true);
+  EXPECT_EQ(Algo::kStaged, selectPlan(1 * kM, tparBfloat16, same, &t, tparAlgoAuto, -1).algo);
+}
+
+TEST(TunerSelect, TableNamingHierarchicalOnAGroupWithoutIslandsRunsTwoShot) {
+  const TunerContext ctx = context(8, LinkClass::kSameSwitch, 1, true);
+  const TuningTable t = sampleTable();  // float32 at 2M: hier
+  EXPECT_EQ(Algo::kTwoShot, selectPlan(2 * kM, tparFloat32, ctx, &t, tparAlgoAuto, -1).algo);
+}
+
+TEST(TunerNames, AlgoNamesRoundTripAndUnknownNamesAreRejected) {
+  for (Algo a : {Algo::kOneShot, Algo::kTwoShot, Algo::kStaged, Algo::kHier}) {
+    Algo back = Algo::kOneShot;
+    ASSERT_TRUE(algoFromName(algoName(a), &back)) << algoName(a);
+    EXPECT_EQ(a, back);
+  }
+  EXPECT_STREQ("hier", algoName(Algo::kHier));
+  Algo out = Algo::kStaged;
+  EXPECT_FALSE(algoFromName("ring", &out));
+  EXPECT_FALSE(algoFromName("", &out));
+  EXPECT_EQ(Algo::kStaged, out);
+}
+
+// A fresh directory under TMPDIR for one test, removed afterwards.
+class TuningFiles : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const char* tmp = std::getenv("TMPDIR");
+    std::string tmpl = std::string(tmp && *tmp ? tmp : "/tmp") + "/tpar_tuner_test_XXXXXX";
+    ASSERT_NE(nullptr, mkdtemp(&tmpl[0]));
+    dir_ = tmpl;
+  }
+  void TearDown() override {
+    if (!dir_.empty()) std::system(("rm -rf '" + dir_ + "'").c_str());
+  }
+  std::string write(const std::string& name, const std::string& text) {
+    const std::string path = dir_ + "/" + name;
+    std::ofstream(path) << text;
+    return path;
+  }
+  std::string dir_;
+};
+
+TEST_F(TuningFiles, SavedTableLoadsBackEqual) {
+  const TuningTable t = sampleTable();
+  const std::string path = dir_ + "/a/b/tuning.json";  // directories are created
+  ASSERT_EQ(tparSuccess, saveTuningFile(path, t)) << lastError();
+  TuningTable back;
+  ASSERT_EQ(tparSuccess, loadTuningFile(path, context(8, LinkClass::kAcrossNuma, 2, true), &back))
+      << lastError();
+  EXPECT_EQ(t.signature, back.signature);
+  EXPECT_EQ(t.nranks, back.nranks);
+  EXPECT_EQ(t.created, back.created);
+  EXPECT_EQ(t.gpu, back.gpu);
+  EXPECT_EQ(path, back.source);
+  ASSERT_EQ(t.entries.size(), back.entries.size());
+  for (size_t i = 0; i < t.entries.size(); ++i) {
+    EXPECT_EQ(t.entries[i].max_bytes, back.entries[i].max_bytes) << i;
+    EXPECT_EQ(t.entries[i].dtype, back.entries[i].dtype) << i;
+    EXPECT_EQ(t.entries[i].plan.algo, back.entries[i].plan.algo) << i;
+    EXPECT_EQ(t.entries[i].plan.active_blocks, back.entries[i].plan.active_blocks) << i;
+    EXPECT_EQ(t.entries[i].plan.threads, back.entries[i].plan.threads) << i;
+    EXPECT_DOUBLE_EQ(t.entries[i].us, back.entries[i].us) << i;
+  }
+  // Saving again replaces the file atomically and leaves no temporary behind.
+  ASSERT_EQ(tparSuccess, saveTuningFile(path, t)) << lastError();
+  const std::string listing = dir_ + "/a/b";
+  EXPECT_EQ(0, std::system(("test \"$(ls -A '" + listing + "')\" = tuning.json").c_str()));
+}
+
+TEST_F(TuningFiles, JsonCarriesTheDocumentedFields) {
+  const auto j = nlohmann::json::parse(tuningToJson(sampleTable()));
+  EXPECT_EQ("tpar-tuning", j["format"]);
+  EXPECT_EQ(1, j["version"]);
+  EXPECT_EQ("sig-test", j["signature"]);
+  EXPECT_EQ(8, j["nranks"]);
+  EXPECT_EQ("bfloat16", j["entries"][0]["dtype"]);
+  EXPECT_EQ(4096, j["entries"][0]["max_bytes"]);
+  EXPECT_EQ("oneshot", j["entries"][0]["algo"]);
+  EXPECT_EQ(3.25, j["entries"][0]["us"]);
+  EXPECT_FALSE(j["entries"][4].contains("us")) << "an unmeasured entry has no time";
+}
+
+// Loading `path` must fail naming `field` and the file, and leave the output alone.
+void expectRejected(const std::string& name, const std::string& field, const std::string& path) {
+  TuningTable out;
+  out.nranks = 99;
+  EXPECT_EQ(tparInvalidArgument,
+            loadTuningFile(path, context(8, LinkClass::kAcrossNuma, 2, true), &out))
+      << name;
+  EXPECT_NE(std::string::npos, lastError().find(field)) << name << ": " << lastError();
+  EXPECT_NE(std::string::npos, lastError().find(path)) << name << ": " << lastError();
+  EXPECT_EQ(99, out.nranks) << name << ": output written on failure";
+}
+
+TEST_F(TuningFiles, CorruptFilesAreRejectedNamingTheField) {
+  struct Case {
+    const char* name;
+    std::function<void(nlohmann::json&)> edit;
+    const char* field;
+  };
+  const std::vector<Case> cases = {
+      {"wrong format tag", [](nlohmann::json& j) { j["format"] = "nccl-tuning"; }, "'format'"},
+      {"no format tag", [](nlohmann::json& j) { j.erase("format"); }, "'format'"},
+      {"wrong version", [](nlohmann::json& j) { j["version"] = 2; }, "'version'"},
+      {"version as text", [](nlohmann::json& j) { j["version"] = "1"; }, "'version'"},
+      {"unknown algo", [](nlohmann::json& j) { j["entries"][1]["algo"] = "ring"; }, "'entries[1].algo'"},
+      {"descending sizes", [](nlohmann::json& j) { j["entries"][1]["max_bytes"] = 1024; },
+       "'entries[1].max_bytes'"},
+      {"equal sizes", [](nlohmann::json& j) { j["entries"][2]["max_bytes"] = 65536; },
+       "'entries[2].max_bytes'"},
+      {"negative size", [](nlohmann::json& j) { j["entries"][0]["max_bytes"] = -4096; },
+       "'entries[0].max_bytes'"},
+      {"zero size", [](nlohmann::json& j) { j["entries"][0]["max_bytes"] = 0; }, "'entries[0].max_bytes'"},
+      {"fractional size", [](nlohmann::json& j) { j["entries"][0]["max_bytes"] = 4096.5; },
+       "'entries[0].max_bytes'"},
+      {"negative blocks", [](nlohmann::json& j) { j["entries"][0]["active_blocks"] = -1; },
+       "'entries[0].active_blocks'"},
+      {"too many blocks", [](nlohmann::json& j) { j["entries"][0]["active_blocks"] = 2000; },
+       "'entries[0].active_blocks'"},
+      {"threads 100", [](nlohmann::json& j) { j["entries"][2]["threads"] = 100; }, "'entries[2].threads'"},
+      {"threads 1024", [](nlohmann::json& j) { j["entries"][2]["threads"] = 1024; }, "'entries[2].threads'"},
+      {"threads 32", [](nlohmann::json& j) { j["entries"][2]["threads"] = 32; }, "'entries[2].threads'"},
+      {"negative time", [](nlohmann::json& j) { j["entries"][0]["us"] = -3.0; }, "'entries[0].us'"},
+      {"negative ranks", [](nlohmann::json& j) { j["nranks"] = -8; }, "'nranks'"},
+      {"ranks as text", [](nlohmann::json& j) { j["nranks"] = "8"; }, "'nranks'"},
+      {"unknown dtype", [](nlohmann::json& j) { j["entries"][0]["dtype"] = "int8"; }, "'entries[0].dtype'"},
+      {"missing algo", [](nlohmann::json& j) { j["entries"][3].erase("algo"); }, "'entries[3].algo'"},
+      {"entries not a list", [](nlohmann::json& j) { j["entries"] = 5; }, "'entries'"},
+      {"no entries", [](nlohmann::json& j) { j["entries"] = nlohmann::json::array(); }, "'entries'"},
+      {"entry not an object", [](nlohmann::json& j) { j["entries"][0] = 4096; }, "'entries[0]'"},
+      {"empty signature", [](nlohmann::json& j) { j["signature"] = ""; }, "'signature'"},
+      {"top level list", [](nlohmann::json& j) { j = nlohmann::json::array({1, 2}); }, "top level"},
+  };
+  const std::string good = tuningToJson(sampleTable());
+  // The unedited file loads: every rejection below is caused by its edit.
+  TuningTable ok;
+  ASSERT_EQ(tparSuccess, loadTuningFile(write("good.json", good),
+                                        context(8, LinkClass::kAcrossNuma, 2, true), &ok))
+      << lastError();
+  for (const Case& c : cases) {
+    nlohmann::json j = nlohmann::json::parse(good);
+    c.edit(j);
+    expectRejected(c.name, c.field, write("bad.json", j.dump(2)));
+  }
+}
+
+TEST_F(TuningFiles, TruncatedJsonIsRejectedNamingTheFile) {
+  const std::string good = tuningToJson(sampleTable());
+  for (size_t cut : {size_t{0}, size_t{1}, good.size() / 2, good.size() - 3}) {
+    const std::string path = write("cut.json", good.substr(0, cut));
+    TuningTable out;
+    EXPECT_EQ(tparInvalidArgument,
+              loadTuningFile(path, context(8, LinkClass::kAcrossNuma, 2, true), &out))
+        << cut;
+    EXPECT_NE(std::string::npos, lastError().find(path)) << lastError();
+    EXPECT_NE(std::string::npos, lastError().find("not valid JSON")) << lastError();
+  }
+}
+
+TEST_F(TuningFiles, ForeignSignatureOrRankCountIsRejectedNamingBothValues) {
+  const std::string path = write("t.json", tuningToJson(sampleTable()));
+  TuningTable out;
+  EXPECT_EQ(tparInvalidArgument,
+            loadTuningFile(path, context(8, LinkClass::kAcrossNuma, 2, true, "sig-here"), &out));
+  EXPECT_NE(std::string::npos, lastError().find("'sig-test'")) << lastError();
+  EXPECT_NE(std::string::npos, lastError().find("'sig-here'")) << lastError();
+  EXPECT_EQ(tparInvalidArgument,
+            loadTuningFile(path, context(4, LinkClass::kAcrossNuma, 2, true), &out));
+  EXPECT_NE(std::string::npos, lastError().find("with 8 ranks")) << lastError();
+  EXPECT_NE(std::string::npos, lastError().find("with 4 ranks")) << lastError();
+}
+
+TEST_F(TuningFiles, MissingFileFailsNamingThePath) {
+  const std::string path = dir_ + "/does-not-exist.json";
+  TuningTable out;
+  EXPECT_EQ(tparSystemError, loadTuningFile(path, context(8, LinkClass::kSameSwitch, 1, true), &out));
+  EXPECT_NE(std::string::npos, lastError().find(path)) << lastError();
+}
+
+TEST_F(TuningFiles, SavingAnInvalidTableFailsAndWritesNothing) {
+  TuningTable t = sampleTable();
+  t.entries[2].plan.threads = 100;
+  const std::string path = dir_ + "/never.json";
+  EXPECT_EQ(tparInvalidArgument, saveTuningFile(path, t));
+  EXPECT_NE(std::string::npos, lastError().find("threads")) << lastError();
+  EXPECT_NE(0, access(path.c_str(), F_OK));
+}
+
+TEST(TuningPath, TuningFileVariableWinsOverCacheDirectories) {
+  const TunerContext ctx = context(8, LinkClass::kSameSwitch, 1, true, "sig-abc");
+  EXPECT_EQ("/etc/tpar.json", tuningFilePathFrom(ctx, "/etc/tpar.json", "/xdg", "/home/u"));
+}
+
+TEST(TuningPath, CacheDirectoryFollowsXdgThenHome) {
+  const TunerContext ctx = context(8, LinkClass::kSameSwitch, 1, true, "sig-abc");
+  EXPECT_EQ("/xdg/tpar/tuning-sig-abc-8.json", tuningFilePathFrom(ctx, "", "/xdg", "/home/u"));
+  EXPECT_EQ("/home/u/.cache/tpar/tuning-sig-abc-8.json", tuningFilePathFrom(ctx, "", nullptr, "/home/u"));
+  EXPECT_EQ("/home/u/.cache/tpar/tuning-sig-abc-8.json", tuningFilePathFrom(ctx, "", "", "/home/u"));
+  // The XDG spec says to ignore a relative XDG_CACHE_HOME.
+  EXPECT_EQ("/home/u/.cache/tpar/tuning-sig-abc-8.json", tuningFilePathFrom(ctx, "", "rel", "/home/u"));
+  EXPECT_EQ("", tuningFilePathFrom(ctx, "", nullptr, nullptr));
+  const TunerContext four = context(4, LinkClass::kSameSwitch, 1, true, "sig-abc");
+  EXPECT_EQ("/xdg/tpar/tuning-sig-abc-4.json", tuningFilePathFrom(four, "", "/xdg", nullptr));
+}
+
+TEST(TuningPath, SignaturesThatAreNotPlainNamesAreHashed) {
+  const TunerContext odd = context(8, LinkClass::kSameSwitch, 1, true, "numa0:[0,1]/numa1:[2,3]");
+  const std::string p = tuningFilePathFrom(odd, "", "/xdg", nullptr);
+  ASSERT_EQ(0u, p.find("/xdg/tpar/tuning-")) << p;
+  const std::string name = p.substr(std::string("/xdg/tpar/").size());
+  EXPECT_EQ(std::string::npos, name.find('/')) << p;
+  EXPECT_EQ(std::string::npos, name.find('[')) << p;
+  EXPECT_EQ(p, tuningFilePathFrom(odd, "", "/xdg", nullptr)) << "not stable";
+  const TunerContext other = context(8, LinkClass::kSameSwitch, 1, true, "numa0:[0,2]/numa1:[1,3]");
+  EXPECT_NE(p, tuningFilePathFrom(other, "", "/xdg", nullptr));
+}
+
+}  // namespace
+}  // namespace tpar
+
+namespace tpar_cli {
+namespace {
+
+TEST(TuneArgs, DefaultsCoverOneKibToSixtyFourMibByTwo) {
+  TuneOptions opt;
+  ASSERT_EQ("", parseTuneArgs({}, &opt));
+  const auto sizes = tuneSizes(opt);
+  ASSERT_EQ(17u, sizes.size());
+  EXPECT_EQ(1024u, sizes.front());
+  EXPECT_EQ(64u << 20, sizes.back());
+  EXPECT_EQ(std::vector<tparDataType_t>{tparBfloat16}, opt.dtypes);
+  EXPECT_TRUE(opt.shapes);
+  EXPECT_EQ("", opt.output);
+}
+
+TEST(TuneArgs, OptionsLikeBenchAreUnderstood) {
+  TuneOptions opt;
+  ASSERT_EQ("", parseTuneArgs({"--sizes", "64K,4K,4K,1M", "-n", "20", "-w", "2", "-d",
+                               "float16,float32", "--ranks", "4", "--output", "/tmp/t.json",
+                               "--shapes", "0"},
+                              &opt));
+  EXPECT_EQ((std::vector<size_t>{4096, 65536, 1u << 20}), tuneSizes(opt));
+  EXPECT_EQ(20, opt.iters);
+  EXPECT_EQ(2, opt.warmup);
+  EXPECT_EQ((std::vector<tparDataType_t>{tparFloat16, tparFloat32}), opt.dtypes);
+  EXPECT_EQ(4, opt.ranks);
+  EXPECT_EQ("/tmp/t.json", opt.output);
+  EXPECT_FALSE(opt.shapes);
+  TuneOptions bad;
+  EXPECT_NE("", parseTuneArgs({"-d", "int8"}, &bad));
+  TuneOptions bad2;
+  EXPECT_NE("", parseTuneArgs({"--ranks", "99"}, &bad2));
+  TuneOptions bad3;
+  EXPECT_NE("", parseTuneArgs({"--sizes", "4K,x"}, &bad3));
+}
+
+TuneCandidate cand(tpar::kernels::Algo a, int blocks, double us, long long wrong,
+                   const std::string& error = "") {
+  TuneCandidate c;
+  c.plan.algo = a;
+  c.plan.active_blocks = blocks;
+  c.us = us;
+  c.wrong = wrong;
+  c.error = error;
+  return c;
+}
+
+TEST(TunePick, FastestCorrectPlanWinsAndWrongOrFailedPlansNever) {
+  using A = tpar::kernels::Algo;
+  const std::vector<TuneCandidate> cs = {
+      cand(A::kOneShot, 0, 10.0, 0), cand(A::kTwoShot, 0, 8.0, 0),
+      cand(A::kStaged, 0, 2.0, 5),  // fastest but wrong
+      cand(A::kHier, 0, 1.0, -1, "not supported here"), cand(A::kTwoShot, 16, 7.0, 0)};
+  EXPECT_EQ(4, pickFastest(cs, 0.03));
+  // Within the noise margin the earlier candidate stays.
+  const std::vector<TuneCandidate> close = {cand(A::kOneShot, 0, 10.0, 0),
+                                            cand(A::kTwoShot, 0, 9.9, 0)};
+  EXPECT_EQ(0, pickFastest(close, 0.03));
+  EXPECT_EQ(1, pickFastest(close, 0.0));
+  EXPECT_EQ(-1, pickFastest({cand(A::kOneShot, 0, 3.0, 1)}, 0.03));
+}
+
+TEST(TunePick, TableHasOneEntryPerBucketAndKeepsOtherDtypes) {
+  using A = tpar::kernels::Algo;
+  tpar::TunerContext ctx;
+  ctx.nranks = 4;
+  ctx.signature = "sig-t";
+  std::vector<TuneBucket> buckets(3);
+  buckets[0].bytes = 4096;
+  buckets[0].candidates = {cand(A::kOneShot, 0, 3.0, 0), cand(A::kTwoShot, 0, 5.0, 0)};
+  buckets[1].bytes = 65536;
+  buckets[1].candidates = {cand(A::kOneShot, 0, 3.0, 7)};  // nothing correct: left out
+  buckets[2].bytes = 1 << 20;
+  buckets[2].candidates = {cand(A::kOneShot, 0, 30.0, 0), cand(A::kTwoShot, 8, 12.0, 0)};
+  tpar::TuningTable old;
+  old.signature = "sig-t";
+  old.nranks = 4;
+  old.entries = {{8192, tparFloat32, {A::kTwoShot, 0, 0}, 2.0},
+                 {2048, tparBfloat16, {A::kHier, 0, 0}, 1.0}};  // replaced by the new bf16
+  const tpar::TuningTable t = tableFromBuckets(buckets, ctx, &old, 0.03);
+  EXPECT_EQ("sig-t", t.signature);
+  EXPECT_EQ(4, t.nranks);
+  ASSERT_EQ(3u, t.entries.size());
+  EXPECT_EQ(tparFloat32, t.entries[0].dtype);
+  EXPECT_EQ(8192u, t.entries[0].max_bytes);
+  EXPECT_EQ(4096u, t.entries[1].max_bytes);
+  EXPECT_EQ(A::kOneShot, t.entries[1].plan.algo);
+  EXPECT_DOUBLE_EQ(3.0, t.entries[1].us);
+  EXPECT_EQ(1u << 20, t.entries[2].max_bytes);
+  EXPECT_EQ(A::kTwoShot, t.entries[2].plan.algo);
+  EXPECT_EQ(8, t.entries[2].plan.active_blocks);
+  // The result is a valid table.
+  tpar::TuningTable back;
+  EXPECT_EQ(tparSuccess, tpar::tuningFromJson(tpar::tuningToJson(t), &back)) << tpar::lastError();
+  // A previous table of another topology contributes nothing.
+  old.signature = "sig-other";
+  EXPECT_EQ(2u, tableFromBuckets(buckets, ctx, &old, 0.03).entries.size());
+}
+
+}  // namespace
+}  // namespace tpar_cli
