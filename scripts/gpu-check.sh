@@ -1,17 +1,19 @@
 #!/usr/bin/env bash
 # Builds tpar on a GPU machine, runs every GPU test and the latency benchmark, and writes logs
 # and JSON into OUTDIR.
-#   scripts/gpu-check.sh OUTDIR [--no-tests] [--no-bench] [--filter GTEST_FILTER]
+#   scripts/gpu-check.sh OUTDIR [--no-tests] [--no-bench] [--no-verify] [--filter GTEST_FILTER]
 set -uo pipefail
 out=${1:?usage: scripts/gpu-check.sh OUTDIR [--no-tests] [--no-bench] [--filter F]}
 shift
 run_tests=1
 run_bench=1
+run_verify=1
 filter='*'
 while [ $# -gt 0 ]; do
   case "$1" in
     --no-tests) run_tests=0 ;;
     --no-bench) run_bench=0 ;;
+    --no-verify) run_verify=0 ;;
     --filter) filter=$2; shift ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
@@ -64,7 +66,7 @@ if [ $run_bench = 1 ]; then
     --sizes 4K,64K,512K,4M -n 50 >"$out/bench-tuned.txt" 2>&1 || status=1
   grep -E "^  tpar|wrong" "$out/bench-tuned.txt"
   echo "== verify (kimi-k2 shape, tp 8, 8 and 64 tokens)"
-  for t in 8 64; do
+  [ $run_verify = 1 ] && for t in 8 64; do
     "$build/tools/tpar/tpar" verify --model kimi-k2 --tp 8 --tokens $t --iters 10 \
       --json "$out/verify-$t.json" >"$out/verify-$t.txt" 2>&1 || status=1
     tail -16 "$out/verify-$t.txt"
