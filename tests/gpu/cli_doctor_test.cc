@@ -56,7 +56,7 @@ TEST(CliDoctor, QuickRunPassesNamesTheGpusAndWritesJson) {
   }
   for (const auto& p : d["pairs"])
     if (p["peer_access"].get<bool>()) EXPECT_GT(p["latency_us"].get<double>(), 0.0) << p.dump();
-  ASSERT_EQ(2u, d["self_test"]["results"].size());
+  ASSERT_EQ(4u, d["self_test"]["results"].size());  // oneshot, twoshot, staged, hier
   for (const auto& t : d["self_test"]["results"]) EXPECT_TRUE(t["passed"].get<bool>()) << t.dump();
   EXPECT_FALSE(d["self_test"]["transport"].get<std::string>().empty());
   ASSERT_EQ(2u, d["timing"]["rows"].size());
