@@ -186,21 +186,7 @@ __global__ void __launch_bounds__(kMaxThreads) hier(const __grid_constant__ AllR
 
 }  // namespace
 
-const void* hierKernel(tparDataType_t dtype, bool wide) {
-  switch (dtype) {
-    case tparFloat32:
-      return wide ? reinterpret_cast<const void*>(&hier<float, 16>)
-                  : reinterpret_cast<const void*>(&hier<float, 8>);
-    case tparFloat16:
-      return wide ? reinterpret_cast<const void*>(&hier<F16Tag, 16>)
-                  : reinterpret_cast<const void*>(&hier<F16Tag, 8>);
-    case tparBfloat16:
-      return wide ? reinterpret_cast<const void*>(&hier<Bf16Tag, 16>)
-                  : reinterpret_cast<const void*>(&hier<Bf16Tag, 8>);
-    default:
-      return nullptr;
-  }
-}
+TPAR_DEFINE_KERNEL_TABLE(hierKernel, hier)
 
 }  // namespace kernels
 }  // namespace tpar

@@ -16,6 +16,25 @@ const void* twoShotKernel(tparDataType_t dtype, bool wide);
 const void* stagedKernel(tparDataType_t dtype, bool wide);
 const void* hierKernel(tparDataType_t dtype, bool wide);
 
+// Defines `table_fn(dtype, wide)`, returning the instantiation of kernel template `kernel` for
+// that datatype and rank-count variant (8 or 16 ranks at most). One per algorithm file.
+#define TPAR_DEFINE_KERNEL_TABLE(table_fn, kernel)                                \
+  const void* table_fn(tparDataType_t dtype, bool wide) {                         \
+    switch (dtype) {                                                              \
+      case tparFloat32:                                                           \
+        return wide ? reinterpret_cast<const void*>(&kernel<float, 16>)           \
+                    : reinterpret_cast<const void*>(&kernel<float, 8>);           \
+      case tparFloat16:                                                           \
+        return wide ? reinterpret_cast<const void*>(&kernel<F16Tag, 16>)          \
+                    : reinterpret_cast<const void*>(&kernel<F16Tag, 8>);          \
+      case tparBfloat16:                                                          \
+        return wide ? reinterpret_cast<const void*>(&kernel<Bf16Tag, 16>)         \
+                    : reinterpret_cast<const void*>(&kernel<Bf16Tag, 8>);         \
+      default:                                                                    \
+        return nullptr;                                                           \
+    }                                                                             \
+  }
+
 // Every kernel of the table (preload, occupancy).
 template <typename F>
 void forEachKernel(F&& f) {

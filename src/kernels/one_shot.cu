@@ -92,21 +92,7 @@ __global__ void __launch_bounds__(kMaxThreads) oneShot(const __grid_constant__ A
 
 }  // namespace
 
-const void* oneShotKernel(tparDataType_t dtype, bool wide) {
-  switch (dtype) {
-    case tparFloat32:
-      return wide ? reinterpret_cast<const void*>(&oneShot<float, 16>)
-                  : reinterpret_cast<const void*>(&oneShot<float, 8>);
-    case tparFloat16:
-      return wide ? reinterpret_cast<const void*>(&oneShot<F16Tag, 16>)
-                  : reinterpret_cast<const void*>(&oneShot<F16Tag, 8>);
-    case tparBfloat16:
-      return wide ? reinterpret_cast<const void*>(&oneShot<Bf16Tag, 16>)
-                  : reinterpret_cast<const void*>(&oneShot<Bf16Tag, 8>);
-    default:
-      return nullptr;
-  }
-}
+TPAR_DEFINE_KERNEL_TABLE(oneShotKernel, oneShot)
 
 }  // namespace kernels
 }  // namespace tpar

@@ -113,21 +113,7 @@ __global__ void __launch_bounds__(kMaxThreads) staged(const __grid_constant__ Al
 
 }  // namespace
 
-const void* stagedKernel(tparDataType_t dtype, bool wide) {
-  switch (dtype) {
-    case tparFloat32:
-      return wide ? reinterpret_cast<const void*>(&staged<float, 16>)
-                  : reinterpret_cast<const void*>(&staged<float, 8>);
-    case tparFloat16:
-      return wide ? reinterpret_cast<const void*>(&staged<F16Tag, 16>)
-                  : reinterpret_cast<const void*>(&staged<F16Tag, 8>);
-    case tparBfloat16:
-      return wide ? reinterpret_cast<const void*>(&staged<Bf16Tag, 16>)
-                  : reinterpret_cast<const void*>(&staged<Bf16Tag, 8>);
-    default:
-      return nullptr;
-  }
-}
+TPAR_DEFINE_KERNEL_TABLE(stagedKernel, staged)
 
 }  // namespace kernels
 }  // namespace tpar

@@ -134,21 +134,7 @@ __global__ void __launch_bounds__(kMaxThreads) twoShot(const __grid_constant__ A
 
 }  // namespace
 
-const void* twoShotKernel(tparDataType_t dtype, bool wide) {
-  switch (dtype) {
-    case tparFloat32:
-      return wide ? reinterpret_cast<const void*>(&twoShot<float, 16>)
-                  : reinterpret_cast<const void*>(&twoShot<float, 8>);
-    case tparFloat16:
-      return wide ? reinterpret_cast<const void*>(&twoShot<F16Tag, 16>)
-                  : reinterpret_cast<const void*>(&twoShot<F16Tag, 8>);
-    case tparBfloat16:
-      return wide ? reinterpret_cast<const void*>(&twoShot<Bf16Tag, 16>)
-                  : reinterpret_cast<const void*>(&twoShot<Bf16Tag, 8>);
-    default:
-      return nullptr;
-  }
-}
+TPAR_DEFINE_KERNEL_TABLE(twoShotKernel, twoShot)
 
 }  // namespace kernels
 }  // namespace tpar

@@ -1,7 +1,5 @@
 #include "tools/tpar/tune.h"
 
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
 
 #include <algorithm>
 #include <cinttypes>
@@ -17,6 +15,7 @@
 #include "core/comm.h"
 #include "core/env.h"
 #include "tools/tpar/commands.h"
+#include "tools/tpar/measure.h"
 #include "tools/tpar/report.h"
 
 namespace tpar_cli {
@@ -24,113 +23,6 @@ namespace {
 
 using tpar::Plan;
 namespace kernels = tpar::kernels;
-
-#define TUNE_CUDA(call)                                                              \
-  do {                                                                               \
-    if (cudaError_t e_ = (call); e_ != cudaSuccess)                                  \
-      return std::string(#call) + ": " + cudaGetErrorString(e_);                     \
-  } while (0)
-
-// Small integers, so that every rank count's sum is exact in bf16 (|sum| <= 7 * 16 = 112).
-__device__ inline float exactInput(size_t i, int rank) {
-  return static_cast<float>(static_cast<int>((i * 5 + rank * 11 + (i >> 12)) % 15) - 7);
-}
-
-__device__ inline float readElem(const void* p, size_t i, int dtype) {
-  if (dtype == tparFloat32) return static_cast<const float*>(p)[i];
-  if (dtype == tparFloat16) return __half2float(static_cast<const __half*>(p)[i]);
-  return __bfloat162float(static_cast<const __nv_bfloat16*>(p)[i]);
-}
-
-__global__ void writeInputs(void* p, size_t count, int dtype, int rank) {
-  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < count;
-       i += size_t(gridDim.x) * blockDim.x) {
-    const float v = exactInput(i, rank);
-    if (dtype == tparFloat32) static_cast<float*>(p)[i] = v;
-    else if (dtype == tparFloat16) static_cast<__half*>(p)[i] = __float2half_rn(v);
-    else static_cast<__nv_bfloat16*>(p)[i] = __float2bfloat16_rn(v);
-  }
-}
-
-// Counts elements that differ from the exact sum; poison (0xA7A7...) and NaN never match.
-__global__ void countMismatches(const void* out, size_t count, int dtype, int nranks,
-                                unsigned long long* wrong) {
-  unsigned long long local = 0;
-  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < count;
-       i += size_t(gridDim.x) * blockDim.x) {
-    float want = 0.f;
-    for (int r = 0; r < nranks; ++r) want += exactInput(i, r);
-    local += !(readElem(out, i, dtype) == want);
-  }
-  if (local) atomicAdd(wrong, local);
-}
-
-size_t elemBytes(tparDataType_t d) { return d == tparFloat32 ? 4 : 2; }
-
-// Every rank's stream and buffers, driven from this thread (virtual ranks share device 0).
-struct RankSet {
-  std::vector<int> devs;
-  std::vector<cudaStream_t> streams;
-  std::vector<void*> in, out;
-  unsigned long long* wrong = nullptr;  // pinned host word the check kernels add to
-
-  ~RankSet() {
-    for (size_t r = 0; r < devs.size(); ++r) {
-      cudaSetDevice(devs[r]);
-      if (r < in.size()) cudaFree(in[r]);
-      if (r < out.size()) cudaFree(out[r]);
-      if (r < streams.size()) cudaStreamDestroy(streams[r]);
-    }
-    if (wrong) cudaFreeHost(wrong);
-  }
-  std::string alloc(const std::vector<int>& d, size_t bytes) {
-    devs = d;
-    TUNE_CUDA(cudaSetDevice(devs[0]));
-    TUNE_CUDA(cudaMallocHost(&wrong, sizeof(*wrong)));
-    for (int dev : devs) {
-      TUNE_CUDA(cudaSetDevice(dev));
-      cudaStream_t s;
-      TUNE_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-      streams.push_back(s);
-      void* a = nullptr;
-      TUNE_CUDA(cudaMalloc(&a, bytes));
-      in.push_back(a);
-      TUNE_CUDA(cudaMalloc(&a, bytes));
-      out.push_back(a);
-      // Load our own kernels now: a first launch while another rank's all-reduce waits on
-      // this GPU can deadlock under lazy module loading (see tpar.h).
-      writeInputs<<<1, 32, 0, s>>>(a, 0, tparBfloat16, 0);
-      countMismatches<<<1, 32, 0, s>>>(a, 0, tparBfloat16, 1, wrong);
-      TUNE_CUDA(cudaGetLastError());
-    }
-    return sync();
-  }
-  std::string sync() {
-    for (size_t r = 0; r < devs.size(); ++r) TUNE_CUDA(cudaStreamSynchronize(streams[r]));
-    return "";
-  }
-  std::string prepare(size_t count, tparDataType_t dtype) {
-    for (size_t r = 0; r < devs.size(); ++r) {
-      TUNE_CUDA(cudaSetDevice(devs[r]));
-      writeInputs<<<256, 256, 0, streams[r]>>>(in[r], count, dtype, static_cast<int>(r));
-      TUNE_CUDA(cudaGetLastError());
-      TUNE_CUDA(cudaMemsetAsync(out[r], 0xA7, count * elemBytes(dtype), streams[r]));
-    }
-    return sync();
-  }
-  std::string mismatches(size_t count, tparDataType_t dtype, long long* result) {
-    *wrong = 0;
-    for (size_t r = 0; r < devs.size(); ++r) {
-      TUNE_CUDA(cudaSetDevice(devs[r]));
-      countMismatches<<<128, 256, 0, streams[r]>>>(out[r], count, dtype,
-                                                   static_cast<int>(devs.size()), wrong);
-      TUNE_CUDA(cudaGetLastError());
-    }
-    if (std::string e = sync(); !e.empty()) return e;
-    *result = static_cast<long long>(*wrong);
-    return "";
-  }
-};
 
 // The communicators of the group, one per rank, created with the algorithm left to the table.
 struct Group {
@@ -180,7 +72,7 @@ struct Group {
       c->has_tuning = true;
     }
   }
-  std::string allReduce(RankSet& rk, size_t count, tparDataType_t dtype) {
+  std::string allReduce(Ranks& rk, size_t count, tparDataType_t dtype) {
     for (size_t r = 0; r < comms.size(); ++r) {
       if (tparAllReduce(rk.in[r], rk.out[r], count, dtype, tparSum, comms[r], rk.streams[r]) !=
           tparSuccess)
@@ -192,93 +84,33 @@ struct Group {
 
 // Per-call time of `iters` calls captured into one CUDA graph per rank, from an event before
 // every rank's replay to the join of all ranks' streams.
-template <typename Issue>
-std::string timeGraphs(RankSet& rk, int iters, int warmup, Issue issue, double* us) {
-  const size_t n = rk.devs.size();
-  for (int i = 0; i < warmup; ++i)
-    if (std::string e = issue(); !e.empty()) return e;
-  if (std::string e = rk.sync(); !e.empty()) return e;
-  std::vector<cudaGraphExec_t> execs(n, nullptr);
-  std::vector<cudaEvent_t> events;
-  auto release = [&] {
-    for (cudaGraphExec_t g : execs)
-      if (g) cudaGraphExecDestroy(g);
-    for (cudaEvent_t e : events) cudaEventDestroy(e);
-  };
-  // All streams capture together; relaxed mode lets this thread switch devices meanwhile.
-  std::string err;
-  for (size_t r = 0; r < n && err.empty(); ++r) {
-    cudaSetDevice(rk.devs[r]);
-    cudaError_t e = cudaStreamBeginCapture(rk.streams[r], cudaStreamCaptureModeRelaxed);
-    if (e != cudaSuccess) err = std::string("begin capture: ") + cudaGetErrorString(e);
-  }
-  for (int i = 0; i < iters && err.empty(); ++i) err = issue();
-  for (size_t r = 0; r < n; ++r) {
-    cudaGraph_t g = nullptr;
-    cudaSetDevice(rk.devs[r]);
-    cudaError_t e = cudaStreamEndCapture(rk.streams[r], &g);
-    if (e == cudaSuccess && err.empty()) e = cudaGraphInstantiate(&execs[r], g, 0);
-    if (g) cudaGraphDestroy(g);
-    if (e != cudaSuccess && err.empty()) err = std::string("graph capture: ") + cudaGetErrorString(e);
-  }
-  if (err.empty()) {
-    // The first replay uploads the graph: not timed.
-    for (size_t r = 0; r < n && err.empty(); ++r)
-      if (cudaGraphLaunch(execs[r], rk.streams[r]) != cudaSuccess) err = "graph launch failed";
-    if (err.empty()) err = rk.sync();
-  }
-  if (!err.empty()) {
-    release();
-    return err;
-  }
-  events.resize(n + 1, nullptr);
-  for (size_t r = 0; r <= n; ++r) {
-    cudaSetDevice(rk.devs[r < n ? r : 0]);
-    TUNE_CUDA(cudaEventCreate(&events[r]));
-  }
-  cudaEvent_t start = events[n];
-  TUNE_CUDA(cudaSetDevice(rk.devs[0]));
-  TUNE_CUDA(cudaEventRecord(start, rk.streams[0]));
-  for (size_t r = 1; r < n; ++r) TUNE_CUDA(cudaStreamWaitEvent(rk.streams[r], start, 0));
-  for (size_t r = 0; r < n; ++r) TUNE_CUDA(cudaGraphLaunch(execs[r], rk.streams[r]));
-  for (size_t r = 0; r < n; ++r) TUNE_CUDA(cudaEventRecord(events[r], rk.streams[r]));
-  for (size_t r = 1; r < n; ++r) TUNE_CUDA(cudaStreamWaitEvent(rk.streams[0], events[r], 0));
-  TUNE_CUDA(cudaEventRecord(events[0], rk.streams[0]));
-  TUNE_CUDA(cudaEventSynchronize(events[0]));
-  float ms = 0;
-  TUNE_CUDA(cudaEventElapsedTime(&ms, start, events[0]));
-  *us = 1000.0 * ms / iters;
-  release();
-  return rk.sync();
-}
-
 // Checks, then times one plan. Returns "" unless the machine is unusable; a plan that fails
 // or computes wrong sums is recorded in `c` and the run goes on.
-std::string measurePlan(Group& g, RankSet& rk, size_t count, tparDataType_t dtype,
+std::string measurePlan(Group& g, Ranks& rk, size_t count, tparDataType_t dtype,
                         const TuneOptions& opt, TuneCandidate* c) {
   g.usePlan(c->plan);
   tparAlgo_t runs_as = tparAlgoAuto;
-  tparCommSelectAlgorithm(g.comms[0], count * elemBytes(dtype), &runs_as);
+  tparCommSelectAlgorithm(g.comms[0], count * elemSize(dtype), &runs_as);
   if (tpar::algoName(c->plan.algo) != std::string(tparAlgoName(runs_as))) {
     c->error = std::string("not supported here (runs as ") + tparAlgoName(runs_as) + ")";
     return "";
   }
   // Correctness first, on poisoned outputs: a wrong plan is never timed.
-  if (std::string e = rk.prepare(count, dtype); !e.empty()) return e;
+  if (std::string e = rk.fill(rk.in, rk.out, count, dtype); !e.empty()) return e;
   std::string e = g.allReduce(rk, count, dtype);
   if (e.empty()) e = rk.sync();
   if (e.empty()) e = g.asyncError();
   if (e.empty()) {
-    if (std::string f = rk.mismatches(count, dtype, &c->wrong); !f.empty()) return f;
+    if (std::string f = rk.countWrongIn(rk.out, count, dtype, &c->wrong); !f.empty()) return f;
     if (c->wrong != 0) return "";
-    e = timeGraphs(rk, opt.iters, opt.warmup, [&] { return g.allReduce(rk, count, dtype); },
-                   &c->us);
+    e = timeIt(rk, opt.iters, opt.warmup, /*graph=*/true,
+               [&] { return g.allReduce(rk, count, dtype); }, &c->us);
   }
   if (e.empty()) e = g.asyncError();
   if (e.empty()) {
     // The inputs are intact (out of place): the last replay's output must still be exact.
     long long after = 0;
-    if (std::string f = rk.mismatches(count, dtype, &after); !f.empty()) return f;
+    if (std::string f = rk.countWrongIn(rk.out, count, dtype, &after); !f.empty()) return f;
     c->wrong += after;
     return "";
   }
@@ -470,8 +302,8 @@ int runTune(const TuneOptions& opt) {
   for (int r = 0; r < n; ++r) devs[r] = virt ? 0 : r;
   const auto sizes = tuneSizes(opt);
   size_t max_elem = 4;
-  for (tparDataType_t d : opt.dtypes) max_elem = std::max(max_elem, elemBytes(d));
-  RankSet rk;
+  for (tparDataType_t d : opt.dtypes) max_elem = std::max(max_elem, elemSize(d));
+  Ranks rk;
   if (std::string e = rk.alloc(devs, sizes.back() + max_elem); !e.empty()) return fail(e);
   Group g;
   if (std::string e = g.init(devs); !e.empty()) return fail(e);
@@ -504,8 +336,8 @@ int runTune(const TuneOptions& opt) {
     for (size_t bytes : sizes) {
       TuneBucket b;
       b.dtype = dtype;
-      const size_t count = std::max<size_t>(1, bytes / elemBytes(dtype));
-      b.bytes = count * elemBytes(dtype);
+      const size_t count = std::max<size_t>(1, bytes / elemSize(dtype));
+      b.bytes = count * elemSize(dtype);
       for (const Plan& p : plans) {
         TuneCandidate c;
         c.plan = p;
