@@ -55,7 +55,7 @@ struct Group {
   }
   // The public API forces an algorithm but not a launch shape, so the plan goes in as a
   // one-entry tuning table: every size and dtype then gets `plan`, through the very path
-  // (selectPlan) that a saved table takes. The lead may replace this with an internal hook.
+  // (selectPlan) that a saved table takes, so a measured plan is exactly what a table gives.
   void usePlan(const Plan& plan) {
     for (tparComm_t c : comms) {
       tpar::TuningTable t;
