@@ -323,11 +323,12 @@ TEST(DoctorReport, TablesNameTheGpusLinksSelfTestAndVerdict) {
 
 TEST(DoctorCommand, ParsesItsOptionsAndRefusesOthers) {
   CLI::App app;
-  addDoctorCommand(app, "tpar doctor");
+  // The action owns the options the parser writes into: keep it alive while parsing.
+  const Action run = addDoctorCommand(app, "tpar doctor");
   EXPECT_NO_THROW(app.parse(std::vector<std::string>{"out.json", "--json", "--no-nccl", "--quick",
                                                      "doctor"}));  // reversed argv
   CLI::App other;
-  addDoctorCommand(other, "tpar doctor");
+  const Action other_run = addDoctorCommand(other, "tpar doctor");
   EXPECT_THROW(other.parse(std::vector<std::string>{"--bogus", "doctor"}), CLI::ParseError);
 }
 
