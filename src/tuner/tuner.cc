@@ -288,7 +288,9 @@ tparResult_t tuningFromJson(const std::string& text, TuningTable* out) {
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {
+    // Any parser failure, including numbers too large for any type (out_of_range 406, found
+    // by fuzzing): a bad file is ignored with a message, never an exception out of init.
     return setError(tparInvalidArgument, "tuning table: not valid JSON (%s)", e.what());
   }
   if (!j.is_object()) return bad("(top level)", "is not a JSON object");

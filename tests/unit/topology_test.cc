@@ -440,3 +440,21 @@ TEST(TopologyLive, VirtualRanksOnTheFirstGpu) {
 
 }  // namespace
 }  // namespace tpar
+
+namespace tpar {
+namespace {
+
+// Found by fuzzing: hwloc 2.9 dereferences a missing complete_cpuset of the Machine object and
+// crashes the process. The loader probes the file in a child first and reports it instead.
+TEST(TopologyFixture, FileThatCrashesHwlocIsAnErrorNotACrash) {
+  Topology out;
+  out.signature = "untouched";
+  const std::string path =
+      std::string(TPAR_SOURCE_DIR) + "/tests/fixtures/bad/hwloc_crash_missing_complete_cpuset.xml";
+  EXPECT_EQ(tparInvalidArgument, loadTopologyXml(path, {}, &out));
+  EXPECT_NE(std::string::npos, lastError().find(path)) << lastError();
+  EXPECT_EQ("untouched", out.signature);
+}
+
+}  // namespace
+}  // namespace tpar

@@ -502,3 +502,23 @@ TEST(TunePick, TableHasOneEntryPerBucketAndKeepsOtherDtypes) {
 
 }  // namespace
 }  // namespace tpar_cli
+
+namespace tpar {
+namespace {
+
+// Found by fuzzing: a number too large for any type made the JSON parser throw out_of_range,
+// which escaped tuningFromJson (and made communicator init fail instead of ignoring the file).
+TEST(TuningJson, HugeNumbersAreRejectedWithoutAnException) {
+  const std::string text =
+      R"({"format":"tpar-tuning","version":1,"signature":"v1-98cd4a6b19335ee5","nranks":8,)"
+      R"("entries":[{"dtype":"bfloat16","max_bytes":401e30896,"algo":"oneshot",)"
+      R"("active_blocks":0,"threads":0}]})";
+  TuningTable t;
+  tparResult_t r = tparSuccess;
+  EXPECT_NO_THROW(r = tuningFromJson(text, &t));
+  EXPECT_EQ(tparInvalidArgument, r);
+  EXPECT_NE(std::string::npos, lastError().find("not valid JSON")) << lastError();
+}
+
+}  // namespace
+}  // namespace tpar
