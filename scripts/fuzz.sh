@@ -5,7 +5,8 @@
 # Environment: FUZZ_SECONDS (default 20, per target), FUZZ_BUILD_DIR (default build-fuzz),
 #              FUZZ_KEEP_GOING=1 (keep fuzzing past a crash to collect every distinct one;
 #              libFuzzer's fork mode, for triage: by default a target stops at its first crash),
-#              CXX (a clang++; default: clang++, else the newest clang++-N on PATH),
+#              FUZZ_CXX (a clang++; default: clang++, else the newest clang++-N on PATH; CXX is
+#              not used, since a CI machine may set it to g++ for the main build),
 #              CUDA_HOME (default: the toolkit of nvcc on PATH, else /usr/local/cuda).
 # Exit status: 0 when every target ran clean, or when clang or libFuzzer is missing (skipped,
 # with a message); 1 when a target crashed or broke an invariant (the input is saved under
@@ -26,7 +27,7 @@ if ! [[ "$seconds" =~ ^[0-9]+$ ]] || [ "$seconds" -lt 1 ]; then
 fi
 
 # --- the compiler: clang with its libFuzzer runtime, or a skip -------------------------------
-cxx=${CXX:-}
+cxx=${FUZZ_CXX:-}
 if [ -z "$cxx" ]; then
   if command -v clang++ >/dev/null; then
     cxx=clang++
@@ -39,7 +40,7 @@ if [ -z "$cxx" ] || ! command -v "$cxx" >/dev/null; then
   exit 0
 fi
 if ! "$cxx" --version 2>/dev/null | grep -qi clang; then
-  echo "fuzz: skipped: $cxx is not clang (libFuzzer needs clang); set CXX=clang++"
+  echo "fuzz: skipped: $cxx is not clang (libFuzzer needs clang); set FUZZ_CXX=clang++"
   exit 0
 fi
 
@@ -62,7 +63,9 @@ if [ -z "${CUDA_HOME:-}" ]; then
     CUDA_HOME=/usr/local/cuda
   fi
 fi
-[ -f "$CUDA_HOME/include/cuda_runtime_api.h" ] || missing+=("CUDA toolkit (no $CUDA_HOME/include/cuda_runtime_api.h; set CUDA_HOME)")
+if [ ! -f "$CUDA_HOME/include/cuda_runtime_api.h" ]; then
+  missing+=("the CUDA toolkit's headers (no $CUDA_HOME/include; set CUDA_HOME)")
+fi
 cuda_lib=""
 for d in "$CUDA_HOME/lib64" "$CUDA_HOME/lib" "$CUDA_HOME/targets/x86_64-linux/lib"; do
   if [ -e "$d/libcudart.so" ]; then cuda_lib=$d; break; fi
@@ -77,7 +80,8 @@ fi
 json_cflags=()
 if command -v pkg-config >/dev/null && pkg-config --exists nlohmann_json; then
   read -r -a json_cflags <<<"$(pkg-config --cflags nlohmann_json)"
-elif ! echo '#include <nlohmann/json.hpp>' | "$cxx" -x c++ -std=c++17 -fsyntax-only - 2>/dev/null; then
+elif ! echo '#include <nlohmann/json.hpp>' |
+    "$cxx" -x c++ -std=c++17 -fsyntax-only - 2>/dev/null; then
   missing+=("nlohmann-json (nlohmann-json3-dev)")
 fi
 if [ ${#missing[@]} -gt 0 ]; then
@@ -93,7 +97,8 @@ declare -A sources=(
   # tuner.cc reads TPAR_TUNING_FILE through processEnv, hence env.cc.
   [fuzz_tuning]="src/tuner/tuner.cc src/tuner/select.cc src/core/env.cc src/core/error.cc"
   # topology_live.cc (CUDA devices, NVML) is left out: the XML reader does not call it.
-  [fuzz_topology]="src/topology/topology_xml.cc src/topology/pcie_tree.cc src/topology/topology.cc src/core/error.cc"
+  [fuzz_topology]="src/topology/topology_xml.cc src/topology/pcie_tree.cc
+                   src/topology/topology.cc src/core/error.cc"
 )
 declare -A max_len=([fuzz_env]=1024 [fuzz_tuning]=4096 [fuzz_topology]=32768)
 declare -A corpus=([fuzz_env]=env [fuzz_tuning]=tuning [fuzz_topology]=topology)
@@ -178,11 +183,12 @@ for t in "${targets[@]}"; do
   runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -n1)
   [ -n "$runs" ] || runs=$(grep -oE '^#[0-9]+' "$log" | tail -n1 | tr -d '#' || true)
   files=$(find "$work" -type f | wc -l)
-  kb=$(( ($(find "$work" -type f -printf '%s\n' | awk '{s += $1} END {print s + 0}') + 1023) / 1024 ))
+  bytes=$(find "$work" -type f -printf '%s\n' | awk '{s += $1} END {print s + 0}')
+  kb=$(( (bytes + 1023) / 1024 ))
   if [ "$rc" = 0 ] && [ "$new_crashes" = 0 ]; then
     status=ok
   else
-    status="FAILED (exit $rc, $new_crashes new crashing inputs)"
+    status="FAILED (exit $rc, crashing inputs: $new_crashes)"
     failed+=("$t")
     tail -n 40 "$log" >&2
   fi

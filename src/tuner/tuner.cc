@@ -127,8 +127,11 @@ tparResult_t entryFromJson(const nlohmann::json& e, size_t index, TuningEntry* o
   // "us" is informational and optional; when present it is a real measurement.
   auto us = e.find("us");
   if (us != e.end()) {
-    if (!us->is_number() || !std::isfinite(us->get<double>()) || us->get<double>() <= 0)
-      return bad(at + ".us", "is " + us->dump() + "; expected a positive number of microseconds");
+    // Bounded (1000 s) so that every accepted value is written back the same way.
+    if (!us->is_number() || !std::isfinite(us->get<double>()) || us->get<double>() <= 0 ||
+        us->get<double>() > 1e9)
+      return bad(at + ".us", "is " + us->dump() +
+                                 "; expected a positive number of microseconds up to 1e9");
     entry.us = us->get<double>();
   }
   *out = entry;
@@ -278,7 +281,11 @@ std::string tuningToJson(const TuningTable& table) {
     o["algo"] = algoName(e.plan.algo);
     o["active_blocks"] = e.plan.active_blocks;
     o["threads"] = e.plan.threads;
-    if (e.us > 0) o["us"] = std::round(e.us * 1000.0) / 1000.0;
+    // Written to the nanosecond, and only when that is a positive finite number: the reader
+    // rejects 0 and non-numbers, so a sub-nanosecond or overflowing value (both found by
+    // fuzzing the round trip) would make the file unreadable.
+    const double us = std::round(e.us * 1000.0) / 1000.0;
+    if (std::isfinite(us) && us > 0) o["us"] = us;
     j["entries"].push_back(o);
   }
   return j.dump(2) + "\n";

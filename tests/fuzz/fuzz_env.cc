@@ -7,7 +7,6 @@
 // about a set variable).
 #include <cstddef>
 #include <cstdint>
-#include <cstring>
 #include <exception>
 #include <map>
 #include <string>
@@ -39,11 +38,10 @@ std::map<std::string, std::string> parseLines(const uint8_t* data, size_t size) 
   return vars;
 }
 
-// What getenv would return for a value: the text up to the first NUL, since a C environment
-// string ends there.
-std::string asGetenvSees(const std::string& value) { return std::string(value.c_str()); }
+// What getenv would return for a value: a C environment string ends at its first NUL.
+std::string upToNul(const std::string& value) { return std::string(value.c_str()); }
 
-// Sentinel values the parser can never produce, so that a half-applied failure shows.
+// Marks that a failing parseEnv must leave in place: env.h promises nothing is half-applied.
 tpar::Env sentinelEnv() {
   tpar::Env env;
   env.timeout_ms = -12345;
@@ -58,8 +56,8 @@ bool isSentinel(const tpar::Env& env) {
 }
 
 void checkParsed(const tpar::Env& env, const std::map<std::string, std::string>& vars) {
-  // These ranges are what config resolution, the workspace layout and the kernel launch
-  // bounds take for granted; a value outside them would reach the GPU unchecked.
+  // resolveConfig copies these into a communicator's settings without checking them again, and
+  // the workspace size and kernel launches take the ranges for granted.
   if (env.timeout_ms <= 0 || env.timeout_ms > 86400000)
     fail("timeout_ms %lld outside 1..86400000", static_cast<long long>(env.timeout_ms));
   if (env.bootstrap_timeout_ms <= 0 || env.bootstrap_timeout_ms > 86400000)
@@ -85,7 +83,7 @@ void checkParsed(const tpar::Env& env, const std::map<std::string, std::string>&
   for (const tpar::EnvVarSpec& spec : tpar::envRegistry()) {
     auto it = vars.find(spec.name);
     if (it == vars.end()) continue;
-    const std::string value = asGetenvSees(it->second);
+    const std::string value = upToNul(it->second);
     if (!value.empty()) expected_set.push_back(std::string(spec.name) + "=" + value);
   }
   if (env.set_vars != expected_set)
@@ -95,7 +93,7 @@ void checkParsed(const tpar::Env& env, const std::map<std::string, std::string>&
   // Paths are taken as given: checking them is the reader's job.
   auto stringVar = [&](const char* name) {
     auto it = vars.find(name);
-    return it == vars.end() ? std::string() : asGetenvSees(it->second);
+    return it == vars.end() ? std::string() : upToNul(it->second);
   };
   if (env.tuning_file != stringVar("TPAR_TUNING_FILE")) fail("tuning_file is not the input's");
   if (env.topo_file != stringVar("TPAR_TOPO_FILE")) fail("topo_file is not the input's");
@@ -111,7 +109,7 @@ void checkFailure(tparResult_t result, const tpar::Env& env,
   if (why.empty()) fail("parseEnv failed with an empty last error");
   for (const tpar::EnvVarSpec& spec : tpar::envRegistry()) {
     auto it = vars.find(spec.name);
-    if (it == vars.end() || asGetenvSees(it->second).empty()) continue;
+    if (it == vars.end() || upToNul(it->second).empty()) continue;
     if (why.find(spec.name) != std::string::npos) return;
   }
   fail("error '%s' names no variable that the input set", why.c_str());
@@ -128,8 +126,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   tpar::Env env = sentinelEnv();
   tpar::clearError();
   tparResult_t result = tparSuccess;
-  // parseEnv sits behind the C API (processEnv at communicator init): an exception escaping
-  // it would cross that boundary.
+  // Bad values are reported through the result; an exception, whatever its cause, is a bug.
   try {
     result = tpar::parseEnv(get, &env);
   } catch (const std::exception& e) {

@@ -2,10 +2,10 @@
 //
 // TPAR_TOPO_FILE points communicator init at any file, and users send the XML of their
 // machines, so the reader must return tparSuccess or tparInvalidArgument for any bytes and never
-// crash. What it returns on success is what algorithm selection and the hierarchical kernel
-// index by rank without further checks, so the shape rules are checked here: a square,
-// symmetric link matrix with kSameDevice exactly where two ranks name one GPU, and islands that
-// partition the ranks in the documented order.
+// crash. What it returns on success is indexed by rank without further checks (applyTopology
+// in src/core/comm.cc builds the tuner context and the hierarchical rank map from it), so the
+// shape rules are checked here: a square, symmetric link matrix with kSameDevice exactly where
+// two ranks name one GPU, and islands that partition the ranks in the documented order.
 //
 // hwloc and libxml2 are not instrumented: coverage guides the fuzzer through tpar's code only,
 // and a memory error inside them shows up only when it crashes the process.
@@ -70,7 +70,7 @@ tparResult_t load(const std::string& path, const std::vector<std::string>& bus_i
       fail("loadTopologyXml failed with an empty last error");
     return r;
   } catch (const std::exception& e) {
-    // Communicator init calls it behind the C API.
+    // Bad files are reported through the result; an exception, whatever its cause, is a bug.
     fail("loadTopologyXml threw %s", e.what());
   }
 }
@@ -81,8 +81,8 @@ void checkShape(const tpar::Topology& t, const std::vector<int>& gpu_of) {
   if (t.gpus.size() != n) fail("%zu gpus for %zu ranks", t.gpus.size(), n);
   if (t.links.size() != n) fail("links has %zu rows for %zu ranks", t.links.size(), n);
   for (size_t a = 0; a < n; ++a) {
-    if (t.links[a].size() != n) fail("links row %zu has %zu entries, not %zu", a,
-                                     t.links[a].size(), n);
+    if (t.links[a].size() != n)
+      fail("links row %zu has %zu entries, not %zu", a, t.links[a].size(), n);
   }
   for (size_t a = 0; a < n; ++a) {
     for (size_t b = 0; b < n; ++b) {
@@ -145,9 +145,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   checkShape(all, identity);
   if (all.source != "xml:" + file.path()) fail("source is '%s'", all.source.c_str());
 
-  // The same GPUs by bus id, in reverse order and with the first one repeated as a virtual
-  // rank: the mapping communicator init uses. Each pair must keep its link class. Bus ids that
-  // two GPUs of the file share cannot name one GPU, so such a file stops here.
+  // The same GPUs asked for by bus id, as communicator init asks for them; here in reverse
+  // order and with the first one repeated as a virtual rank, so that the list's order is what
+  // sets the ranks. Each pair must keep its link class. Bus ids that two GPUs of the file share
+  // cannot name one GPU, so such a file stops here.
   std::set<std::string> ids;
   for (const tpar::TopoGpu& g : all.gpus) ids.insert(g.bus_id);
   if (ids.size() != n) return 0;

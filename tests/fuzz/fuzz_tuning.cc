@@ -22,8 +22,8 @@ using tpar_fuzz::fail;
 
 tparResult_t readTable(const std::string& text, tpar::TuningTable* out) {
   tpar::clearError();
-  // Communicator init calls this behind the C API; an exception escaping it would cross that
-  // boundary and end the user's process.
+  // An exception escaping it fails communicator init with tparInternalError (the C API's
+  // catch-all) where a bad file only deserves a warning, and ends `tpar tune`.
   try {
     return tpar::tuningFromJson(text, out);
   } catch (const std::exception& e) {
@@ -51,8 +51,7 @@ void checkRules(const tpar::TuningTable& t) {
     if (e.plan.active_blocks < 0 || e.plan.active_blocks > 1024)
       fail("entries[%zu].active_blocks %d outside 0..1024", i, e.plan.active_blocks);
     if (!validThreads(e.plan.threads))
-      fail("entries[%zu].threads %d is not 0 or a multiple of 32 in 64..512", i,
-           e.plan.threads);
+      fail("entries[%zu].threads %d is not 0 or a multiple of 32 in 64..512", i, e.plan.threads);
     if (!std::isfinite(e.us) || e.us < 0) fail("entries[%zu].us %g", i, e.us);
   }
 }

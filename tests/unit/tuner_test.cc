@@ -522,3 +522,23 @@ TEST(TuningJson, HugeNumbersAreRejectedWithoutAnException) {
 
 }  // namespace
 }  // namespace tpar
+
+namespace tpar {
+namespace {
+
+// Found by fuzzing the round trip: a time the reader accepted could be written as 0 or null,
+// which the reader then refused, leaving an unreadable file.
+TEST(TuningJson, EveryAcceptedTimeIsWrittenBackReadably) {
+  const std::string head =
+      R"({"format":"tpar-tuning","version":1,"signature":"v1-x","nranks":2,"entries":[)"
+      R"({"dtype":"bfloat16","max_bytes":4096,"algo":"oneshot","active_blocks":0,"threads":0,)";
+  TuningTable t;
+  ASSERT_EQ(tparSuccess, tuningFromJson(head + R"("us":0.0004}]})", &t));
+  TuningTable back;
+  EXPECT_EQ(tparSuccess, tuningFromJson(tuningToJson(t), &back)) << lastError();
+  EXPECT_EQ(tparInvalidArgument, tuningFromJson(head + R"("us":1e306}]})", &t));
+  EXPECT_NE(std::string::npos, lastError().find("entries[0].us")) << lastError();
+}
+
+}  // namespace
+}  // namespace tpar
