@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <cctype>
 #include <cstdio>
+#include <cstring>
 #include <tuple>
+#include <type_traits>
 
 namespace tpar {
 namespace {
@@ -15,7 +17,13 @@ constexpr unsigned kClass3d = 0x0302;
 bool isBridge(hwloc_obj_t o) { return o->type == HWLOC_OBJ_BRIDGE; }
 
 bool isHostBridge(hwloc_obj_t o) {
-  return isBridge(o) && o->attr->bridge.upstream_type == HWLOC_OBJ_BRIDGE_HOST;
+  if (!isBridge(o)) return false;
+  // hwloc 2.9 stores whatever number an XML file gives (bridge_type="3-1") in this enum field;
+  // reading it as the enum is then undefined (found by fuzzing under UBSan). Read its bytes.
+  std::underlying_type_t<hwloc_obj_bridge_type_t> type;
+  static_assert(sizeof(type) == sizeof(o->attr->bridge.upstream_type), "enum size");
+  std::memcpy(&type, &o->attr->bridge.upstream_type, sizeof(type));
+  return type == static_cast<decltype(type)>(HWLOC_OBJ_BRIDGE_HOST);
 }
 
 PciAddress addressOf(hwloc_obj_t o) {
