@@ -31,30 +31,33 @@ namespace {
 using tpar::LinkClass;
 using tpar_fuzz::fail;
 
-// The input as a file, since the reader takes a path; removed when the run is over so that a
-// long fuzzing session leaves nothing in /tmp.
+// The input as a file, since the reader takes a path. The file is unlinked as soon as it is
+// written and read through /proc/self/fd: an input that crashes the process (the point of
+// fuzzing) would otherwise leave its file in /tmp, and triaging a few hundred crashes left
+// hundreds. The forked child of loadTopologyXml's probe inherits the descriptor.
 class TempFile {
  public:
   TempFile(const uint8_t* data, size_t size) {
     char name[] = "/tmp/tpar_fuzz_topo_XXXXXX";
-    const int fd = mkstemp(name);
-    if (fd < 0) fail("mkstemp: %s", std::strerror(errno));
-    path_ = name;
+    fd_ = mkstemp(name);
+    if (fd_ < 0) fail("mkstemp: %s", std::strerror(errno));
+    unlink(name);
     size_t done = 0;
     while (done < size) {
-      const ssize_t n = write(fd, data + done, size - done);
+      const ssize_t n = write(fd_, data + done, size - done);
       if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) fail("writing %s: %s", path_.c_str(), std::strerror(errno));
+      if (n <= 0) fail("writing %s: %s", name, std::strerror(errno));
       done += static_cast<size_t>(n);
     }
-    close(fd);
+    path_ = "/proc/self/fd/" + std::to_string(fd_);
   }
-  ~TempFile() { unlink(path_.c_str()); }
+  ~TempFile() { close(fd_); }
   TempFile(const TempFile&) = delete;
   TempFile& operator=(const TempFile&) = delete;
   const std::string& path() const { return path_; }
 
  private:
+  int fd_ = -1;
   std::string path_;
 };
 
