@@ -18,6 +18,7 @@
 
 #include "core/env.h"
 #include "tools/tpar/backend.h"
+#include "tools/tpar/cli_options.h"
 #include "tools/tpar/commands.h"
 #include "tools/tpar/measure.h"
 #include "tools/tpar/report.h"
@@ -318,31 +319,8 @@ std::vector<std::string> defaultBackends(int ngpus) {
 }
 
 void registerOptions(CLI::App* app, BenchOptions* opt, std::shared_ptr<std::string> error) {
-  auto bytesOption = [error](const char* name, size_t* target) {
-    return [name, target, error](const std::string& v) {
-      uint64_t b = 0;
-      if (!tpar::parseBytes(v, &b) || b == 0) *error = std::string(name) + ": bad size '" + v + "'";
-      *target = b;
-    };
-  };
-  app->add_option_function<std::string>("-b,--minbytes", bytesOption("--minbytes", &opt->min_bytes),
-                                        "smallest message (e.g. 1K)");
-  app->add_option_function<std::string>("-e,--maxbytes", bytesOption("--maxbytes", &opt->max_bytes),
-                                        "largest message (e.g. 64M)");
-  app->add_option("-f,--stepfactor", opt->factor, "size factor between rows")
-      ->check(CLI::Range(1.01, 1e6));
-  app->add_option_function<std::string>(
-      "--sizes",
-      [opt, error](const std::string& v) {
-        std::stringstream ss(v);
-        std::string item;
-        while (std::getline(ss, item, ',')) {
-          uint64_t b = 0;
-          if (!tpar::parseBytes(item, &b) || b == 0) *error = "--sizes: bad size '" + item + "'";
-          opt->sizes.push_back(b);
-        }
-      },
-      "explicit sizes, comma-separated (overrides -b/-e/-f)");
+  addSizeOptions(app, &opt->min_bytes, &opt->max_bytes, &opt->factor, &opt->sizes, error,
+                 "message");
   app->add_option("-n,--iters", opt->iters, "timed calls per size")->check(CLI::Range(1, 1000000));
   app->add_option("-w,--warmup_iters", opt->warmup, "untimed calls first")
       ->check(CLI::Range(0, 1000000));
@@ -351,10 +329,8 @@ void registerOptions(CLI::App* app, BenchOptions* opt, std::shared_ptr<std::stri
   app->add_option_function<std::string>(
       "-d,--datatype",
       [opt, error](const std::string& v) {
-        if (v == "bfloat16" || v == "bf16") opt->dtype = tparBfloat16;
-        else if (v == "float16" || v == "half" || v == "fp16") opt->dtype = tparFloat16;
-        else if (v == "float32" || v == "float" || v == "fp32") opt->dtype = tparFloat32;
-        else *error = "--datatype: unknown type '" + v + "' (bfloat16, float16, float32)";
+        if (!parseDatatypeName(v, &opt->dtype))
+          *error = "--datatype: unknown type '" + v + "' (bfloat16, float16, float32)";
       },
       "bfloat16 (default), float16, float32");
   app->add_option_function<std::string>(
@@ -409,17 +385,7 @@ const std::map<std::string, std::vector<std::string>>& ncclVariants() {
 }
 
 std::vector<size_t> benchSizes(const BenchOptions& opt) {
-  if (!opt.sizes.empty()) return opt.sizes;
-  std::vector<size_t> out;
-  for (double b = static_cast<double>(opt.min_bytes); b <= opt.max_bytes * 1.000001;
-       b *= opt.factor) {
-    out.push_back(static_cast<size_t>(b));
-  }
-  if (out.empty() || out.back() != opt.max_bytes) {
-    if (opt.max_bytes >= opt.min_bytes && (out.empty() || out.back() < opt.max_bytes))
-      out.push_back(opt.max_bytes);
-  }
-  return out;
+  return opt.sizes.empty() ? sizeRange(opt.min_bytes, opt.max_bytes, opt.factor) : opt.sizes;
 }
 
 std::string parseBenchArgs(const std::vector<std::string>& args, BenchOptions* opt) {

@@ -14,6 +14,7 @@
 
 #include "core/comm.h"
 #include "core/env.h"
+#include "tools/tpar/cli_options.h"
 #include "tools/tpar/commands.h"
 #include "tools/tpar/measure.h"
 #include "tools/tpar/report.h"
@@ -153,31 +154,8 @@ std::string utcNow() {
 constexpr double kNoise = 0.03;
 
 void registerOptions(CLI::App* app, TuneOptions* opt, std::shared_ptr<std::string> error) {
-  auto size = [error](const char* name, size_t* target) {
-    return [name, target, error](const std::string& v) {
-      uint64_t b = 0;
-      if (!tpar::parseBytes(v, &b) || b == 0) *error = std::string(name) + ": bad size '" + v + "'";
-      *target = b;
-    };
-  };
-  app->add_option_function<std::string>("-b,--minbytes", size("--minbytes", &opt->min_bytes),
-                                        "smallest message (default 1K)");
-  app->add_option_function<std::string>("-e,--maxbytes", size("--maxbytes", &opt->max_bytes),
-                                        "largest message (default 64M)");
-  app->add_option("-f,--stepfactor", opt->factor, "size factor between buckets")
-      ->check(CLI::Range(1.01, 1e6));
-  app->add_option_function<std::string>(
-      "--sizes",
-      [opt, error](const std::string& v) {
-        std::stringstream ss(v);
-        std::string item;
-        while (std::getline(ss, item, ',')) {
-          uint64_t b = 0;
-          if (!tpar::parseBytes(item, &b) || b == 0) *error = "--sizes: bad size '" + item + "'";
-          opt->sizes.push_back(b);
-        }
-      },
-      "bucket sizes, comma-separated (overrides -b/-e/-f)");
+  addSizeOptions(app, &opt->min_bytes, &opt->max_bytes, &opt->factor, &opt->sizes, error,
+                 "bucket");
   app->add_option("-n,--iters", opt->iters, "calls per timed CUDA graph")
       ->check(CLI::Range(1, 100000));
   app->add_option("-w,--warmup_iters", opt->warmup, "untimed calls first")
@@ -189,9 +167,8 @@ void registerOptions(CLI::App* app, TuneOptions* opt, std::shared_ptr<std::strin
         std::stringstream ss(v);
         std::string item;
         while (std::getline(ss, item, ',')) {
-          if (item == "bfloat16" || item == "bf16") opt->dtypes.push_back(tparBfloat16);
-          else if (item == "float16" || item == "half" || item == "fp16") opt->dtypes.push_back(tparFloat16);
-          else if (item == "float32" || item == "float" || item == "fp32") opt->dtypes.push_back(tparFloat32);
+          tparDataType_t d;
+          if (parseDatatypeName(item, &d)) opt->dtypes.push_back(d);
           else *error = "--datatype: unknown type '" + item + "' (bfloat16, float16, float32)";
         }
       },
@@ -228,14 +205,8 @@ std::string parseTuneArgs(const std::vector<std::string>& args, TuneOptions* opt
 }
 
 std::vector<size_t> tuneSizes(const TuneOptions& opt) {
-  std::vector<size_t> out = opt.sizes;
-  if (out.empty()) {
-    for (double b = static_cast<double>(opt.min_bytes); b <= opt.max_bytes * 1.000001;
-         b *= opt.factor)
-      out.push_back(static_cast<size_t>(b));
-    if (opt.max_bytes >= opt.min_bytes && (out.empty() || out.back() < opt.max_bytes))
-      out.push_back(opt.max_bytes);
-  }
+  std::vector<size_t> out =
+      opt.sizes.empty() ? sizeRange(opt.min_bytes, opt.max_bytes, opt.factor) : opt.sizes;
   std::sort(out.begin(), out.end());
   out.erase(std::unique(out.begin(), out.end()), out.end());
   return out;

@@ -1,0 +1,55 @@
+#include "tools/tpar/cli_options.h"
+
+#include <sstream>
+
+#include "core/env.h"
+
+namespace tpar_cli {
+
+void addSizeOptions(CLI::App* app, size_t* min_bytes, size_t* max_bytes, double* factor,
+                    std::vector<size_t>* sizes, std::shared_ptr<std::string> error,
+                    const std::string& unit) {
+  auto bytesOption = [error](const char* name, size_t* target) {
+    return [name, target, error](const std::string& v) {
+      uint64_t b = 0;
+      if (!tpar::parseBytes(v, &b) || b == 0) *error = std::string(name) + ": bad size '" + v + "'";
+      *target = b;
+    };
+  };
+  app->add_option_function<std::string>("-b,--minbytes", bytesOption("--minbytes", min_bytes),
+                                        "smallest " + unit + " (e.g. 1K)");
+  app->add_option_function<std::string>("-e,--maxbytes", bytesOption("--maxbytes", max_bytes),
+                                        "largest " + unit + " (e.g. 64M)");
+  app->add_option("-f,--stepfactor", *factor, "size factor between " + unit + "s")
+      ->check(CLI::Range(1.01, 1e6));
+  app->add_option_function<std::string>(
+      "--sizes",
+      [sizes, error](const std::string& v) {
+        std::stringstream ss(v);
+        std::string item;
+        while (std::getline(ss, item, ',')) {
+          uint64_t b = 0;
+          if (!tpar::parseBytes(item, &b) || b == 0) *error = "--sizes: bad size '" + item + "'";
+          sizes->push_back(b);
+        }
+      },
+      unit + " sizes, comma-separated (overrides -b/-e/-f)");
+}
+
+std::vector<size_t> sizeRange(size_t min_bytes, size_t max_bytes, double factor) {
+  std::vector<size_t> out;
+  for (double b = static_cast<double>(min_bytes); b <= max_bytes * 1.000001; b *= factor)
+    out.push_back(static_cast<size_t>(b));
+  if (max_bytes >= min_bytes && (out.empty() || out.back() < max_bytes)) out.push_back(max_bytes);
+  return out;
+}
+
+bool parseDatatypeName(const std::string& name, tparDataType_t* out) {
+  if (name == "bfloat16" || name == "bf16") *out = tparBfloat16;
+  else if (name == "float16" || name == "half" || name == "fp16") *out = tparFloat16;
+  else if (name == "float32" || name == "float" || name == "fp32") *out = tparFloat32;
+  else return false;
+  return true;
+}
+
+}  // namespace tpar_cli

@@ -1,0 +1,31 @@
+// Options that several `tpar` subcommands take the same way: a message-size range (nccl-tests'
+// -b/-e/-f, or an explicit --sizes list) and a datatype name.
+#ifndef TPAR_TOOLS_CLI_OPTIONS_H_
+#define TPAR_TOOLS_CLI_OPTIONS_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "tpar/tpar.h"
+
+namespace tpar_cli {
+
+// Registers -b/--minbytes, -e/--maxbytes, -f/--stepfactor and --sizes (sizes take K/M/G).
+// A malformed size is recorded in *error (CLI11 callbacks cannot fail with our text).
+// `unit` names one step in the help text ("message", "bucket").
+void addSizeOptions(CLI::App* app, size_t* min_bytes, size_t* max_bytes, double* factor,
+                    std::vector<size_t>* sizes, std::shared_ptr<std::string> error,
+                    const std::string& unit);
+
+// min, min*factor, ... up to max, and max itself.
+std::vector<size_t> sizeRange(size_t min_bytes, size_t max_bytes, double factor);
+
+// "bfloat16"/"bf16", "float16"/"half"/"fp16", "float32"/"float"/"fp32".
+bool parseDatatypeName(const std::string& name, tparDataType_t* out);
+
+}  // namespace tpar_cli
+
+#endif  // TPAR_TOOLS_CLI_OPTIONS_H_
