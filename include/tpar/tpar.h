@@ -52,14 +52,22 @@ typedef enum { tparSum = 0, tparMax = 1, tparMin = 2, tparNumOps = 3 } tparRedOp
 /* Algorithms; tparAlgoAuto lets the communicator choose (tuning table, else built-in defaults).
  * Staged: two-shot whose pushes follow a rotation, one outbound and one inbound peer per rank
  * and step. Hierarchical: reduce inside each island of the topology, exchange partial sums
- * between islands, broadcast inside the island (needs equal-sized islands; otherwise two-shot). */
+ * between islands, broadcast inside the island (needs equal-sized islands; otherwise two-shot).
+ * The pull variants publish each rank's data once in its own receive region and let every peer
+ * read it there: they win where reads cost less than writes, above all when the regions live in
+ * host memory (one write serves every reader). Nccl: hand the call to the NCCL communicator
+ * attached with tparCommSetNcclComm (auto does so only for sizes a tuning table measured
+ * faster there). */
 typedef enum {
   tparAlgoAuto = 0,
   tparAlgoOneShot = 1,
   tparAlgoTwoShot = 2,
   tparAlgoStaged = 3,
   tparAlgoHierarchical = 4,
-  tparNumAlgos = 5
+  tparAlgoOneShotPull = 5,
+  tparAlgoTwoShotPull = 6,
+  tparAlgoNccl = 7, /* the NCCL communicator given with tparCommSetNcclComm */
+  tparNumAlgos = 8
 } tparAlgo_t;
 
 /* How a communicator reaches its peers' receive regions. */
@@ -67,7 +75,9 @@ typedef enum {
   tparTransportSameDevice = 0, /* every rank on one GPU ("virtual ranks", tests) */
   tparTransportPeerAccess = 1, /* one process, several GPUs with CUDA peer access */
   tparTransportCudaIpc = 2,    /* several processes, CUDA IPC handles */
-  tparTransportMixed = 3       /* a mix of the above between different pairs */
+  tparTransportMixed = 3,      /* a mix of the above between different pairs */
+  tparTransportHost = 4        /* receive regions in pinned host memory mapped into every GPU:
+                                  no peer-to-peer needed (host-staged) */
 } tparTransport_t;
 
 typedef struct tparComm* tparComm_t;
@@ -95,6 +105,11 @@ typedef struct {
   int algorithm;
   /* 1: several ranks may share one GPU ("virtual ranks", for tests); 0: refuse; -1 = env. */
   int allowSharedDevice;
+  /* Where receive regions live. 0: auto (GPU memory with peer access or CUDA IPC; pinned host
+   * memory when some pair of GPUs cannot reach each other peer-to-peer); 1: always pinned host
+   * memory (tparTransportHost); 2: always GPU memory (fail when P2P is missing); -1 = env
+   * TPAR_TRANSPORT. Every rank must pass the same value. */
+  int transport;
 } tparConfig_t;
 
 #define TPAR_CONFIG_MAGIC 0x74706172u /* "tpar" */
@@ -102,7 +117,7 @@ typedef struct {
 #define TPAR_CONFIG_INITIALIZER                                                         \
   {                                                                                     \
     sizeof(tparConfig_t), TPAR_CONFIG_MAGIC, TPAR_VERSION_CODE, 0, 0, TPAR_CONFIG_UNDEF_INT, \
-        TPAR_CONFIG_UNDEF_INT                                                           \
+        TPAR_CONFIG_UNDEF_INT, TPAR_CONFIG_UNDEF_INT                                    \
   }
 
 /* Static text for a result code. Never NULL. */

@@ -552,6 +552,8 @@ tparResult_t tparCommSelectAlgorithm(tparComm_t comm, size_t bytes, tparAlgo_t* 
       case kernels::Algo::kTwoShot: *algo = tparAlgoTwoShot; break;
       case kernels::Algo::kStaged: *algo = tparAlgoStaged; break;
       case kernels::Algo::kHier: *algo = tparAlgoHierarchical; break;
+      case kernels::Algo::kOneShotPull: *algo = tparAlgoOneShotPull; break;
+      case kernels::Algo::kTwoShotPull: *algo = tparAlgoTwoShotPull; break;
     }
     return tparSuccess;
   });
@@ -564,6 +566,8 @@ const char* tparAlgoName(tparAlgo_t algo) {
     case tparAlgoTwoShot: return "twoshot";
     case tparAlgoStaged: return "staged";
     case tparAlgoHierarchical: return "hier";
+    case tparAlgoOneShotPull: return "oneshot-pull";
+    case tparAlgoTwoShotPull: return "twoshot-pull";
     default: return "unknown";
   }
 }
@@ -574,6 +578,7 @@ const char* tparTransportName(tparTransport_t transport) {
     case tparTransportPeerAccess: return "peer-access";
     case tparTransportCudaIpc: return "cuda-ipc";
     case tparTransportMixed: return "mixed";
+    case tparTransportHost: return "host";
     default: return "unknown";
   }
 }

@@ -12,6 +12,7 @@ tparResult_t resolveConfig(const tparConfig_t* user, const Env& env, ResolvedCon
   cfg.timeout_ms = env.timeout_ms;
   cfg.bootstrap_timeout_ms = env.bootstrap_timeout_ms;
   cfg.forced_algo = static_cast<tparAlgo_t>(env.algo);
+  cfg.transport = env.transport;
   cfg.allow_shared_device = env.allow_shared_device;
   cfg.one_shot_max_bytes = env.one_shot_max_bytes;
   cfg.max_blocks = env.max_blocks;
@@ -60,6 +61,14 @@ tparResult_t resolveConfig(const tparConfig_t* user, const Env& env, ResolvedCon
                         user->allowSharedDevice);
       }
       cfg.allow_shared_device = user->allowSharedDevice == 1;
+    }
+    if (user->transport != TPAR_CONFIG_UNDEF_INT) {
+      if (user->transport < 0 || user->transport > 2) {
+        return setError(tparInvalidArgument,
+                        "config->transport %d is not 0 (auto), 1 (host), 2 (p2p) or -1 (env)",
+                        user->transport);
+      }
+      cfg.transport = user->transport;
     }
   }
   // Keep pieces 16-byte multiples so that chunking preserves vector alignment.

@@ -16,6 +16,7 @@ struct ResolvedConfig {
   int64_t timeout_ms = 0;
   int64_t bootstrap_timeout_ms = 0;
   tparAlgo_t forced_algo = tparAlgoAuto;
+  int transport = 0;  // 0 auto, 1 host memory, 2 GPU memory only (tparConfig_t::transport)
   bool allow_shared_device = false;
   int64_t one_shot_max_bytes = -1;  // -1: built-in by rank count
   int max_blocks = 0;               // 0: derived

@@ -20,8 +20,12 @@ const std::vector<EnvVarSpec>& envRegistry() {
        "Bound on the rendezvous of tparCommInitRank (all ranks must arrive within it)."},
       {"TPAR_MAX_BYTES_PER_CALL", EnvType::kBytes, "8M", nullptr,
        "Largest message one kernel launch handles; larger calls are split. Workspace is 4x this."},
-      {"TPAR_ALGO", EnvType::kChoice, "auto", "auto|oneshot|twoshot|staged|hier",
+      {"TPAR_ALGO", EnvType::kChoice, "auto",
+       "auto|oneshot|twoshot|staged|hier|oneshot-pull|twoshot-pull|nccl",
        "Force an all-reduce algorithm for every call (hier without equal islands: twoshot)."},
+      {"TPAR_TRANSPORT", EnvType::kChoice, "auto", "auto|host|p2p",
+       "Where receive regions live: auto (GPU memory; pinned host memory when a pair of GPUs "
+       "lacks peer-to-peer), host (always pinned host memory), p2p (always GPU memory)."},
       {"TPAR_ALLOW_SHARED_DEVICE", EnvType::kBool, "0", nullptr,
        "Allow several ranks of one process on one GPU (virtual ranks, for tests)."},
       {"TPAR_ONESHOT_MAX_BYTES", EnvType::kBytes, "auto", nullptr,
@@ -137,8 +141,12 @@ tparResult_t parseEnv(const EnvGetter& get, Env* out) {
       env.max_bytes_per_call = b;
     } else if (name == "TPAR_ALGO") {
       int idx = choiceIndex(spec.choices, value);
-      if (idx < 0) return badValue(spec, value, "one of auto|oneshot|twoshot|staged|hier");
+      if (idx < 0) return badValue(spec, value, (std::string("one of ") + spec.choices).c_str());
       env.algo = idx;  // the order of choices matches tparAlgo_t
+    } else if (name == "TPAR_TRANSPORT") {
+      int idx = choiceIndex(spec.choices, value);
+      if (idx < 0) return badValue(spec, value, (std::string("one of ") + spec.choices).c_str());
+      env.transport = idx;  // the order of choices matches tparConfig_t::transport
     } else if (name == "TPAR_ALLOW_SHARED_DEVICE") {
       if (!parseBool(value, &flag)) return badValue(spec, value, "a boolean (0/1)");
       env.allow_shared_device = flag;

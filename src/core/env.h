@@ -33,6 +33,7 @@ struct Env {
   int64_t bootstrap_timeout_ms = 0;
   uint64_t max_bytes_per_call = 0;
   int algo = tparAlgoAuto;            // tparAlgo_t
+  int transport = 0;                  // 0 auto, 1 host, 2 p2p (tparConfig_t::transport)
   bool allow_shared_device = false;
   int64_t one_shot_max_bytes = -1;    // -1: built-in table by rank count
   int max_blocks = 0;                 // 0: derived from occupancy

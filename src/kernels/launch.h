@@ -79,7 +79,14 @@ struct WorkspaceLayout {
   }
 };
 
-enum class Algo { kOneShot = 0, kTwoShot = 1, kStaged = 2, kHier = 3 };
+enum class Algo {
+  kOneShot = 0,
+  kTwoShot = 1,
+  kStaged = 2,
+  kHier = 3,
+  kOneShotPull = 4,
+  kTwoShotPull = 5
+};
 
 struct AllReduceArgs {
   const void* send;

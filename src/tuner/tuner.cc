@@ -114,7 +114,9 @@ tparResult_t entryFromJson(const nlohmann::json& e, size_t index, TuningEntry* o
   std::string algo;
   TPAR_TRY(getString(e, "algo", at + ".algo", true, &algo));
   if (!algoFromName(algo, &entry.plan.algo))
-    return bad(at + ".algo", "is '" + algo + "'; expected oneshot, twoshot, staged or hier");
+    return bad(at + ".algo", "is '" + algo +
+                                 "'; expected oneshot, twoshot, staged, hier, oneshot-pull or "
+                                 "twoshot-pull");
 
   int64_t v = 0;
   TPAR_TRY(getInt(e, "active_blocks", at + ".active_blocks", 0, kernels::kMaxBlocks, &v));
@@ -184,13 +186,16 @@ const char* algoName(kernels::Algo a) {
     case kernels::Algo::kTwoShot: return "twoshot";
     case kernels::Algo::kStaged: return "staged";
     case kernels::Algo::kHier: return "hier";
+    case kernels::Algo::kOneShotPull: return "oneshot-pull";
+    case kernels::Algo::kTwoShotPull: return "twoshot-pull";
   }
   return "unknown";
 }
 
 bool algoFromName(const std::string& name, kernels::Algo* out) {
   for (kernels::Algo a : {kernels::Algo::kOneShot, kernels::Algo::kTwoShot,
-                          kernels::Algo::kStaged, kernels::Algo::kHier}) {
+                          kernels::Algo::kStaged, kernels::Algo::kHier,
+                          kernels::Algo::kOneShotPull, kernels::Algo::kTwoShotPull}) {
     if (name == algoName(a)) {
       *out = a;
       return true;
@@ -246,6 +251,8 @@ Plan selectPlan(uint64_t bytes, tparDataType_t dtype, const TunerContext& ctx,
     case tparAlgoHierarchical:
       forced_plan.algo = kernels::Algo::kHier;
       return runnable(forced_plan, ctx);
+    case tparAlgoOneShotPull: forced_plan.algo = kernels::Algo::kOneShotPull; return forced_plan;
+    case tparAlgoTwoShotPull: forced_plan.algo = kernels::Algo::kTwoShotPull; return forced_plan;
     default: break;
   }
   // A table measured on another machine or rank count says nothing about this one.

@@ -74,7 +74,8 @@ std::string tuningFilePath(const TunerContext& ctx);
 std::string tuningFilePathFrom(const TunerContext& ctx, const std::string& tuning_file,
                                const char* xdg_cache_home, const char* home);
 
-const char* algoName(kernels::Algo a);        // "oneshot", "twoshot", "staged", "hier"
+// "oneshot", "twoshot", "staged", "hier", "oneshot-pull", "twoshot-pull"
+const char* algoName(kernels::Algo a);
 bool algoFromName(const std::string& name, kernels::Algo* out);
 
 }  // namespace tpar
