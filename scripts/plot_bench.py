@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Draws latency against message size, one line per backend and rank count, from the JSON of
-`tpar bench --json FILE`.
+`tpar bench --json FILE`. Rows that carry a host-link floor (`--transport host`) get it as a
+dashed line of the same colour.
 
     scripts/plot_bench.py bench.json -o bench.png
 """
@@ -29,15 +30,26 @@ def main() -> int:
         return 1
     key = "us_in_place" if args.in_place else "us_out_of_place"
     lines = {}
+    floors = {}
     for r in rows:
         lines.setdefault((r["ranks"], r["backend"]), []).append((r["bytes"], r[key]))
+        if "floor_us" in r:
+            floors.setdefault((r["ranks"], r["backend"]), []).append((r["bytes"], r["floor_us"]))
 
     fig, ax = plt.subplots(figsize=(9, 5.5))
+    any_floor = False
     for (ranks, backend), pts in sorted(lines.items()):
         pts.sort()
         virtual = any(r["virtual"] for r in rows if r["ranks"] == ranks)
         label = f"{backend}, {ranks} {'virtual ' if virtual else ''}ranks"
-        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", ms=3, label=label)
+        (line,) = ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", ms=3, label=label)
+        fl = sorted(floors.get((ranks, backend), []))
+        if fl:
+            ax.plot([p[0] for p in fl], [p[1] for p in fl], ls="--", lw=1, color=line.get_color())
+            any_floor = True
+    if any_floor:
+        ax.plot([], [], ls="--", lw=1, color="gray",
+                label="host-link floor (dashed, colour of its line)")
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     xmin = min(r["bytes"] for r in rows)
@@ -48,7 +60,9 @@ def main() -> int:
     ax.set_xlabel("message size (bytes)")
     ax.set_ylabel(("in-place" if args.in_place else "out-of-place") + " time per all-reduce (us)")
     gpus = ", ".join(sorted({g["name"] for g in run.get("gpus", [])})) or "no GPU"
-    ax.set_title(f"tpar bench: {run.get('dtype', '')} sum on {gpus}, "
+    transport = run.get("transport", "env")
+    where = "" if transport == "env" else f", transport {transport}"
+    ax.set_title(f"tpar bench: {run.get('dtype', '')} sum on {gpus}{where}, "
                  f"commit {run.get('commit', '?')}", fontsize=10)
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8)

@@ -1,4 +1,6 @@
-// Correctness of the all-reduce kernels with virtual ranks (N streams on one GPU).
+// Correctness of the all-reduce kernels with virtual ranks (N streams on one GPU), on both
+// transports: receive regions in the GPU's memory (the default for virtual ranks) and in pinned
+// host memory mapped into the GPU (forced), where every push and poll crosses the PCIe link.
 #include <cstring>
 #include <string>
 #include <tuple>
@@ -9,17 +11,30 @@
 namespace tpar_test {
 namespace {
 
-using Param = std::tuple<int, tparAlgo_t, tparDataType_t>;
+// Every algorithm a caller can force, and auto.
+const tparAlgo_t kAlgos[] = {tparAlgoOneShot,     tparAlgoTwoShot,     tparAlgoStaged,
+                             tparAlgoOneShotPull, tparAlgoTwoShotPull, tparAlgoAuto};
+// The same without auto (auto picks one of them by size).
+const tparAlgo_t kForcedAlgos[] = {tparAlgoOneShot, tparAlgoTwoShot, tparAlgoStaged,
+                                   tparAlgoOneShotPull, tparAlgoTwoShotPull};
+
+tparConfig_t configFor(int transport, tparAlgo_t algo) {
+  tparConfig_t cfg = sharedDeviceConfig();
+  cfg.transport = transport;
+  cfg.algorithm = algo;
+  return cfg;
+}
+
+// transport, ranks, algorithm, datatype
+using Param = std::tuple<int, int, tparAlgo_t, tparDataType_t>;
 
 class AllReduceVirtualRanks : public ::testing::TestWithParam<Param> {};
 
 TEST_P(AllReduceVirtualRanks, MatchesReferenceAndAgreesBitwiseAcrossRanks) {
   TPAR_REQUIRE_GPU();
-  const auto [n, algo, dtype] = GetParam();
-  tparConfig_t cfg = sharedDeviceConfig();
-  cfg.algorithm = algo;
+  const auto [transport, n, algo, dtype] = GetParam();
   VirtualGroup g;
-  ASSERT_EQ("", g.init(n, cfg));
+  ASSERT_EQ("", g.init(n, configFor(transport, algo)));
   const size_t es = elemSize(dtype);
   // Odd counts, vector tails, the sizes (12K, 112K, 384K, 1M, 8M bytes).
   std::vector<size_t> counts = {1, 2, 3, 7, 8, 9, 17, 100, 1000, 4097, 12288 / es,
@@ -33,25 +48,42 @@ TEST_P(AllReduceVirtualRanks, MatchesReferenceAndAgreesBitwiseAcrossRanks) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Sizes, AllReduceVirtualRanks,
-    ::testing::Combine(::testing::Values(2, 3, 4, 8),
-                       ::testing::Values(tparAlgoOneShot, tparAlgoTwoShot, tparAlgoStaged,
-                                         tparAlgoAuto),
-                       ::testing::Values(tparBfloat16, tparFloat16, tparFloat32)),
-    [](const ::testing::TestParamInfo<Param>& info) {
-      return "n" + std::to_string(std::get<0>(info.param)) + "_" +
-             tparAlgoName(std::get<1>(info.param)) + "_" +
-             tparDataTypeName(std::get<2>(info.param));
-    });
+std::string paramName(const ::testing::TestParamInfo<Param>& info) {
+  return "n" + std::to_string(std::get<1>(info.param)) + "_" +
+         testNamePart(tparAlgoName(std::get<2>(info.param))) + "_" +
+         tparDataTypeName(std::get<3>(info.param));
+}
 
-TEST(AllReduceOps, MaxAndMinMatchReferenceForEveryAlgorithm) {
+INSTANTIATE_TEST_SUITE_P(DefaultTransport, AllReduceVirtualRanks,
+                         ::testing::Combine(::testing::Values(kTransportDefault),
+                                            ::testing::Values(2, 3, 4, 8),
+                                            ::testing::ValuesIn(kAlgos),
+                                            ::testing::Values(tparBfloat16, tparFloat16,
+                                                              tparFloat32)),
+                         paramName);
+
+INSTANTIATE_TEST_SUITE_P(HostTransport, AllReduceVirtualRanks,
+                         ::testing::Combine(::testing::Values(kTransportHost),
+                                            ::testing::Values(2, 3, 4, 8),
+                                            ::testing::ValuesIn(kAlgos),
+                                            ::testing::Values(tparBfloat16, tparFloat16,
+                                                              tparFloat32)),
+                         paramName);
+
+// The tests below run once per transport: "default" and "host" end their names.
+class AllReduceOps : public ::testing::TestWithParam<int> {};
+class AllReduceAlignment : public ::testing::TestWithParam<int> {};
+class AllReduceChunking : public ::testing::TestWithParam<int> {};
+class AllReduceSingleRank : public ::testing::TestWithParam<int> {};
+class AllReduceBackToBack : public ::testing::TestWithParam<int> {};
+class AllReduceQuery : public ::testing::TestWithParam<int> {};
+
+TEST_P(AllReduceOps, MaxAndMinMatchReferenceForEveryAlgorithm) {
   TPAR_REQUIRE_GPU();
-  for (tparAlgo_t algo : {tparAlgoOneShot, tparAlgoTwoShot, tparAlgoStaged}) {
-    tparConfig_t cfg = sharedDeviceConfig();
-    cfg.algorithm = algo;
+  for (tparAlgo_t algo : kForcedAlgos) {
+    SCOPED_TRACE(tparAlgoName(algo));
     VirtualGroup g;
-    ASSERT_EQ("", g.init(4, cfg));
+    ASSERT_EQ("", g.init(4, configFor(GetParam(), algo)));
     for (tparDataType_t dt : {tparBfloat16, tparFloat32, tparFloat16}) {
       for (tparRedOp_t op : {tparMax, tparMin}) {
         for (size_t count : {1, 13, 5000, 70001}) runAndCheck(g, count, dt, op, false);
@@ -60,13 +92,12 @@ TEST(AllReduceOps, MaxAndMinMatchReferenceForEveryAlgorithm) {
   }
 }
 
-TEST(AllReduceAlignment, ElementAlignedButNotVectorAlignedBuffersWork) {
+TEST_P(AllReduceAlignment, ElementAlignedButNotVectorAlignedBuffersWork) {
   TPAR_REQUIRE_GPU();
-  for (tparAlgo_t algo : {tparAlgoOneShot, tparAlgoTwoShot, tparAlgoStaged}) {
-    tparConfig_t cfg = sharedDeviceConfig();
-    cfg.algorithm = algo;
+  for (tparAlgo_t algo : kForcedAlgos) {
+    SCOPED_TRACE(tparAlgoName(algo));
     VirtualGroup g;
-    ASSERT_EQ("", g.init(3, cfg));
+    ASSERT_EQ("", g.init(3, configFor(GetParam(), algo)));
     for (size_t count : {1, 9, 1001, 40000}) {
       runAndCheck(g, count, tparBfloat16, tparSum, false, 1, 3);
       runAndCheck(g, count, tparFloat32, tparSum, false, 3, 0);
@@ -75,11 +106,11 @@ TEST(AllReduceAlignment, ElementAlignedButNotVectorAlignedBuffersWork) {
   }
 }
 
-TEST(AllReduceChunking, MessagesLargerThanOneLaunchAreSplitAndCorrect) {
+TEST_P(AllReduceChunking, MessagesLargerThanOneLaunchAreSplitAndCorrect) {
   TPAR_REQUIRE_GPU();
-  for (tparAlgo_t algo : {tparAlgoOneShot, tparAlgoTwoShot, tparAlgoStaged, tparAlgoAuto}) {
-    tparConfig_t cfg = sharedDeviceConfig();
-    cfg.algorithm = algo;
+  for (tparAlgo_t algo : kAlgos) {
+    SCOPED_TRACE(tparAlgoName(algo));
+    tparConfig_t cfg = configFor(GetParam(), algo);
     cfg.maxBytesPerCall = 64 << 10;
     VirtualGroup g;
     ASSERT_EQ("", g.init(4, cfg));
@@ -88,18 +119,18 @@ TEST(AllReduceChunking, MessagesLargerThanOneLaunchAreSplitAndCorrect) {
   }
 }
 
-TEST(AllReduceSingleRank, OneRankCopiesItsInput) {
+TEST_P(AllReduceSingleRank, OneRankCopiesItsInput) {
   TPAR_REQUIRE_GPU();
   VirtualGroup g;
-  ASSERT_EQ("", g.init(1, sharedDeviceConfig()));
+  ASSERT_EQ("", g.init(1, configFor(GetParam(), tparAlgoAuto)));
   for (size_t count : {1, 1000, 100003}) runAndCheck(g, count, tparBfloat16, tparSum, false);
 }
 
-TEST(AllReduceBackToBack, TenThousandCallsAllCorrect) {
+TEST_P(AllReduceBackToBack, TenThousandCallsAllCorrect) {
   TPAR_REQUIRE_GPU();
   const int n = 4;
   VirtualGroup g;
-  ASSERT_EQ("", g.init(n, sharedDeviceConfig()));
+  ASSERT_EQ("", g.init(n, configFor(GetParam(), tparAlgoAuto)));
   // Two sizes, one per algorithm under auto selection, alternating; each output is poisoned
   // before and compared on the device after every call, against a reference computed once.
   const size_t counts[2] = {3000, 200000};
@@ -152,21 +183,46 @@ TEST(AllReduceBackToBack, TenThousandCallsAllCorrect) {
       for (void* p : per) cudaFree(p);
 }
 
-TEST(AllReduceQuery, ReportsFixedMemoryWithinBudgetAndTheSetup) {
+TEST_P(AllReduceQuery, ReportsFixedMemoryWithinBudgetAndTheSetup) {
   TPAR_REQUIRE_GPU();
+  const bool host = GetParam() == kTransportHost;
   VirtualGroup g;
-  ASSERT_EQ("", g.init(8, sharedDeviceConfig()));
+  ASSERT_EQ("", g.init(8, configFor(GetParam(), tparAlgoAuto)));
   for (int r = 0; r < 8; ++r) {
     tparCommInfo_t info;
     TPAR_OK(tparCommQuery(g.comm(r), &info));
     EXPECT_EQ(r, info.rank);
     EXPECT_EQ(8, info.nranks);
-    EXPECT_EQ(tparTransportSameDevice, info.transport);
+    EXPECT_EQ(host ? tparTransportHost : tparTransportSameDevice, info.transport)
+        << tparTransportName(info.transport);
     EXPECT_LE(info.deviceMemoryBytes, size_t(64) << 20);
-    EXPECT_GE(info.deviceMemoryBytes, 4 * info.maxBytesPerCall);
+    if (host) {
+      // The receive regions live in host memory.
+      EXPECT_GE(info.hostMemoryBytes, info.maxBytesPerCall);
+    } else {
+      EXPECT_GE(info.deviceMemoryBytes, 4 * info.maxBytesPerCall);
+    }
     EXPECT_GE(info.blocksPerRank, 1);
   }
 }
+
+std::string transportName(const ::testing::TestParamInfo<int>& info) {
+  return transportLabel(info.param);
+}
+
+const int kTransports[] = {kTransportDefault, kTransportHost};
+INSTANTIATE_TEST_SUITE_P(Transports, AllReduceOps, ::testing::ValuesIn(kTransports),
+                         transportName);
+INSTANTIATE_TEST_SUITE_P(Transports, AllReduceAlignment, ::testing::ValuesIn(kTransports),
+                         transportName);
+INSTANTIATE_TEST_SUITE_P(Transports, AllReduceChunking, ::testing::ValuesIn(kTransports),
+                         transportName);
+INSTANTIATE_TEST_SUITE_P(Transports, AllReduceSingleRank, ::testing::ValuesIn(kTransports),
+                         transportName);
+INSTANTIATE_TEST_SUITE_P(Transports, AllReduceBackToBack, ::testing::ValuesIn(kTransports),
+                         transportName);
+INSTANTIATE_TEST_SUITE_P(Transports, AllReduceQuery, ::testing::ValuesIn(kTransports),
+                         transportName);
 
 }  // namespace
 }  // namespace tpar_test

@@ -1,6 +1,8 @@
-// CUDA graphs: captured all-reduces replay with no host work and stay correct.
+// CUDA graphs: captured all-reduces replay with no host work and stay correct, on both
+// transports and for every algorithm.
 #include <cstdlib>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "gpu/test_util.h"
@@ -8,13 +10,23 @@
 namespace tpar_test {
 namespace {
 
-TEST(AllReduceGraph, HundredCallsReplayedHundredTimesWithNewDataEachReplay) {
+// transport, algorithm
+using GraphParam = std::tuple<int, tparAlgo_t>;
+
+class AllReduceGraph : public ::testing::TestWithParam<GraphParam> {};
+
+TEST_P(AllReduceGraph, HundredCallsReplayedManyTimesWithNewDataEachReplay) {
   TPAR_REQUIRE_GPU();
+  const auto [transport, algo] = GetParam();
   const int n = 4;
   const int kCalls = 100;
-  const int kReplays = 100;
+  // Auto mixes algorithms by size and gets the most replays; forced ones fewer, to keep time.
+  const int kReplays = algo == tparAlgoAuto ? 100 : 30;
+  tparConfig_t cfg = sharedDeviceConfig();
+  cfg.transport = transport;
+  cfg.algorithm = algo;
   VirtualGroup g;
-  ASSERT_EQ("", g.init(n, sharedDeviceConfig()));
+  ASSERT_EQ("", g.init(n, cfg));
   // Sizes cycle over both algorithms' ranges and odd counts.
   const size_t sizes[] = {1, 777, 6144, 57344, 100003};
   std::vector<size_t> count(kCalls), offset(kCalls);
@@ -71,15 +83,33 @@ TEST(AllReduceGraph, HundredCallsReplayedHundredTimesWithNewDataEachReplay) {
   }
 }
 
+INSTANTIATE_TEST_SUITE_P(
+    Transports, AllReduceGraph,
+    ::testing::Combine(::testing::Values(kTransportDefault, kTransportHost),
+                       ::testing::Values(tparAlgoAuto, tparAlgoOneShot, tparAlgoTwoShot,
+                                         tparAlgoStaged, tparAlgoOneShotPull,
+                                         tparAlgoTwoShotPull)),
+    [](const ::testing::TestParamInfo<GraphParam>& info) {
+      return transportLabel(std::get<0>(info.param)) + "_" +
+             testNamePart(tparAlgoName(std::get<1>(info.param)));
+    });
+
 // Runs in a child process with TPAR_EPOCH_START near 2^32 (the environment is read once per
-// process); started by CounterWrapsAroundUnderGraphReplay.
+// process), and with the transport and algorithm of the parent's parameter in TPAR_TRANSPORT
+// and TPAR_ALGO; started by CounterWrapsAroundUnderGraphReplay.
 TEST(DISABLED_EpochWrapChild, CrossesTheWrapUnderGraphReplay) {
   TPAR_REQUIRE_GPU();
   ASSERT_NE(nullptr, getenv("TPAR_EPOCH_START"));
   const int n = 3;
   const int kCalls = 20;
   VirtualGroup g;
-  ASSERT_EQ("", g.init(n, sharedDeviceConfig()));
+  ASSERT_EQ("", g.init(n, sharedDeviceConfig()));  // transport and algorithm from the env
+  const char* want_transport = getenv("TPAR_TRANSPORT");
+  if (want_transport != nullptr && std::string(want_transport) == "host") {
+    tparCommInfo_t info;
+    TPAR_OK(tparCommQuery(g.comm(0), &info));
+    ASSERT_EQ(tparTransportHost, info.transport) << tparTransportName(info.transport);
+  }
   const size_t count = 30011;  // two-shot under auto selection at n = 3? either way: both parities
   Buffers b;
   CUDA_OK(b.alloc(n, kCalls * count * 2 + 64));
@@ -125,14 +155,33 @@ TEST(DISABLED_EpochWrapChild, CrossesTheWrapUnderGraphReplay) {
   }
 }
 
-TEST(AllReduceEpochs, CounterWrapsAroundUnderGraphReplay) {
+// transport ("auto" or "host", as TPAR_TRANSPORT takes it), algorithm (as TPAR_ALGO takes it)
+using WrapParam = std::tuple<const char*, const char*>;
+
+class AllReduceEpochs : public ::testing::TestWithParam<WrapParam> {};
+
+TEST_P(AllReduceEpochs, CounterWrapsAroundUnderGraphReplay) {
   TPAR_REQUIRE_GPU();
+  const auto [transport, algo] = GetParam();
   std::string output;
   const int rc = runSelfChild("DISABLED_EpochWrapChild.CrossesTheWrapUnderGraphReplay",
-                              {"TPAR_EPOCH_START=4294967291"}, 300, &output);
+                              {"TPAR_EPOCH_START=4294967291",
+                               std::string("TPAR_TRANSPORT=") + transport,
+                               std::string("TPAR_ALGO=") + algo},
+                              300, &output);
   EXPECT_EQ(0, rc) << output;
   EXPECT_NE(std::string::npos, output.find("[  PASSED  ] 1 test")) << output;
 }
+
+INSTANTIATE_TEST_SUITE_P(
+    Transports, AllReduceEpochs,
+    ::testing::Combine(::testing::Values("auto", "host"),
+                       ::testing::Values("auto", "oneshot-pull", "twoshot-pull")),
+    [](const ::testing::TestParamInfo<WrapParam>& info) {
+      const std::string transport = std::get<0>(info.param);
+      return (transport == "host" ? std::string("host") : std::string("default")) + "_" +
+             testNamePart(std::get<1>(info.param));
+    });
 
 }  // namespace
 }  // namespace tpar_test

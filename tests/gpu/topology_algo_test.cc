@@ -1,6 +1,7 @@
 // Every algorithm on virtual ranks with a fixture topology forced onto them (TPAR_TOPO_FILE), so
-// that the island and staged paths run on one GPU. The environment is read once per process:
-// the checks run in a child started by the parent test.
+// that the island and staged paths run on one GPU, with receive regions in GPU memory and (the
+// second parent) in pinned host memory (TPAR_TRANSPORT=host). The environment is read once per
+// process: the checks run in a child started by the parent test.
 #include <cstdlib>
 #include <string>
 #include <vector>
@@ -17,7 +18,7 @@ TEST(DISABLED_FixtureTopologyChild, EveryAlgorithmIsCorrectOnTheFixtureIslands) 
   // (two sockets).
   for (int n : {4, 8}) {
     for (tparAlgo_t algo : {tparAlgoOneShot, tparAlgoTwoShot, tparAlgoStaged, tparAlgoHierarchical,
-                            tparAlgoAuto}) {
+                            tparAlgoOneShotPull, tparAlgoTwoShotPull, tparAlgoAuto}) {
       SCOPED_TRACE(std::string("n ") + std::to_string(n) + " " + tparAlgoName(algo));
       tparConfig_t cfg = sharedDeviceConfig();
       cfg.algorithm = algo;
@@ -26,6 +27,9 @@ TEST(DISABLED_FixtureTopologyChild, EveryAlgorithmIsCorrectOnTheFixtureIslands) 
       tparCommInfo_t info;
       TPAR_OK(tparCommQuery(g.comm(0), &info));
       ASSERT_EQ(2, info.islands) << "the fixture should give two islands";
+      const char* transport = std::getenv("TPAR_TRANSPORT");
+      if (transport != nullptr && std::string(transport) == "host")
+        ASSERT_EQ(tparTransportHost, info.transport) << tparTransportName(info.transport);
       std::vector<int> island_of(info.islandOfRank, info.islandOfRank + n);
       // The island order of additions applies to the hierarchical algorithm only.
       const bool hier = algo == tparAlgoHierarchical;
@@ -50,13 +54,28 @@ TEST(DISABLED_FixtureTopologyChild, EveryAlgorithmIsCorrectOnTheFixtureIslands) 
   }
 }
 
-TEST(TopologyAlgorithms, EveryAlgorithmRunsOnFixtureIslands) {
-  TPAR_REQUIRE_GPU();
+std::string runFixtureChild(const std::vector<std::string>& extra_env, int* rc) {
   std::string out;
   const std::string fixture =
       std::string(TPAR_SOURCE_DIR) + "/tests/fixtures/topology/pcie_4switch_2socket_8gpu.xml";
-  const int rc = runSelfChild("DISABLED_FixtureTopologyChild.*", {"TPAR_TOPO_FILE=" + fixture},
-                              600, &out);
+  std::vector<std::string> env = {"TPAR_TOPO_FILE=" + fixture};
+  env.insert(env.end(), extra_env.begin(), extra_env.end());
+  *rc = runSelfChild("DISABLED_FixtureTopologyChild.*", env, 600, &out);
+  return out;
+}
+
+TEST(TopologyAlgorithms, EveryAlgorithmRunsOnFixtureIslands) {
+  TPAR_REQUIRE_GPU();
+  int rc = -1;
+  const std::string out = runFixtureChild({"TPAR_TRANSPORT=auto"}, &rc);
+  EXPECT_EQ(0, rc) << out;
+  EXPECT_NE(std::string::npos, out.find("[  PASSED  ] 1 test")) << out;
+}
+
+TEST(TopologyAlgorithms, EveryAlgorithmRunsOnFixtureIslandsOverHostMemory) {
+  TPAR_REQUIRE_GPU();
+  int rc = -1;
+  const std::string out = runFixtureChild({"TPAR_TRANSPORT=host"}, &rc);
   EXPECT_EQ(0, rc) << out;
   EXPECT_NE(std::string::npos, out.find("[  PASSED  ] 1 test")) << out;
 }

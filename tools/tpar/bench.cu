@@ -11,7 +11,9 @@
 #include <cstdio>
 #include <thread>
 #include <fstream>
+#include <functional>
 #include <memory>
+#include <set>
 #include <sstream>
 
 #include <CLI/CLI.hpp>
@@ -21,6 +23,7 @@
 #include "tools/tpar/cli_options.h"
 #include "tools/tpar/commands.h"
 #include "tools/tpar/measure.h"
+#include "tools/tpar/probes.h"
 #include "tools/tpar/report.h"
 
 extern char** environ;
@@ -67,27 +70,113 @@ std::string measureRow(Backend& b, Ranks& rk, size_t bytes, const BenchOptions& 
   return b.asyncError();
 }
 
-void printHeader() {
-  std::printf("#%69s%s\n", "out-of-place", "                          in-place");
-  std::printf("# %-13s %12s %12s %9s %6s %9s %8s %8s %6s %9s %8s %8s %6s %8s\n", "backend",
+// `floors`: two more columns, the host-link floor of the row's algorithm and the out-of-place
+// time over it.
+void printHeader(bool floors) {
+  std::printf("#%73s%s\n", "out-of-place", "                          in-place");
+  std::printf("# %-17s %12s %12s %9s %6s %9s %8s %8s %6s %9s %8s %8s %6s %12s", "backend",
               "size", "count", "type", "redop", "time", "algbw", "busbw", "#wrong", "time",
               "algbw", "busbw", "#wrong", "algo");
-  std::printf("# %-13s %12s %12s %9s %6s %9s %8s %8s %6s %9s %8s %8s %6s %8s\n", "", "(B)",
+  if (floors) std::printf(" %9s %7s", "floor", "x floor");
+  std::printf("\n# %-17s %12s %12s %9s %6s %9s %8s %8s %6s %9s %8s %8s %6s %12s", "", "(B)",
               "(elements)", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", "",
               "");
+  if (floors) std::printf(" %9s %7s", "(us)", "");
+  std::printf("\n");
 }
 
 std::string wrongText(long long w) { return w < 0 ? "N/A" : std::to_string(w); }
 
-void printRow(const BenchRow& r, tparDataType_t dtype) {
-  std::printf("  %-13s %12zu %12zu %9s %6s %9.2f %8.2f %8.2f %6s %9.2f %8.2f %8.2f %6s %8s\n",
+void printRow(const BenchRow& r, tparDataType_t dtype, bool floors) {
+  std::printf("  %-17s %12zu %12zu %9s %6s %9.2f %8.2f %8.2f %6s %9.2f %8.2f %8.2f %6s %12s",
               r.backend.c_str(), r.bytes, r.count, tparDataTypeName(dtype), "sum", r.us_out,
               algBandwidth(r.bytes, r.us_out), busBandwidth(r.bytes, r.us_out, r.ranks),
               wrongText(r.wrong_out).c_str(), r.us_in, algBandwidth(r.bytes, r.us_in),
               busBandwidth(r.bytes, r.us_in, r.ranks), wrongText(r.wrong_in).c_str(),
               r.chosen.empty() ? "-" : r.chosen.c_str());
+  if (floors && r.has_floor)
+    std::printf(" %9.2f %7.2f", r.floor.us, r.floor.us > 0 ? r.us_out / r.floor.us : 0.0);
+  else if (floors)
+    std::printf(" %9s %7s", "-", "-");
+  std::printf("\n");
   std::fflush(stdout);
 }
+
+// The most ranks that share one GPU (and so its PCIe link).
+int ranksPerLink(const std::vector<int>& devs) {
+  std::map<int, int> per;
+  int most = 0;
+  for (int d : devs) most = std::max(most, ++per[d]);
+  return most;
+}
+
+// Each GPU's link to pinned host memory, measured once per run the first time a row that ran
+// on the host transport needs it (docs/PERFORMANCE.md, "Host-staged transport").
+class HostLinks {
+ public:
+  explicit HostLinks(bool quiet) : quiet_(quiet) {}
+  // Measures every GPU of `devs` not measured yet. Nothing else may run on them meanwhile.
+  void measure(const std::vector<int>& devs) {
+    for (int d : std::set<int>(devs.begin(), devs.end())) {
+      if (by_dev_.count(d)) continue;
+      LinkMeasure m;
+      probeHostLink(d, probePlan(false), &m);
+      by_dev_[d] = m;
+      if (quiet_) continue;
+      if (m.error.empty())
+        std::printf("# host link of GPU %d, measured now: write %.1f GB/s, read %.1f GB/s, "
+                    "hand-off %.2f us (a store into pinned host memory seen by a poll)\n",
+                    d, m.write_gbps, m.read_gbps, m.latency_us);
+      else
+        std::printf("# host link of GPU %d not measured (%s): no floors\n", d, m.error.c_str());
+      std::fflush(stdout);
+    }
+  }
+  bool measured(const std::vector<int>& devs) const {
+    for (int d : devs)
+      if (!by_dev_.count(d)) return false;
+    return !devs.empty();
+  }
+  // The slowest link among `devs`; not `measured` when any of them is missing or failed.
+  HostLinkSummary summary(const std::vector<int>& devs) const {
+    HostLinkSummary s;
+    s.measured = measured(devs);
+    bool first = true;
+    for (int d : std::set<int>(devs.begin(), devs.end())) {
+      auto it = by_dev_.find(d);
+      if (it == by_dev_.end() || !it->second.error.empty()) {
+        s.measured = false;
+        continue;
+      }
+      const LinkMeasure& m = it->second;
+      s.write_gbps = first ? m.write_gbps : std::min(s.write_gbps, m.write_gbps);
+      s.read_gbps = first ? m.read_gbps : std::min(s.read_gbps, m.read_gbps);
+      s.rtt_us = std::max(s.rtt_us, m.latency_us);
+      first = false;
+    }
+    return s;
+  }
+  nlohmann::json toJson() const {
+    if (by_dev_.empty()) return nullptr;
+    nlohmann::json gpus = nlohmann::json::array();
+    for (const auto& [d, m] : by_dev_)
+      gpus.push_back({{"device", d},
+                      {"write_gbps", m.write_gbps},
+                      {"read_gbps", m.read_gbps},
+                      {"rtt_us", m.latency_us},
+                      {"error", m.error}});
+    return {{"gpus", gpus},
+            {"rtt", "one-way hand-off: a kernel's store into pinned host memory until a poll "
+                    "from the GPU sees it (half of tpar doctor's ping-pong round)"},
+            {"floor_model",
+             "max(write bytes / write_gbps, read bytes / read_gbps) + rounds x rtt_us over the "
+             "slowest link, bytes per docs/PERFORMANCE.md (Host-staged transport)"}};
+  }
+
+ private:
+  bool quiet_;
+  std::map<int, LinkMeasure> by_dev_;
+};
 
 // Runs a NCCL variant in a child `tpar bench` with its environment; appends its rows.
 std::string runVariantChild(const std::string& variant, const BenchOptions& opt, int nranks,
@@ -192,9 +281,11 @@ std::string runAll(const std::vector<std::vector<std::string>>& cmds,
 
 // One process per rank: every backend in its own set of `n` child processes (NCCL variants with
 // their environment); each child measures its rank, and a row takes the slowest rank's time.
+// `annotate` completes each merged row (the host floor) before it is printed.
 std::string runProcs(const BenchOptions& opt, int n, int ngpus,
-                     const std::vector<std::string>& backends, std::vector<BenchRow>* rows,
-                     std::vector<std::string>* skipped) {
+                     const std::vector<std::string>& backends,
+                     const std::function<void(BenchRow*)>& annotate, bool floors,
+                     std::vector<BenchRow>* rows, std::vector<std::string>* skipped) {
   const std::string self = selfPath();
   if (self.empty()) return "cannot find own binary";
   const auto sizes = benchSizes(opt);
@@ -222,6 +313,10 @@ std::string runProcs(const BenchOptions& opt, int n, int ngpus,
                       tparDataTypeName(opt.dtype), "--worker-rank", std::to_string(r),
                       "--worker-world", std::to_string(n), "--worker-id", id, "--rows-json",
                       files.back()});
+      if (opt.transport != TPAR_CONFIG_UNDEF_INT) {
+        cmds.back().push_back("--transport");
+        cmds.back().push_back(transportOptionName(opt.transport));
+      }
     }
     const std::vector<std::string> env = variant ? ncclVariants().at(name) : std::vector<std::string>{};
     const std::string err = runAll(cmds, env, 1800);
@@ -250,6 +345,7 @@ std::string runProcs(const BenchOptions& opt, int n, int ngpus,
           row.count = jr["count"];
           row.chosen = jr["chosen"];
           row.graph = jr["graph"];
+          row.transport = jr.value("transport", "");
           row.wrong_out = row.wrong_in = 0;
           merged.push_back(row);
         }
@@ -267,9 +363,10 @@ std::string runProcs(const BenchOptions& opt, int n, int ngpus,
       skipped->push_back(name + ": " + err);
       continue;
     }
-    for (const BenchRow& m : merged) {
+    for (BenchRow& m : merged) {
+      annotate(&m);
       rows->push_back(m);
-      printRow(m, opt.dtype);
+      printRow(m, opt.dtype, floors);
     }
   }
   return "";
@@ -284,7 +381,7 @@ int runWorker(const BenchOptions& opt, int ngpus) {
   if (opt.backends.size() != 1) return fail("a worker runs exactly one backend");
   const int dev = ngpus >= opt.worker_world ? opt.worker_rank : 0;
   std::string why;
-  std::unique_ptr<Backend> b = makeBackend(opt.backends[0], &why);
+  std::unique_ptr<Backend> b = makeBackend(opt.backends[0], &why, opt.transport);
   if (b == nullptr) return fail(why);
   if (std::string e = b->initRank(opt.worker_world, opt.worker_rank, opt.worker_id, dev);
       !e.empty())
@@ -301,6 +398,7 @@ int runWorker(const BenchOptions& opt, int ngpus) {
     BenchRow row;
     row.backend = opt.backends[0];
     row.ranks = opt.worker_world;
+    row.transport = b->transport();
     if (std::string e = measureRow(*b, rk, bytes, opt, &row); !e.empty()) return fail(e);
     j["rows"].push_back(rowToJson(row));
   }
@@ -309,7 +407,9 @@ int runWorker(const BenchOptions& opt, int ngpus) {
 }
 
 std::vector<std::string> defaultBackends(int ngpus) {
-  std::vector<std::string> b = {"tpar", "tpar:oneshot", "tpar:twoshot", "tpar:staged", "nccl"};
+  std::vector<std::string> b = {"tpar",        "tpar:oneshot",      "tpar:twoshot",
+                                "tpar:staged", "tpar:oneshot-pull", "tpar:twoshot-pull",
+                                "nccl"};
   if (ngpus > 2) b.insert(b.begin() + 4, "tpar:hier");
   if (ngpus > 1) {
     b.push_back("nccl:p2p-sys");
@@ -343,15 +443,24 @@ void registerOptions(CLI::App* app, BenchOptions* opt, std::shared_ptr<std::stri
           std::string why;
           if (!ncclVariants().count(item) && item != "tpar" && item != "tpar:oneshot" &&
               item != "tpar:twoshot" && item != "tpar:staged" && item != "tpar:hier" &&
-              item != "nccl")
+              item != "tpar:oneshot-pull" && item != "tpar:twoshot-pull" && item != "nccl")
             *error = "--backends: unknown backend '" + item +
-                     "' (tpar, tpar:oneshot, tpar:twoshot, tpar:staged, tpar:hier, nccl, "
-                     "nccl:p2p-sys, nccl:shm)";
+                     "' (tpar, tpar:oneshot, tpar:twoshot, tpar:staged, tpar:hier, "
+                     "tpar:oneshot-pull, tpar:twoshot-pull, nccl, nccl:p2p-sys, nccl:shm)";
           opt->backends.push_back(item);
         }
       },
-      "comma-separated: tpar, tpar:oneshot, tpar:twoshot, tpar:staged, tpar:hier, nccl, "
-      "nccl:p2p-sys, nccl:shm");
+      "comma-separated: tpar, tpar:oneshot, tpar:twoshot, tpar:staged, tpar:hier, "
+      "tpar:oneshot-pull, tpar:twoshot-pull, nccl, nccl:p2p-sys, nccl:shm");
+  app->add_option_function<std::string>(
+      "--transport",
+      [opt, error](const std::string& v) {
+        if (!parseTransportName(v, &opt->transport))
+          *error = "--transport: '" + v + "' is not auto, host or p2p";
+      },
+      "where tpar's receive regions live: auto (GPU memory; host memory where P2P is missing), "
+      "host (pinned host memory; also measures the host link and prints each row's floor), "
+      "p2p (GPU memory only); default: TPAR_TRANSPORT");
   app->add_option_function<std::string>(
       "--ranks",
       [opt, error](const std::string& v) {
@@ -404,20 +513,38 @@ std::string parseBenchArgs(const std::vector<std::string>& args, BenchOptions* o
   return "";
 }
 
+bool setHostFloor(BenchRow* row, const HostLinkSummary& link, int ranks_per_link) {
+  row->has_floor = false;
+  if (row->transport != tparTransportName(tparTransportHost) || !link.measured) return false;
+  row->has_floor = hostLinkFloor(row->chosen, row->bytes, row->ranks, ranks_per_link,
+                                 link.write_gbps, link.read_gbps, link.rtt_us, &row->floor);
+  return row->has_floor;
+}
+
 nlohmann::json rowToJson(const BenchRow& r) {
-  return {{"backend", r.backend},
-          {"ranks", r.ranks},
-          {"virtual", r.virtual_ranks},
-          {"bytes", r.bytes},
-          {"count", r.count},
-          {"chosen", r.chosen},
-          {"graph", r.graph},
-          {"us_out_of_place", r.us_out},
-          {"us_in_place", r.us_in},
-          {"algbw_out_of_place", algBandwidth(r.bytes, r.us_out)},
-          {"busbw_out_of_place", busBandwidth(r.bytes, r.us_out, r.ranks)},
-          {"wrong_out_of_place", r.wrong_out},
-          {"wrong_in_place", r.wrong_in}};
+  nlohmann::json j = {{"backend", r.backend},
+                      {"ranks", r.ranks},
+                      {"virtual", r.virtual_ranks},
+                      {"bytes", r.bytes},
+                      {"count", r.count},
+                      {"chosen", r.chosen},
+                      {"graph", r.graph},
+                      {"us_out_of_place", r.us_out},
+                      {"us_in_place", r.us_in},
+                      {"algbw_out_of_place", algBandwidth(r.bytes, r.us_out)},
+                      {"busbw_out_of_place", busBandwidth(r.bytes, r.us_out, r.ranks)},
+                      {"wrong_out_of_place", r.wrong_out},
+                      {"wrong_in_place", r.wrong_in}};
+  if (!r.transport.empty()) j["transport"] = r.transport;
+  if (r.has_floor) {
+    j["floor_us"] = r.floor.us;
+    j["floor_write_bytes"] = r.floor.write_bytes;
+    j["floor_read_bytes"] = r.floor.read_bytes;
+    j["floor_rounds"] = r.floor.rounds;
+    j["x_floor_out_of_place"] = r.floor.us > 0 ? r.us_out / r.floor.us : 0.0;
+    j["x_floor_in_place"] = r.floor.us > 0 ? r.us_in / r.floor.us : 0.0;
+  }
+  return j;
 }
 
 int runBench(const BenchOptions& opt) {
@@ -446,6 +573,7 @@ int runBench(const BenchOptions& opt) {
   std::vector<BenchRow> rows;
   nlohmann::json floors = nlohmann::json::object();
   std::vector<std::string> skipped;
+  HostLinks links(child);
 
   for (int n : rank_counts) {
     const bool virt = n > ngpus;
@@ -467,7 +595,19 @@ int runBench(const BenchOptions& opt) {
       if (opt.procs && virt)
         std::printf("# processes sharing one GPU are time-sliced by the driver: these times are\n"
                     "# dominated by context switches and say nothing about the protocol.\n");
+      if (opt.transport != TPAR_CONFIG_UNDEF_INT)
+        std::printf("# tpar transport: %s%s\n", transportOptionName(opt.transport),
+                    opt.transport == 1 ? " (receive regions in pinned host memory)" : "");
     }
+    // Host transport: every row gets the floor of its link (measured before anything runs).
+    if (opt.transport == 1 && !child) links.measure(devs);
+    const int per_link = ranksPerLink(devs);
+    auto annotate = [&](BenchRow* row) {
+      if (child || row->transport != tparTransportName(tparTransportHost)) return;
+      links.measure(devs);  // no-op once measured; nothing of this run is in flight here
+      setHostFloor(row, links.summary(devs), per_link);
+    };
+    const bool floor_cols = !child && links.measured(devs);
     Ranks rk;
     if (std::string e = rk.alloc(devs, max_bytes); !e.empty()) return fail(e);
     if (opt.graph && !child) {
@@ -477,9 +617,10 @@ int runBench(const BenchOptions& opt) {
       std::printf("# launch floor: %.2f us (graphs of empty kernels on the same %d streams)\n",
                   floor_us, n);
     }
-    if (!child) printHeader();
+    if (!child) printHeader(floor_cols);
     if (opt.procs) {
-      if (std::string e = runProcs(opt, n, ngpus, backends, &rows, &skipped); !e.empty())
+      if (std::string e = runProcs(opt, n, ngpus, backends, annotate, floor_cols, &rows, &skipped);
+          !e.empty())
         return fail(e);
       continue;
     }
@@ -494,11 +635,11 @@ int runBench(const BenchOptions& opt) {
           skipped.push_back(name + ": " + e);
           continue;
         }
-        for (size_t i = before; i < rows.size(); ++i) printRow(rows[i], opt.dtype);
+        for (size_t i = before; i < rows.size(); ++i) printRow(rows[i], opt.dtype, floor_cols);
         continue;
       }
       std::string reason;
-      std::unique_ptr<Backend> b = makeBackend(name, &reason);
+      std::unique_ptr<Backend> b = makeBackend(name, &reason, opt.transport);
       if (b == nullptr) {
         skipped.push_back(name + ": " + reason);
         continue;
@@ -507,15 +648,18 @@ int runBench(const BenchOptions& opt) {
         skipped.push_back(name + " at " + std::to_string(n) + " ranks: " + e);
         continue;
       }
+      const std::string transport = b->transport();
       for (size_t bytes : sizes) {
         BenchRow row;
         row.backend = name;
         row.ranks = n;
         row.virtual_ranks = virt;
+        row.transport = transport;
         if (std::string e = measureRow(*b, rk, bytes, opt, &row); !e.empty())
           return fail(name + ", " + std::to_string(bytes) + " B: " + e);
+        annotate(&row);
         rows.push_back(row);
-        if (!child) printRow(row, opt.dtype);
+        if (!child) printRow(row, opt.dtype, floor_cols);
       }
     }
   }
@@ -547,10 +691,24 @@ int runBench(const BenchOptions& opt) {
       if (r.backend == "nccl") continue;
       for (const BenchRow& q : rows) {
         if (q.backend == "nccl" && q.ranks == r.ranks && q.bytes == r.bytes) {
-          std::printf("  %-13s %3d ranks %12zu B  %7.2fx\n", r.backend.c_str(), r.ranks, r.bytes,
+          std::printf("  %-17s %3d ranks %12zu B  %7.2fx\n", r.backend.c_str(), r.ranks, r.bytes,
                       q.us_out / r.us_out);
         }
       }
+    }
+  }
+  bool any_floor = false;
+  for (const BenchRow& r : rows) any_floor |= r.has_floor;
+  if (any_floor) {
+    std::printf("#\n# against the host-link floor (out of place; floor = max(bytes written / write "
+                "bandwidth, bytes read / read bandwidth) + rounds x hand-off)\n");
+    for (const BenchRow& r : rows) {
+      if (!r.has_floor) continue;
+      std::printf("  %-17s %3d ranks %12zu B %-13s %8.2f MB written %8.2f MB read %d rounds: "
+                  "floor %8.2f us, time %8.2f us, %6.2fx\n",
+                  r.backend.c_str(), r.ranks, r.bytes, r.chosen.c_str(), r.floor.write_bytes / 1e6,
+                  r.floor.read_bytes / 1e6, r.floor.rounds, r.floor.us, r.us_out,
+                  r.floor.us > 0 ? r.us_out / r.floor.us : 0.0);
     }
   }
   for (const std::string& s : skipped) std::printf("# skipped %s\n", s.c_str());
@@ -562,6 +720,8 @@ int runBench(const BenchOptions& opt) {
     j["iters"] = opt.iters;
     j["warmup"] = opt.warmup;
     j["launch_floor_us"] = floors;
+    j["transport"] = transportOptionName(opt.transport);
+    j["host_link"] = links.toJson();
     j["skipped"] = skipped;
     j["rows"] = nlohmann::json::array();
     for (const BenchRow& r : rows) j["rows"].push_back(rowToJson(r));

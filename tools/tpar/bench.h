@@ -9,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "tools/tpar/report.h"
 #include "tpar/tpar.h"
 
 namespace tpar_cli {
@@ -26,6 +27,9 @@ struct BenchOptions {
   bool check = true;
   tparDataType_t dtype = tparBfloat16;
   std::vector<std::string> backends;  // empty: the defaults for the machine
+  // tparConfig_t::transport of the tpar backends (--transport auto|host|p2p: 0, 1, 2);
+  // TPAR_CONFIG_UNDEF_INT: TPAR_TRANSPORT decides.
+  int transport = TPAR_CONFIG_UNDEF_INT;
   std::string json_path;
   std::string rows_path;          // internal: a child writes its rows here (NCCL variants)
   bool procs = false;             // one process per rank instead of one thread for all
@@ -56,7 +60,21 @@ struct BenchRow {
   bool graph = true;
   double us_out = 0, us_in = 0;
   long long wrong_out = -1, wrong_in = -1;  // -1: not checked
+  std::string transport;  // where the receive regions were (tparTransportName); "" unknown
+  bool has_floor = false;  // floor is set: host transport, modelled algorithm, link measured
+  HostLinkFloor floor;
 };
+
+// The host link as this run measured it, over the GPUs of one rank set: the slowest of them.
+struct HostLinkSummary {
+  bool measured = false;
+  double write_gbps = 0, read_gbps = 0;
+  double rtt_us = 0;  // one-way flag hand-off through host memory (LinkMeasure::latency_us)
+};
+
+// Sets row->floor (hostLinkFloor of the algorithm the row ran) when it ran on the host
+// transport and `link` was measured; `ranks_per_link`: the most ranks on one GPU.
+bool setHostFloor(BenchRow* row, const HostLinkSummary& link, int ranks_per_link);
 
 nlohmann::json rowToJson(const BenchRow& row);
 

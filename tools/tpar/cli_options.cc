@@ -52,4 +52,21 @@ bool parseDatatypeName(const std::string& name, tparDataType_t* out) {
   return true;
 }
 
+bool parseTransportName(const std::string& name, int* out) {
+  if (name == "auto") *out = 0;
+  else if (name == "host") *out = 1;
+  else if (name == "p2p") *out = 2;
+  else return false;
+  return true;
+}
+
+const char* transportOptionName(int transport) {
+  switch (transport) {
+    case 0: return "auto";
+    case 1: return "host";
+    case 2: return "p2p";
+    default: return "env";
+  }
+}
+
 }  // namespace tpar_cli

@@ -26,6 +26,11 @@ std::vector<size_t> sizeRange(size_t min_bytes, size_t max_bytes, double factor)
 // "bfloat16"/"bf16", "float16"/"half"/"fp16", "float32"/"float"/"fp32".
 bool parseDatatypeName(const std::string& name, tparDataType_t* out);
 
+// "auto", "host", "p2p" (as TPAR_TRANSPORT takes them) to tparConfig_t::transport (0, 1, 2).
+bool parseTransportName(const std::string& name, int* out);
+// The name of a tparConfig_t::transport value; "env" for -1 (TPAR_TRANSPORT decides).
+const char* transportOptionName(int transport);
+
 }  // namespace tpar_cli
 
 #endif  // TPAR_TOOLS_CLI_OPTIONS_H_

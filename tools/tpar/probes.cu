@@ -557,6 +557,41 @@ void probeLinks(const ProbePlan& plan, DoctorResults* r) {
   (void)cudaGetLastError();
 }
 
+std::string probeHostLink(int dev, const ProbePlan& plan, LinkMeasure* m) {
+  *m = LinkMeasure{};
+  if (std::string e = preloadDoctorKernels({dev}); !e.empty()) {
+    m->error = "preload: " + e;
+    return m->error;
+  }
+  DeviceSide side;
+  void* host_buffer = nullptr;
+  unsigned* host_flags = nullptr;
+  PingPongResult* results = nullptr;
+  auto setUpHost = [&]() -> std::string {
+    if (std::string e = setUp(plan, dev, &side); !e.empty()) return e;
+    const unsigned flags = cudaHostAllocMapped | cudaHostAllocPortable;
+    PROBE_CUDA(cudaHostAlloc(&host_flags, 4096, flags));
+    std::fill(host_flags, host_flags + 1024, 0u);
+    PROBE_CUDA(cudaHostAlloc(&results, 2 * sizeof(PingPongResult), flags));
+    if (plan.bandwidth) {
+      PROBE_CUDA(cudaHostAlloc(&host_buffer, plan.bandwidth_bytes, flags));
+      std::fill(static_cast<char*>(host_buffer),
+                static_cast<char*>(host_buffer) + plan.bandwidth_bytes, 0x3c);
+    }
+    return "";
+  };
+  if (std::string e = setUpHost(); !e.empty())
+    m->error = "not measured: " + e;
+  else
+    measureLink(side, side, host_buffer, host_flags, host_flags + 32, plan, results, m);
+  tearDown(&side);
+  if (host_buffer) cudaFreeHost(host_buffer);
+  if (host_flags) cudaFreeHost(host_flags);
+  if (results) cudaFreeHost(results);
+  (void)cudaGetLastError();
+  return m->error;
+}
+
 void runSelfTests(DoctorResults* r) {
   const std::vector<int>& devs = r->devices;
   for (const char* name : {"tpar:oneshot", "tpar:twoshot", "tpar:staged", "tpar:hier"}) {

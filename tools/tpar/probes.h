@@ -35,6 +35,12 @@ std::string preloadDoctorKernels(const std::vector<int>& devices);
 // GPU) the GPU against its own memory. Progress goes to stderr.
 void probeLinks(const ProbePlan& plan, DoctorResults* r);
 
+// The link between GPU `dev` and pinned host memory mapped into it, measured as probeLinks
+// does for the doctor: a kernel's write and read bandwidth against that memory and the one-way
+// flag hand-off through it (LinkMeasure::latency_us). Preloads its kernels first. Returns "" or
+// what failed (also in m->error); no other work may run on the GPU meanwhile.
+std::string probeHostLink(int dev, const ProbePlan& plan, LinkMeasure* m);
+
 // Checks every element of all-reduces of exactly known sums on r->devices, with each of
 // tpar's algorithms forced.
 void runSelfTests(DoctorResults* r);

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cctype>
 #include <ctime>
 #include <fstream>
@@ -126,6 +127,47 @@ double algBandwidth(size_t bytes, double us) { return us > 0 ? bytes / (us * 1e3
 
 double busBandwidth(size_t bytes, double us, int nranks) {
   return nranks > 0 ? algBandwidth(bytes, us) * 2.0 * (nranks - 1) / nranks : 0.0;
+}
+
+bool hostLinkFloor(const std::string& algo, size_t bytes, int nranks, int ranks_per_link,
+                   double write_gbps, double read_gbps, double rtt_us, HostLinkFloor* out) {
+  if (nranks < 2 || ranks_per_link < 1 || write_gbps <= 0 || read_gbps <= 0) return false;
+  // Bytes per call of all ranks together, in units of the message size M (the table in
+  // docs/PERFORMANCE.md says where each term comes from), and rounds.
+  const double n = nranks;
+  double w = 0, r = 0;
+  int rounds = 0;
+  if (algo == "oneshot-pull") {
+    w = 2 * n;
+    r = 2 * n * (n - 1);
+    rounds = 1;
+  } else if (algo == "twoshot-pull") {
+    w = n;
+    r = 2 * (n - 1);
+    rounds = 2;
+  } else if (algo == "oneshot") {
+    w = 2 * n * (n - 1);
+    r = n * (n - 1);
+    rounds = 1;
+  } else if (algo == "twoshot" || algo == "staged" || algo == "hier") {
+    w = 4 * (n - 1);
+    r = 2 * (n - 1);
+    rounds = 2;
+  } else {
+    return false;
+  }
+  // Only the ranks on one GPU share its link.
+  const double share = static_cast<double>(std::min(ranks_per_link, nranks)) / n;
+  const double m = static_cast<double>(bytes);
+  HostLinkFloor f;
+  f.write_bytes = w * m * share;
+  f.read_bytes = r * m * share;
+  f.rounds = rounds;
+  // GB/s = 1e3 bytes per microsecond.
+  f.us = std::max(f.write_bytes / (write_gbps * 1e3), f.read_bytes / (read_gbps * 1e3)) +
+         rounds * rtt_us;
+  *out = f;
+  return true;
 }
 
 }  // namespace tpar_cli

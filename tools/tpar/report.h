@@ -33,6 +33,25 @@ nlohmann::json machineReport(const std::string& tool, const std::string& command
 double algBandwidth(size_t bytes, double us);
 double busBandwidth(size_t bytes, double us, int nranks);
 
+// The physical floor of one all-reduce whose receive regions live in pinned host memory
+// (docs/PERFORMANCE.md, "Host-staged transport"): every byte written into or read from a host
+// region crosses a GPU's PCIe link, so the busiest link needs
+//   max(write bytes / write bandwidth, read bytes / read bandwidth) + rounds x hand-off time.
+struct HostLinkFloor {
+  double write_bytes = 0;  // GPU -> host over the busiest link, per call
+  double read_bytes = 0;   // host -> GPU over the busiest link, per call
+  int rounds = 0;          // dependent hand-offs through host memory
+  double us = 0;           // the floor
+};
+
+// For a message of `bytes` over `nranks` ranks with algorithm `algo` (tparAlgoName: "oneshot",
+// "twoshot", "staged", "hier", "oneshot-pull", "twoshot-pull"), of which `ranks_per_link`
+// share one GPU's link (all of them for virtual ranks on one GPU, 1 with one rank per GPU),
+// at the measured bandwidths (GB/s) and hand-off time `rtt_us`. False, with *out untouched,
+// for an algorithm without a model ("nccl", "") or fewer than two ranks.
+bool hostLinkFloor(const std::string& algo, size_t bytes, int nranks, int ranks_per_link,
+                   double write_gbps, double read_gbps, double rtt_us, HostLinkFloor* out);
+
 }  // namespace tpar_cli
 
 #endif  // TPAR_TOOLS_REPORT_H_

@@ -1,0 +1,124 @@
+// Device half of the host-transport stress test (stress_kernels.h).
+#include "gpu/stress_kernels.h"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <algorithm>
+
+namespace tpar_test {
+namespace {
+
+// NOTE [stress inputs]: every input element is a function of (call seed, rank, index), so the
+// check kernel of each rank recomputes the whole reference itself (the fp32 sum in rank order,
+// rounded once, as tparAllReduce promises) without reading any other rank's buffer, and no
+// host work is needed per call beyond the launches.
+__device__ __forceinline__ uint64_t stressMix(uint64_t x) {
+  x ^= x >> 30;
+  x *= 0xbf58476d1ce4e5b9ull;
+  x ^= x >> 27;
+  x *= 0x94d049bb133111ebull;
+  x ^= x >> 31;
+  return x;
+}
+
+// Uniform in [-1, 1) with 24 bits, rounded to the datatype, returned as the float the
+// all-reduce will read back.
+__device__ __forceinline__ float stressInput(uint64_t seed, int rank, size_t i, int dtype) {
+  const uint64_t h =
+      stressMix(seed ^ (static_cast<uint64_t>(rank) << 56) ^ (i * 0x9E3779B97F4A7C15ull));
+  const float f =
+      static_cast<float>(static_cast<int64_t>(h >> 40) - (1ll << 23)) / float(1 << 23);
+  if (dtype == tparFloat16) return __half2float(__float2half_rn(f));
+  if (dtype == tparBfloat16) return __bfloat162float(__float2bfloat16_rn(f));
+  return f;
+}
+
+__device__ __forceinline__ void stressStore(void* p, size_t i, int dtype, float v) {
+  if (dtype == tparFloat32) static_cast<float*>(p)[i] = v;
+  else if (dtype == tparFloat16) static_cast<__half*>(p)[i] = __float2half_rn(v);
+  else static_cast<__nv_bfloat16*>(p)[i] = __float2bfloat16_rn(v);
+}
+
+__device__ __forceinline__ void stressPoison(void* p, size_t i, int dtype) {
+  if (dtype == tparFloat32) static_cast<uint32_t*>(p)[i] = 0xA7A7A7A7u;
+  else static_cast<uint16_t*>(p)[i] = 0xA7A7u;
+}
+
+__device__ __forceinline__ uint32_t stressBits(const void* p, size_t i, int dtype) {
+  if (dtype == tparFloat32) return static_cast<const uint32_t*>(p)[i];
+  return static_cast<const uint16_t*>(p)[i];
+}
+
+__device__ __forceinline__ uint32_t stressRound(float x, int dtype) {
+  if (dtype == tparFloat32) return __float_as_uint(x);
+  if (dtype == tparFloat16) return __half_as_ushort(__float2half_rn(x));
+  return __bfloat16_as_ushort(__float2bfloat16_rn(x));
+}
+
+constexpr unsigned char kPoison = 0xA7;
+
+// Writes rank `rank`'s inputs of call `seed` into `send`, poisons `recv` (out of place) and the
+// guard bytes after the output in both cases.
+__global__ void stressFill(void* send, void* recv, size_t count, int dtype, uint64_t seed,
+                           int rank, bool in_place) {
+  const size_t es = dtype == tparFloat32 ? 4 : 2;
+  const size_t stride = size_t(gridDim.x) * blockDim.x;
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < count; i += stride) {
+    stressStore(send, i, dtype, stressInput(seed, rank, i, dtype));
+    if (!in_place) stressPoison(recv, i, dtype);
+  }
+  if (blockIdx.x == 0 && threadIdx.x < kStressGuardBytes)
+    static_cast<unsigned char*>(recv)[count * es + threadIdx.x] = kPoison;
+}
+
+__global__ void stressCheck(const void* recv, size_t count, int dtype, int op, uint64_t seed,
+                            int nranks, unsigned long long call, StressCounters* c) {
+  const size_t es = dtype == tparFloat32 ? 4 : 2;
+  const size_t stride = size_t(gridDim.x) * blockDim.x;
+  unsigned long long wrong = 0;
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < count; i += stride) {
+    float acc = stressInput(seed, 0, i, dtype);
+    for (int r = 1; r < nranks; ++r) {
+      const float x = stressInput(seed, r, i, dtype);
+      acc = op == tparSum ? __fadd_rn(acc, x) : (op == tparMax ? fmaxf(acc, x) : fminf(acc, x));
+    }
+    wrong += stressBits(recv, i, dtype) != stressRound(acc, dtype);
+  }
+  unsigned long long guard = 0;
+  if (blockIdx.x == 0 && threadIdx.x < kStressGuardBytes)
+    guard = static_cast<const unsigned char*>(recv)[count * es + threadIdx.x] != kPoison;
+  if (wrong) atomicAdd(&c->wrong, wrong);
+  if (guard) atomicAdd(&c->guard, guard);
+  if (wrong || guard) atomicMin(&c->first_bad, call);
+}
+
+int blocksFor(size_t count) {
+  return static_cast<int>(std::min<size_t>((count + 255) / 256, 128));
+}
+
+}  // namespace
+
+cudaError_t preloadStressKernels() {
+  cudaFuncAttributes attr;
+  cudaError_t err = cudaFuncGetAttributes(&attr, stressFill);
+  if (err == cudaSuccess) err = cudaFuncGetAttributes(&attr, stressCheck);
+  return err;
+}
+
+cudaError_t launchStressFill(void* send, void* recv, size_t count, tparDataType_t dtype,
+                             uint64_t seed, int rank, bool in_place, cudaStream_t stream) {
+  stressFill<<<blocksFor(count), 256, 0, stream>>>(send, recv, count, dtype, seed, rank,
+                                                   in_place);
+  return cudaGetLastError();
+}
+
+cudaError_t launchStressCheck(const void* recv, size_t count, tparDataType_t dtype,
+                              tparRedOp_t op, uint64_t seed, int nranks, unsigned long long call,
+                              StressCounters* c, cudaStream_t stream) {
+  stressCheck<<<blocksFor(count), 256, 0, stream>>>(recv, count, dtype, op, seed, nranks, call,
+                                                    c);
+  return cudaGetLastError();
+}
+
+}  // namespace tpar_test

@@ -1,0 +1,143 @@
+// `tpar bench --transport`, the pull backends, and the host-link floor model (no GPU needed).
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "tools/tpar/backend.h"
+#include "tools/tpar/bench.h"
+#include "tools/tpar/cli_options.h"
+#include "tools/tpar/report.h"
+
+namespace tpar_cli {
+namespace {
+
+TEST(BenchTransport, TransportOptionTakesTheNamesOfTparTransport) {
+  BenchOptions none;
+  ASSERT_EQ("", parseBenchArgs({"--ranks", "2"}, &none));
+  EXPECT_EQ(TPAR_CONFIG_UNDEF_INT, none.transport);  // TPAR_TRANSPORT decides
+  const std::pair<const char*, int> cases[] = {{"auto", 0}, {"host", 1}, {"p2p", 2}};
+  for (const auto& [name, value] : cases) {
+    BenchOptions opt;
+    ASSERT_EQ("", parseBenchArgs({"--transport", name}, &opt)) << name;
+    EXPECT_EQ(value, opt.transport) << name;
+    EXPECT_STREQ(name, transportOptionName(value));
+  }
+  EXPECT_STREQ("env", transportOptionName(TPAR_CONFIG_UNDEF_INT));
+  BenchOptions bad;
+  const std::string err = parseBenchArgs({"--transport", "shm"}, &bad);
+  EXPECT_NE(std::string::npos, err.find("--transport")) << err;
+  EXPECT_NE(std::string::npos, err.find("shm")) << err;
+}
+
+TEST(BenchTransport, PullBackendsAreKnown) {
+  BenchOptions opt;
+  ASSERT_EQ("", parseBenchArgs({"--backends", "tpar:oneshot-pull,tpar:twoshot-pull"}, &opt));
+  EXPECT_EQ((std::vector<std::string>{"tpar:oneshot-pull", "tpar:twoshot-pull"}), opt.backends);
+  for (const char* name : {"tpar:oneshot-pull", "tpar:twoshot-pull"}) {
+    std::string why;
+    auto b = makeBackend(name, &why, /*tpar_transport=*/1);
+    ASSERT_NE(nullptr, b) << name << ": " << why;
+    EXPECT_EQ(name, b->name());
+  }
+  std::string why;
+  EXPECT_EQ(nullptr, makeBackend("tpar:threeshot", &why));
+  EXPECT_NE(std::string::npos, why.find("tpar:twoshot-pull")) << why;
+}
+
+// 112 KiB over 8 ranks, links of 50 GB/s write and 40 GB/s read, 2 us hand-off.
+constexpr size_t kM = 114688;
+constexpr double kWrite = 50, kRead = 40, kRtt = 2;
+
+TEST(HostLinkFloor, BytesPerCallFollowTheModelOfEveryAlgorithm) {
+  struct Case {
+    const char* algo;
+    double write_m, read_m;  // in units of the message size, all 8 ranks on one link
+    int rounds;
+  } cases[] = {
+      {"oneshot-pull", 2 * 8, 2 * 8 * 7, 1},
+      {"twoshot-pull", 8, 2 * 7, 2},
+      {"oneshot", 2 * 8 * 7, 8 * 7, 1},
+      {"twoshot", 4 * 7, 2 * 7, 2},
+      {"staged", 4 * 7, 2 * 7, 2},
+      {"hier", 4 * 7, 2 * 7, 2},
+  };
+  for (const Case& c : cases) {
+    HostLinkFloor f;
+    ASSERT_TRUE(hostLinkFloor(c.algo, kM, 8, /*ranks_per_link=*/8, kWrite, kRead, kRtt, &f))
+        << c.algo;
+    EXPECT_DOUBLE_EQ(c.write_m * kM, f.write_bytes) << c.algo;
+    EXPECT_DOUBLE_EQ(c.read_m * kM, f.read_bytes) << c.algo;
+    EXPECT_EQ(c.rounds, f.rounds) << c.algo;
+    const double want = std::max(c.write_m * kM / (kWrite * 1e3), c.read_m * kM / (kRead * 1e3)) +
+                        c.rounds * kRtt;
+    EXPECT_DOUBLE_EQ(want, f.us) << c.algo;
+  }
+}
+
+TEST(HostLinkFloor, WorkedExampleTwoShotPull) {
+  // 8 virtual ranks, 112 KiB: 8 x 112 KiB written (18.35 us at 50 GB/s), 14 x 112 KiB read
+  // (40.14 us at 40 GB/s): the reads bound it; plus two hand-offs.
+  HostLinkFloor f;
+  ASSERT_TRUE(hostLinkFloor("twoshot-pull", kM, 8, 8, kWrite, kRead, kRtt, &f));
+  EXPECT_NEAR(40.1408 + 4.0, f.us, 1e-9);
+}
+
+TEST(HostLinkFloor, OneRankPerGpuDividesTheBytesByTheRanks) {
+  HostLinkFloor shared, own;
+  ASSERT_TRUE(hostLinkFloor("twoshot", kM, 4, 4, kWrite, kRead, kRtt, &shared));
+  ASSERT_TRUE(hostLinkFloor("twoshot", kM, 4, 1, kWrite, kRead, kRtt, &own));
+  EXPECT_DOUBLE_EQ(shared.write_bytes / 4, own.write_bytes);
+  EXPECT_DOUBLE_EQ(shared.read_bytes / 4, own.read_bytes);
+  EXPECT_EQ(shared.rounds, own.rounds);
+  // The hand-offs do not shrink with the bytes.
+  EXPECT_DOUBLE_EQ(own.write_bytes / (kWrite * 1e3) + 2 * kRtt, own.us);
+}
+
+TEST(HostLinkFloor, NoModelNoFloor) {
+  HostLinkFloor f;
+  f.us = 123;
+  EXPECT_FALSE(hostLinkFloor("nccl", kM, 8, 8, kWrite, kRead, kRtt, &f));
+  EXPECT_FALSE(hostLinkFloor("", kM, 8, 8, kWrite, kRead, kRtt, &f));
+  EXPECT_FALSE(hostLinkFloor("twoshot", kM, 1, 1, kWrite, kRead, kRtt, &f));  // nothing crosses
+  EXPECT_FALSE(hostLinkFloor("twoshot", kM, 8, 8, 0, kRead, kRtt, &f));       // not measured
+  EXPECT_EQ(123, f.us);
+}
+
+TEST(HostLinkFloor, RowsOnTheHostTransportGetItInTheirJson) {
+  BenchRow row;
+  row.backend = "tpar";
+  row.ranks = 8;
+  row.virtual_ranks = true;
+  row.bytes = kM;
+  row.count = kM / 2;
+  row.chosen = "twoshot-pull";
+  row.us_out = 88.2816;
+  row.us_in = 44.1408;
+  HostLinkSummary link;
+  link.write_gbps = kWrite;
+  link.read_gbps = kRead;
+  link.rtt_us = kRtt;
+  // Not measured, or another transport: no floor.
+  row.transport = "host";
+  EXPECT_FALSE(setHostFloor(&row, link, 8));
+  link.measured = true;
+  row.transport = "same-device";
+  EXPECT_FALSE(setHostFloor(&row, link, 8));
+  EXPECT_FALSE(rowToJson(row).contains("floor_us"));
+  EXPECT_EQ("same-device", rowToJson(row)["transport"].get<std::string>());
+  row.transport = "host";
+  ASSERT_TRUE(setHostFloor(&row, link, 8));
+  const auto j = rowToJson(row);
+  EXPECT_EQ("host", j["transport"].get<std::string>());
+  EXPECT_NEAR(44.1408, j["floor_us"].get<double>(), 1e-9);
+  EXPECT_DOUBLE_EQ(8.0 * kM, j["floor_write_bytes"].get<double>());
+  EXPECT_DOUBLE_EQ(14.0 * kM, j["floor_read_bytes"].get<double>());
+  EXPECT_EQ(2, j["floor_rounds"].get<int>());
+  EXPECT_NEAR(2.0, j["x_floor_out_of_place"].get<double>(), 1e-9);
+  EXPECT_NEAR(1.0, j["x_floor_in_place"].get<double>(), 1e-9);
+}
+
+}  // namespace
+}  // namespace tpar_cli
