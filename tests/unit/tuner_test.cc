@@ -7,6 +7,8 @@
 #include <cstdlib>
 #include <fstream>
 #include <functional>
+#include <map>
+#include <memory>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -14,7 +16,10 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "core/comm.h"
+#include "core/env.h"
 #include "core/error.h"
+#include "core/nccl_route.h"
 #include "tools/tpar/tune.h"
 #include "topology/topology.h"
 #include "tuner/select.h"
@@ -542,3 +547,345 @@ TEST(TuningJson, EveryAcceptedTimeIsWrittenBackReadably) {
 
 }  // namespace
 }  // namespace tpar
+
+// NCCL routing: tables and forced algorithms that name NCCL, the decision with and without an
+// attached NCCL communicator, and what `tpar tune` measures (no GPU needed).
+#if __has_include(<nccl.h>)
+#include <nccl.h>
+// The ABI values tpar declares for itself (it never includes nccl.h) are NCCL's.
+static_assert(int(tpar::kNcclFloat16) == int(ncclFloat16) &&
+                  int(tpar::kNcclFloat32) == int(ncclFloat32) &&
+                  int(tpar::kNcclBfloat16) == int(ncclBfloat16),
+              "NCCL datatype values");
+static_assert(int(tpar::kNcclSum) == int(ncclSum) && int(tpar::kNcclMax) == int(ncclMax) &&
+                  int(tpar::kNcclMin) == int(ncclMin),
+              "NCCL reduction op values");
+static_assert(tpar::kNcclSuccess == int(ncclSuccess) &&
+                  tpar::kNcclInProgress == int(ncclInProgress) &&
+                  int(tparInvalidArgument) == int(ncclInvalidArgument) &&
+                  int(tparInvalidUsage) == int(ncclInvalidUsage) &&
+                  int(tparRemoteError) == int(ncclRemoteError) &&
+                  int(tparUnhandledCudaError) == int(ncclUnhandledCudaError),
+              "NCCL result values");
+static_assert(sizeof(tpar::NcclUniqueId) == sizeof(ncclUniqueId), "ncclUniqueId size");
+#endif
+
+namespace tpar {
+namespace {
+
+using kernels::Algo;
+
+Plan ncclPlan() {
+  Plan p;
+  p.nccl = true;
+  return p;
+}
+
+// bfloat16: up to 4 KiB one-shot, up to 1 MiB NCCL, above two-shot; float32 all NCCL.
+TuningTable ncclTable() {
+  TuningTable t;
+  t.signature = "sig-nccl";
+  t.nranks = 8;
+  t.entries = {
+      {4 * kK, tparBfloat16, {Algo::kOneShot, 0, 0}, 3.5},
+      {1 * kM, tparBfloat16, ncclPlan(), 21.25},
+      {64 * kM, tparBfloat16, {Algo::kTwoShot, 16, 256}, 900},
+      {64 * kK, tparFloat32, ncclPlan(), 0},
+  };
+  return t;
+}
+
+TunerContext ncclContext(bool attached) {
+  TunerContext c = context(8, LinkClass::kSameSwitch, 1, true, "sig-nccl");
+  c.nccl = attached;
+  return c;
+}
+
+TEST(NcclRouting, TableEntriesNamingNcclRoundTripThroughJson) {
+  const TuningTable t = ncclTable();
+  const std::string text = tuningToJson(t);
+  const auto j = nlohmann::json::parse(text);
+  EXPECT_EQ("nccl", j["entries"][1]["algo"]);
+  EXPECT_EQ("nccl", j["entries"][3]["algo"]);
+  EXPECT_EQ("oneshot", j["entries"][0]["algo"]);
+  TuningTable back;
+  ASSERT_EQ(tparSuccess, tuningFromJson(text, &back)) << lastError();
+  ASSERT_EQ(t.entries.size(), back.entries.size());
+  for (size_t i = 0; i < t.entries.size(); ++i) {
+    EXPECT_EQ(t.entries[i].plan.nccl, back.entries[i].plan.nccl) << i;
+    EXPECT_EQ(t.entries[i].max_bytes, back.entries[i].max_bytes) << i;
+    EXPECT_EQ(t.entries[i].dtype, back.entries[i].dtype) << i;
+    if (!t.entries[i].plan.nccl) {
+      EXPECT_EQ(t.entries[i].plan.algo, back.entries[i].plan.algo) << i;
+      EXPECT_EQ(t.entries[i].plan.active_blocks, back.entries[i].plan.active_blocks) << i;
+      EXPECT_EQ(t.entries[i].plan.threads, back.entries[i].plan.threads) << i;
+    }
+    EXPECT_DOUBLE_EQ(t.entries[i].us, back.entries[i].us) << i;
+  }
+  // Written again, the text is the same: the round trip is a fixed point.
+  EXPECT_EQ(text, tuningToJson(back));
+}
+
+TEST(NcclRouting, UnknownAlgorithmInATableIsRejectedListingNccl) {
+  const std::string text =
+      R"({"format":"tpar-tuning","version":1,"signature":"s","nranks":2,"entries":[)"
+      R"({"dtype":"bfloat16","max_bytes":4096,"algo":"NCCL2","active_blocks":0,"threads":0}]})";
+  TuningTable t;
+  EXPECT_EQ(tparInvalidArgument, tuningFromJson(text, &t));
+  EXPECT_NE(std::string::npos, lastError().find("entries[0].algo")) << lastError();
+  EXPECT_NE(std::string::npos, lastError().find("nccl")) << lastError();
+}
+
+TEST(NcclRouting, TableRangeGoesToNcclOnlyWhenOneIsAttached) {
+  const TuningTable t = ncclTable();
+  for (bool attached : {false, true}) {
+    SCOPED_TRACE(attached ? "attached" : "not attached");
+    const TunerContext ctx = ncclContext(attached);
+    auto sel = [&](uint64_t b, tparDataType_t d) {
+      return selectPlan(b, d, ctx, &t, tparAlgoAuto, -1);
+    };
+    // Sizes the table gives to tpar are unaffected.
+    EXPECT_FALSE(sel(4 * kK, tparBfloat16).nccl);
+    EXPECT_EQ(Algo::kOneShot, sel(4 * kK, tparBfloat16).algo);
+    EXPECT_FALSE(sel(1 * kM + 2, tparBfloat16).nccl);
+    EXPECT_EQ(Algo::kTwoShot, sel(1 * kM + 2, tparBfloat16).algo);
+    EXPECT_EQ(16, sel(1 * kM + 2, tparBfloat16).active_blocks);
+    for (uint64_t b : {4 * kK + 2, 112 * kK, 1 * kM}) {
+      const Plan p = sel(b, tparBfloat16);
+      EXPECT_EQ(attached, p.nccl) << b;
+      if (!attached) {
+        // Not the neighbouring entry's plan: the built-in choice.
+        const Plan d = defaultPlan(b, tparBfloat16, ctx, -1);
+        EXPECT_EQ(d.algo, p.algo) << b;
+        EXPECT_EQ(d.active_blocks, p.active_blocks) << b;
+        EXPECT_EQ(d.threads, p.threads) << b;
+      }
+    }
+    // Beyond the last float32 entry, that entry (NCCL) still decides.
+    EXPECT_EQ(attached, sel(8 * kM, tparFloat32).nccl);
+    if (!attached) EXPECT_EQ(Algo::kTwoShot, sel(8 * kM, tparFloat32).algo);
+    // float16 has no entries: the defaults, never NCCL.
+    EXPECT_FALSE(sel(112 * kK, tparFloat16).nccl);
+  }
+  // A table of another topology routes nothing, attached or not.
+  TuningTable foreign = t;
+  foreign.signature = "sig-other";
+  EXPECT_FALSE(selectPlan(112 * kK, tparBfloat16, ncclContext(true), &foreign, tparAlgoAuto, -1).nccl);
+}
+
+TEST(NcclRouting, ForcedNcclStaysNcclSoThatTheCallCanRefuseIt) {
+  const TuningTable t = sampleTable();
+  for (bool attached : {false, true}) {
+    const TunerContext ctx = ncclContext(attached);
+    for (uint64_t b : {uint64_t(1), 64 * kK, 64 * kM}) {
+      EXPECT_TRUE(selectPlan(b, tparBfloat16, ctx, &t, tparAlgoNccl, -1).nccl) << b;
+      EXPECT_TRUE(selectPlan(b, tparFloat32, ctx, nullptr, tparAlgoNccl, -1).nccl) << b;
+    }
+    // Any other forced algorithm wins over a table's NCCL entries.
+    const TuningTable nt = ncclTable();
+    EXPECT_FALSE(selectPlan(112 * kK, tparBfloat16, ctx, &nt, tparAlgoTwoShot, -1).nccl);
+  }
+  // The built-in defaults never choose NCCL: nothing measured says it is faster.
+  for (uint64_t b = 1; b <= 256 * kM; b *= 4)
+    EXPECT_FALSE(selectPlan(b, tparBfloat16, ncclContext(true), nullptr, tparAlgoAuto, -1).nccl);
+}
+
+TEST(NcclRouting, PlanNamesIncludeNccl) {
+  Plan p;
+  ASSERT_TRUE(planAlgoFromName("nccl", &p));
+  EXPECT_TRUE(p.nccl);
+  EXPECT_STREQ("nccl", planAlgoName(p));
+  ASSERT_TRUE(planAlgoFromName("staged", &p));
+  EXPECT_FALSE(p.nccl) << "a later name replaces nccl";
+  EXPECT_EQ(Algo::kStaged, p.algo);
+  EXPECT_STREQ("staged", planAlgoName(p));
+  for (Algo a : {Algo::kOneShotPull, Algo::kTwoShotPull}) {
+    ASSERT_TRUE(planAlgoFromName(algoName(a), &p)) << algoName(a);
+    EXPECT_EQ(a, p.algo);
+  }
+  EXPECT_FALSE(planAlgoFromName("NCCL", &p));
+  EXPECT_FALSE(planAlgoFromName("", &p));
+  // The public names agree with the table's.
+  EXPECT_STREQ("nccl", tparAlgoName(tparAlgoNccl));
+  EXPECT_STREQ(planAlgoName(ncclPlan()), tparAlgoName(tparAlgoNccl));
+}
+
+TEST(NcclRouting, EnvironmentForcesNcclAndNamesTheLibrary) {
+  std::map<std::string, std::string> vars = {{"TPAR_ALGO", "nccl"},
+                                             {"TPAR_NCCL_LIBRARY", "/opt/nccl/libnccl.so.2"}};
+  Env env;
+  ASSERT_EQ(tparSuccess, parseEnv(
+                             [&](const char* n) -> const char* {
+                               auto it = vars.find(n);
+                               return it == vars.end() ? nullptr : it->second.c_str();
+                             },
+                             &env))
+      << lastError();
+  EXPECT_EQ(tparAlgoNccl, env.algo);
+  EXPECT_EQ("/opt/nccl/libnccl.so.2", env.nccl_library);
+  Env defaults;
+  ASSERT_EQ(tparSuccess, parseEnv([](const char*) -> const char* { return nullptr; }, &defaults));
+  EXPECT_EQ("", defaults.nccl_library);
+}
+
+TEST(NcclAbi, DatatypesOpsAndResultsMapToNcclValues) {
+  EXPECT_EQ(7, ncclDataTypeOf(tparFloat32));
+  EXPECT_EQ(6, ncclDataTypeOf(tparFloat16));
+  EXPECT_EQ(9, ncclDataTypeOf(tparBfloat16));
+  EXPECT_EQ(0, ncclRedOpOf(tparSum));
+  EXPECT_EQ(2, ncclRedOpOf(tparMax));
+  EXPECT_EQ(3, ncclRedOpOf(tparMin));
+  EXPECT_EQ(-1, ncclDataTypeOf(tparNumDataTypes));
+  EXPECT_EQ(-1, ncclRedOpOf(tparNumOps));
+  EXPECT_EQ(tparSuccess, resultOfNccl(0));
+  for (int r = 1; r <= 7; ++r) EXPECT_EQ(r, static_cast<int>(resultOfNccl(r)));
+  EXPECT_EQ(tparInternalError, resultOfNccl(42));
+  EXPECT_EQ("2.28.9", ncclVersionString(22809));
+  EXPECT_EQ("none", ncclVersionString(0));
+}
+
+TEST(NcclApi, SetNcclCommRejectsNullAndForeignCommunicators) {
+  int fake_nccl = 0;
+  EXPECT_EQ(tparInvalidArgument, tparCommSetNcclComm(nullptr, &fake_nccl));
+  EXPECT_NE(std::string::npos, std::string(tparGetLastError(nullptr)).find("comm is NULL"))
+      << tparGetLastError(nullptr);
+  EXPECT_EQ(tparInvalidArgument, tparCommSetNcclComm(nullptr, nullptr));
+  alignas(64) char fake[256];
+  std::memset(fake, 0x5a, sizeof(fake));
+  EXPECT_EQ(tparInvalidArgument,
+            tparCommSetNcclComm(reinterpret_cast<tparComm_t>(fake), &fake_nccl));
+  EXPECT_NE(std::string::npos,
+            std::string(tparGetLastError(nullptr)).find("not a live communicator"))
+      << tparGetLastError(nullptr);
+}
+
+// attachNcclComm on a communicator object that never saw a GPU: the checks before any CUDA.
+TEST(NcclAttach, DetachingClearsTheRouteWithoutLoadingNccl) {
+  auto comm = std::make_unique<tparComm>();
+  int stand_in = 0;
+  comm->nccl.comm = reinterpret_cast<NcclComm>(&stand_in);
+  comm->tuner_ctx.nccl = true;
+  EXPECT_EQ(tparSuccess, attachNcclComm(comm.get(), nullptr));
+  EXPECT_EQ(nullptr, comm->nccl.comm);
+  EXPECT_FALSE(comm->tuner_ctx.nccl);
+}
+
+TEST(NcclAttach, HandleThatIsNoNcclCommunicatorIsRefusedNamingIt) {
+  std::string why;
+  if (loadNccl(&why) == nullptr) GTEST_SKIP() << "NCCL cannot be loaded: " << why;
+  auto comm = std::make_unique<tparComm>();
+  comm->nranks = 1;
+  // Zeroed memory, larger than any ncclComm: NCCL finds no magic word in it.
+  const size_t bytes = 64u << 20;
+  std::unique_ptr<void, void (*)(void*)> zeros(std::calloc(1, bytes), std::free);
+  ASSERT_NE(nullptr, zeros.get());
+  EXPECT_EQ(tparInvalidArgument, attachNcclComm(comm.get(), zeros.get()));
+  EXPECT_NE(std::string::npos, lastError().find("ncclComm is not a usable NCCL communicator"))
+      << lastError();
+  EXPECT_EQ(nullptr, comm->nccl.comm);
+  EXPECT_FALSE(comm->tuner_ctx.nccl);
+}
+
+TEST(NcclAttach, LoadedLibraryHasEveryFunctionTheRouteCalls) {
+  std::string why;
+  const NcclLib* lib = loadNccl(&why);
+  if (lib == nullptr) GTEST_SKIP() << "NCCL cannot be loaded: " << why;
+  EXPECT_NE(nullptr, lib->allReduce);
+  EXPECT_NE(nullptr, lib->commCount);
+  EXPECT_NE(nullptr, lib->commUserRank);
+  EXPECT_NE(nullptr, lib->commCuDevice);
+  EXPECT_NE(nullptr, lib->getErrorString);
+  EXPECT_GT(lib->version, 0);
+  EXPECT_FALSE(lib->path.empty());
+  // Loaded once: the same library every time.
+  EXPECT_EQ(lib, loadNccl(nullptr));
+}
+
+TEST(NcclRouting, CommunicatorWantsNcclWhenItsTableOrForcedAlgorithmNamesIt) {
+  auto comm = std::make_unique<tparComm>();
+  EXPECT_FALSE(wantsNccl(comm.get()));
+  comm->tuning = sampleTable();
+  comm->has_tuning = true;
+  EXPECT_FALSE(wantsNccl(comm.get()));
+  comm->tuning = ncclTable();
+  EXPECT_TRUE(wantsNccl(comm.get()));
+  comm->cfg.forced_algo = tparAlgoOneShot;  // the table is not used at all
+  EXPECT_FALSE(wantsNccl(comm.get()));
+  comm->has_tuning = false;
+  comm->cfg.forced_algo = tparAlgoNccl;
+  EXPECT_TRUE(wantsNccl(comm.get()));
+}
+
+}  // namespace
+}  // namespace tpar
+
+namespace tpar_cli {
+namespace {
+
+using tpar::kernels::Algo;
+
+TEST(TuneCandidates, PullAlgorithmsAlwaysAndNcclLastWhenItCanRun) {
+  tpar::TunerContext ctx;
+  ctx.nranks = 8;
+  ctx.hierarchical_ok = true;
+  const auto with = tuneCandidates(ctx, 32, /*shapes=*/true, /*nccl=*/true);
+  auto count = [](const std::vector<tpar::Plan>& ps, Algo a) {
+    size_t n = 0;
+    for (const tpar::Plan& p : ps) n += !p.nccl && p.algo == a;
+    return n;
+  };
+  for (Algo a : {Algo::kOneShot, Algo::kTwoShot, Algo::kStaged, Algo::kHier, Algo::kOneShotPull,
+                 Algo::kTwoShotPull})
+    EXPECT_EQ(2u, count(with, a)) << tpar::algoName(a) << ": default shape and half the blocks";
+  ASSERT_FALSE(with.empty());
+  EXPECT_TRUE(with.back().nccl) << "NCCL is listed last, so tpar keeps ties";
+  size_t ncclCount = 0;
+  for (const tpar::Plan& p : with) ncclCount += p.nccl;
+  EXPECT_EQ(1u, ncclCount);
+
+  const auto without = tuneCandidates(ctx, 32, /*shapes=*/false, /*nccl=*/false);
+  for (const tpar::Plan& p : without) EXPECT_FALSE(p.nccl);
+  EXPECT_EQ(1u, count(without, Algo::kOneShotPull));
+  EXPECT_EQ(1u, count(without, Algo::kTwoShotPull));
+}
+
+TEST(TunePick, NcclEntersTheTableOnlyWhereItBeatsTparBeyondTheNoise) {
+  tpar::TunerContext ctx;
+  ctx.nranks = 2;
+  ctx.signature = "sig-n";
+  auto ncclCand = [](double us) {
+    TuneCandidate c;
+    c.plan.nccl = true;
+    c.us = us;
+    c.wrong = 0;
+    return c;
+  };
+  std::vector<TuneBucket> buckets(3);
+  buckets[0].bytes = 4096;  // tpar clearly faster
+  buckets[0].candidates = {cand(Algo::kOneShot, 0, 5.0, 0), ncclCand(20.0)};
+  buckets[1].bytes = 65536;  // NCCL within 3%: tpar keeps it
+  buckets[1].candidates = {cand(Algo::kTwoShot, 0, 10.0, 0), ncclCand(9.8)};
+  buckets[2].bytes = 1 << 20;  // NCCL clearly faster
+  buckets[2].candidates = {cand(Algo::kTwoShot, 0, 50.0, 0), ncclCand(40.0)};
+  const tpar::TuningTable t = tableFromBuckets(buckets, ctx, nullptr, 0.03);
+  ASSERT_EQ(3u, t.entries.size());
+  EXPECT_FALSE(t.entries[0].plan.nccl);
+  EXPECT_FALSE(t.entries[1].plan.nccl);
+  EXPECT_TRUE(t.entries[2].plan.nccl);
+  EXPECT_DOUBLE_EQ(40.0, t.entries[2].us);
+  tpar::TuningTable back;
+  ASSERT_EQ(tparSuccess, tpar::tuningFromJson(tpar::tuningToJson(t), &back)) << tpar::lastError();
+  EXPECT_TRUE(back.entries[2].plan.nccl);
+}
+
+TEST(TuneArgs, NcclIsMeasuredUnlessTurnedOff) {
+  TuneOptions opt;
+  ASSERT_EQ("", parseTuneArgs({}, &opt));
+  EXPECT_TRUE(opt.nccl);
+  TuneOptions off;
+  ASSERT_EQ("", parseTuneArgs({"--nccl", "0"}, &off));
+  EXPECT_FALSE(off.nccl);
+}
+
+}  // namespace
+}  // namespace tpar_cli

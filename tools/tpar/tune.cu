@@ -25,13 +25,20 @@ namespace {
 using tpar::Plan;
 namespace kernels = tpar::kernels;
 
-// The communicators of the group, one per rank, created with the algorithm left to the table.
+// The communicators of the group, one per rank, created with the algorithm left to the table;
+// with `nccl` set, an NCCL communicator of the same ranks is attached to each, so that the NCCL
+// candidate runs through the very route (tparCommSetNcclComm) a table entry takes later.
 struct Group {
   std::vector<tparComm_t> comms;
+  const tpar::NcclLib* nccl = nullptr;
+  std::vector<tpar::NcclComm> nccl_comms;
   ~Group() { destroy(); }
   void destroy() {
     for (tparComm_t c : comms) tparCommDestroy(c);
     comms.clear();
+    for (tpar::NcclComm c : nccl_comms)
+      if (c != nullptr) nccl->commDestroy(c);
+    nccl_comms.clear();
   }
   std::string init(const std::vector<int>& devs) {
     destroy();
@@ -43,6 +50,17 @@ struct Group {
         tparSuccess) {
       comms.clear();
       return std::string("tparCommInitAll: ") + tparGetLastError(nullptr);
+    }
+    if (nccl == nullptr) return "";
+    nccl_comms.assign(devs.size(), nullptr);
+    const int rc = nccl->commInitAll(nccl_comms.data(), static_cast<int>(devs.size()), devs.data());
+    if (rc != 0) {
+      nccl_comms.clear();
+      return std::string("ncclCommInitAll: ") + nccl->getErrorString(rc);
+    }
+    for (size_t r = 0; r < comms.size(); ++r) {
+      if (tparCommSetNcclComm(comms[r], nccl_comms[r]) != tparSuccess)
+        return std::string("tparCommSetNcclComm: ") + tparGetLastError(comms[r]);
     }
     return "";
   }
@@ -74,12 +92,20 @@ struct Group {
     }
   }
   std::string allReduce(Ranks& rk, size_t count, tparDataType_t dtype) {
-    for (size_t r = 0; r < comms.size(); ++r) {
+    // One thread drives every rank: calls routed to NCCL must be one NCCL group (tpar's own
+    // launches inside it are unaffected).
+    if (!nccl_comms.empty()) nccl->groupStart();
+    std::string err;
+    for (size_t r = 0; r < comms.size() && err.empty(); ++r) {
       if (tparAllReduce(rk.in[r], rk.out[r], count, dtype, tparSum, comms[r], rk.streams[r]) !=
           tparSuccess)
-        return std::string("tparAllReduce: ") + tparGetLastError(comms[r]);
+        err = std::string("tparAllReduce: ") + tparGetLastError(comms[r]);
     }
-    return "";
+    if (!nccl_comms.empty()) {
+      const int rc = nccl->groupEnd();
+      if (rc != 0 && err.empty()) err = std::string("ncclGroupEnd: ") + nccl->getErrorString(rc);
+    }
+    return err;
   }
 };
 
@@ -92,7 +118,7 @@ std::string measurePlan(Group& g, Ranks& rk, size_t count, tparDataType_t dtype,
   g.usePlan(c->plan);
   tparAlgo_t runs_as = tparAlgoAuto;
   tparCommSelectAlgorithm(g.comms[0], count * elemSize(dtype), &runs_as);
-  if (tpar::algoName(c->plan.algo) != std::string(tparAlgoName(runs_as))) {
+  if (tpar::planAlgoName(c->plan) != std::string(tparAlgoName(runs_as))) {
     c->error = std::string("not supported here (runs as ") + tparAlgoName(runs_as) + ")";
     return "";
   }
@@ -122,22 +148,9 @@ std::string measurePlan(Group& g, Ranks& rk, size_t count, tparDataType_t dtype,
   return g.init(rk.devs);
 }
 
-std::vector<Plan> candidatesFor(const tpar::TunerContext& ctx, int blocks, bool shapes) {
-  std::vector<kernels::Algo> algos = {kernels::Algo::kOneShot, kernels::Algo::kTwoShot};
-  if (ctx.nranks > 2) algos.push_back(kernels::Algo::kStaged);  // with 2 it is two-shot
-  if (ctx.hierarchical_ok) algos.push_back(kernels::Algo::kHier);
-  std::vector<int> active = {0};
-  if (shapes && blocks >= 2) active.push_back(blocks / 2);
-  std::vector<Plan> out;
-  for (kernels::Algo a : algos) {
-    for (int b : active) out.push_back(Plan{a, b, 0});
-  }
-  return out;
-}
-
 std::string planText(const Plan& p) {
   char buf[64];
-  std::snprintf(buf, sizeof(buf), "%-8s %6d %7d", tpar::algoName(p.algo), p.active_blocks,
+  std::snprintf(buf, sizeof(buf), "%-12s %6d %7d", tpar::planAlgoName(p), p.active_blocks,
                 p.threads);
   return buf;
 }
@@ -185,6 +198,8 @@ void registerOptions(CLI::App* app, TuneOptions* opt, std::shared_ptr<std::strin
   app->add_option("--shapes", opt->shapes, "1: also try half the blocks per rank (default); 0: no");
   app->add_option("-o,--output", opt->output, "write the table here (default: where tpar looks)");
   app->add_flag("--dry-run", opt->dry_run, "measure and print; write no file");
+  app->add_option("--nccl", opt->nccl,
+                  "1: also measure NCCL where it can run (default); 0: tpar's algorithms only");
 }
 
 }  // namespace
@@ -209,6 +224,29 @@ std::vector<size_t> tuneSizes(const TuneOptions& opt) {
       opt.sizes.empty() ? sizeRange(opt.min_bytes, opt.max_bytes, opt.factor) : opt.sizes;
   std::sort(out.begin(), out.end());
   out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+
+std::vector<Plan> tuneCandidates(const tpar::TunerContext& ctx, int blocks, bool shapes,
+                                 bool nccl) {
+  std::vector<kernels::Algo> algos = {kernels::Algo::kOneShot, kernels::Algo::kTwoShot};
+  if (ctx.nranks > 2) algos.push_back(kernels::Algo::kStaged);  // with 2 it is two-shot
+  if (ctx.hierarchical_ok) algos.push_back(kernels::Algo::kHier);
+  // Pull wins only where reads cost less than writes: a measurement decides, never a default.
+  algos.push_back(kernels::Algo::kOneShotPull);
+  algos.push_back(kernels::Algo::kTwoShotPull);
+  std::vector<int> active = {0};
+  if (shapes && blocks >= 2) active.push_back(blocks / 2);
+  std::vector<Plan> out;
+  for (kernels::Algo a : algos) {
+    for (int b : active) out.push_back(Plan{a, b, 0});
+  }
+  // Last: a tpar plan within the noise of NCCL keeps the size (pickFastest favours the first).
+  if (nccl) {
+    Plan p;
+    p.nccl = true;
+    out.push_back(p);
+  }
   return out;
 }
 
@@ -277,7 +315,28 @@ int runTune(const TuneOptions& opt) {
   Ranks rk;
   if (std::string e = rk.alloc(devs, sizes.back() + max_elem); !e.empty()) return fail(e);
   Group g;
-  if (std::string e = g.init(devs); !e.empty()) return fail(e);
+  std::string nccl_note;
+  if (!opt.nccl) {
+    nccl_note = "not measured (--nccl 0)";
+  } else if (virt) {
+    nccl_note = "not measured: NCCL cannot run two ranks on one GPU";
+  } else if (const tpar::NcclLib* lib = tpar::loadNccl(&why)) {
+    g.nccl = lib;
+  } else {
+    nccl_note = "not measured: " + why;
+  }
+  std::string init_error = g.init(devs);
+  if (!init_error.empty() && g.nccl != nullptr) {
+    nccl_note = "not measured: " + init_error;
+    g.destroy();
+    g.nccl = nullptr;
+    init_error = g.init(devs);
+  }
+  if (!init_error.empty()) return fail(init_error);
+  if (g.nccl != nullptr) {
+    nccl_note = tpar::ncclVersionString(g.nccl->version) + " (" + g.nccl->path +
+                ") measured as a candidate, attached with tparCommSetNcclComm";
+  }
   const tpar::TunerContext ctx = g.comms[0]->tuner_ctx;
   tparCommInfo_t info;
   if (tparCommQuery(g.comms[0], &info) != tparSuccess) return fail(tparGetLastError(g.comms[0]));
@@ -295,14 +354,15 @@ int runTune(const TuneOptions& opt) {
   }
   std::printf("# topology %s: %d island(s), worst link class %d%s\n", ctx.signature.c_str(),
               ctx.islands, ctx.worst_link, ctx.hierarchical_ok ? ", hierarchical possible" : "");
+  std::printf("# nccl: %s\n", nccl_note.c_str());
   std::printf("# every plan is checked element by element on poisoned outputs, then timed as a\n"
               "# CUDA graph of %d calls after %d warm-up; %d blocks per rank, threads from the work\n",
               opt.iters, opt.warmup, info.blocksPerRank);
-  std::printf("# %12s %9s %-8s %6s %7s %10s %7s\n", "size (B)", "type", "algo", "blocks", "threads",
+  std::printf("# %12s %9s %-12s %6s %7s %10s %7s\n", "size (B)", "type", "algo", "blocks", "threads",
               "time (us)", "#wrong");
 
   std::vector<TuneBucket> buckets;
-  const auto plans = candidatesFor(ctx, info.blocksPerRank, opt.shapes);
+  const auto plans = tuneCandidates(ctx, info.blocksPerRank, opt.shapes, g.nccl != nullptr);
   for (tparDataType_t dtype : opt.dtypes) {
     for (size_t bytes : sizes) {
       TuneBucket b;
@@ -313,7 +373,7 @@ int runTune(const TuneOptions& opt) {
         TuneCandidate c;
         c.plan = p;
         if (std::string e = measurePlan(g, rk, count, dtype, opt, &c); !e.empty())
-          return fail(std::to_string(b.bytes) + " B, " + tpar::algoName(p.algo) + ": " + e);
+          return fail(std::to_string(b.bytes) + " B, " + tpar::planAlgoName(p) + ": " + e);
         b.candidates.push_back(c);
       }
       const int best = pickFastest(b.candidates, kNoise);
@@ -335,7 +395,7 @@ int runTune(const TuneOptions& opt) {
 
   // What the table changes against the built-in defaults.
   long long wrong = 0;
-  std::printf("#\n# %12s %9s %-24s %10s   %-24s %10s %8s\n", "size (B)", "type", "chosen", "(us)",
+  std::printf("#\n# %12s %9s %-27s %10s   %-27s %10s %8s\n", "size (B)", "type", "chosen", "(us)",
               "built-in default", "(us)", "gain");
   for (const TuneBucket& b : buckets) {
     for (const TuneCandidate& c : b.candidates) wrong += std::max(0LL, c.wrong);
@@ -356,7 +416,7 @@ int runTune(const TuneOptions& opt) {
       std::snprintf(def_us, sizeof(def_us), "%.2f", dc->us);
       std::snprintf(gain, sizeof(gain), "%.2fx", dc->us / bc.us);
     }
-    std::printf("  %12" PRIu64 " %9s %-24s %10.2f   %-24s %10s %8s\n", b.bytes,
+    std::printf("  %12" PRIu64 " %9s %-27s %10.2f   %-27s %10s %8s\n", b.bytes,
                 tparDataTypeName(b.dtype), planText(bc.plan).c_str(), bc.us,
                 planText(def).c_str(), def_us, gain);
   }
@@ -374,6 +434,13 @@ int runTune(const TuneOptions& opt) {
     return wrong ? 1 : 0;
   }
   if (tpar::saveTuningFile(path, table) != tparSuccess) return fail(tparGetLastError(nullptr));
+  size_t to_nccl = 0;
+  for (const tpar::TuningEntry& e : table.entries) to_nccl += e.plan.nccl;
+  if (to_nccl > 0) {
+    std::printf("# %zu entries route to NCCL: in communicators with an NCCL communicator attached\n"
+                "# (tparCommSetNcclComm); the others use the built-in choice for those sizes\n",
+                to_nccl);
+  }
   size_t kept = 0;
   for (const tpar::TuningEntry& e : table.entries)
     kept += std::find(opt.dtypes.begin(), opt.dtypes.end(), e.dtype) == opt.dtypes.end();

@@ -24,6 +24,7 @@ struct TuneOptions {
   bool shapes = true;             // also try half of the communicator's blocks
   std::string output;             // "": tuningFilePath of the group
   bool dry_run = false;           // measure and print, write nothing
+  bool nccl = true;               // also measure NCCL where it can run (ranks on distinct GPUs)
   std::string command_line;
 };
 
@@ -32,6 +33,11 @@ std::string parseTuneArgs(const std::vector<std::string>& args, TuneOptions* opt
 
 // The message sizes of a run, ascending and distinct.
 std::vector<size_t> tuneSizes(const TuneOptions& opt);
+
+// The plans `tpar tune` measures for a group: every algorithm the context can run, each with
+// the kernel-default shape and (with `shapes`) half of `blocks` active, then NCCL when `nccl`.
+std::vector<tpar::Plan> tuneCandidates(const tpar::TunerContext& ctx, int blocks, bool shapes,
+                                       bool nccl);
 
 // One measured plan for one size bucket.
 struct TuneCandidate {
