@@ -2,12 +2,19 @@
 # Builds tpar on a GPU machine, runs every GPU test and the latency benchmark, and writes logs
 # and JSON into OUTDIR.
 #   scripts/gpu-check.sh OUTDIR [--no-tests] [--no-bench] [--no-verify] [--filter GTEST_FILTER]
+#                               [--sanitize] [--soak]
+#   --sanitize  compute-sanitizer memcheck, racecheck and synccheck over the one-rank and
+#               multi-process GPU tests (a few minutes; docs/RELIABILITY.md says what they cover)
+#   --soak      1,000,000 graph-replayed all-reduces per transport (disabled in the normal run)
+# Only the new checks: scripts/gpu-check.sh OUT --no-tests --no-bench --sanitize --soak
 set -uo pipefail
 out=${1:?usage: scripts/gpu-check.sh OUTDIR [--no-tests] [--no-bench] [--filter F]}
 shift
 run_tests=1
 run_bench=1
 run_verify=1
+run_sanitize=0
+run_soak=0
 filter='*'
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -15,6 +22,8 @@ while [ $# -gt 0 ]; do
     --no-bench) run_bench=0 ;;
     --no-verify) run_verify=0 ;;
     --filter) filter=$2; shift ;;
+    --sanitize) run_sanitize=1 ;;
+    --soak) run_soak=1 ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
   shift
@@ -45,6 +54,64 @@ if [ $run_tests = 1 ]; then
   echo "== GPU tests (filter $filter)"
   timeout 540 "$build/tests/tpar_gpu_tests" --gtest_filter="$filter" >"$out/gpu-tests.log" 2>&1 || status=1
   grep -E "^\[  (FAILED|PASSED|SKIPPED) |^\[ *OK \]|tests? ran" "$out/gpu-tests.log" | tail -80
+fi
+
+# compute-sanitizer. Virtual ranks cannot run under it: the tools may run kernels one at a time,
+# and N ranks of one process are N kernels that wait for each other (each would time out). So it
+# checks (1) one-rank communicators of this process (every kernel, both transports) and one
+# kernel timing out alone, and (2) the multi-process tests with each worker under its own
+# compute-sanitizer (TPAR_TEST_WORKER_WRAPPER): processes time-slice the GPU, so their kernels
+# need not be resident together. racecheck and synccheck look at shared memory and barriers,
+# which do not depend on the transport: they run the default transport only.
+if [ $run_sanitize = 1 ]; then
+  echo "== compute-sanitizer"
+  cs=${COMPUTE_SANITIZER:-$(command -v compute-sanitizer || true)}
+  for c in /usr/local/cuda/bin/compute-sanitizer /usr/local/cuda/compute-sanitizer/compute-sanitizer; do
+    [ -z "$cs" ] && [ -x "$c" ] && cs=$c
+  done
+  if [ -z "$cs" ]; then
+    echo "compute-sanitizer not found (set COMPUTE_SANITIZER)"
+    status=1
+  else
+    "$cs" --version >"$out/sanitize-version.txt" 2>&1
+    for tool in memcheck racecheck synccheck; do
+      if [ $tool = memcheck ]; then
+        opts="--leak-check full"
+        one='*AllReduceSingleRank.*:*OneRankSweep.*:AllReduceArguments.EdgeValues*:Faults.TimesOutWhenPeerNeverArrives'
+        mp='*MultiProcess.*'
+        budget_one=60 budget_mp=120
+      else
+        opts=""
+        one='*AllReduceSingleRank.*/default:*OneRankSweep.*/default'
+        mp='*MultiProcess.TwoProcesses*/default'
+        budget_one=40 budget_mp=40
+      fi
+      t0=$(date +%s)
+      TPAR_TIMEOUT_MS=10000 timeout -k 10 $budget_one "$cs" --tool $tool $opts --error-exitcode 86 \
+        --log-file "$out/sanitize-$tool-one-rank.txt" "$build/tests/tpar_gpu_tests" \
+        --gtest_filter="$one" >"$out/sanitize-$tool-one-rank-tests.log" 2>&1
+      rc_one=$?
+      t1=$(date +%s)
+      TPAR_TIMEOUT_MS=10000 \
+        TPAR_TEST_WORKER_WRAPPER="$cs --tool $tool $opts --error-exitcode 86 --log-file $out/sanitize-$tool-{tag}.txt" \
+        timeout -k 10 $budget_mp "$build/tests/tpar_gpu_tests" --gtest_filter="$mp" \
+        >"$out/sanitize-$tool-mp-tests.log" 2>&1
+      rc_mp=$?
+      t2=$(date +%s)
+      echo "  $tool: one rank: exit $rc_one in $((t1 - t0)) s; multi-process: exit $rc_mp in $((t2 - t1)) s"
+      grep -h "ERROR SUMMARY" "$out"/sanitize-$tool-*.txt 2>/dev/null | sort | uniq -c
+      grep -hE "^\[  (FAILED|PASSED|SKIPPED) |tests? ran" "$out/sanitize-$tool-one-rank-tests.log" \
+        "$out/sanitize-$tool-mp-tests.log"
+      [ $rc_one = 0 ] && [ $rc_mp = 0 ] || status=1
+    done
+  fi
+fi
+
+if [ $run_soak = 1 ]; then
+  echo "== soak: 1,000,000 graph-replayed all-reduces per transport"
+  timeout 600 "$build/tests/tpar_gpu_tests" --gtest_also_run_disabled_tests \
+    --gtest_filter='*Soak.DISABLED_*' >"$out/soak.log" 2>&1 || status=1
+  grep -E "all-reduces on|^\[  (FAILED|PASSED|SKIPPED) |^\[ *OK \]|tests? ran" "$out/soak.log"
 fi
 
 echo "== example"

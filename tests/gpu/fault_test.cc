@@ -1,5 +1,12 @@
-// Faults with virtual ranks: absent peers, mismatched calls, abort, lazy module loading.
+// Faults with virtual ranks: absent peers, mismatched calls, abort, lazy module loading; bad
+// input that needs a GPU (a live communicator, a real device list, files named by the
+// environment); and a one-rank sweep of every kernel for compute-sanitizer.
+#include <unistd.h>
+
 #include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
 #include <thread>
 #include <string>
 #include <vector>
@@ -216,6 +223,272 @@ TEST(AllReduceArguments, StreamOfAnotherGpuIsRejected) {
   EXPECT_NE(std::string::npos, std::string(tparGetLastError(g.comm(0))).find("stream"));
   cudaStreamDestroy(other);
 }
+
+}  // namespace
+}  // namespace tpar_test
+
+// ---------------------------------------------------------------------------------------------
+// Bad input that needs a live communicator (the rest is in tests/unit/api_test.cc).
+
+namespace tpar_test {
+namespace {
+
+constexpr int kSentinel = -12345;
+
+// A one-rank communicator on GPU 0, made without VirtualGroup (no streams of its own).
+tparComm_t oneRankComm() {
+  tparConfig_t cfg = TPAR_CONFIG_INITIALIZER;
+  tparComm_t comm = nullptr;
+  const int dev = 0;
+  if (tparCommInitAllConfig(&comm, 1, &dev, &cfg) != tparSuccess) return nullptr;
+  return comm;
+}
+
+TEST(CommArguments, NullOutputPointersAreNamedAndTheCommunicatorStaysUsable) {
+  TPAR_REQUIRE_GPU();
+  tparComm_t comm = oneRankComm();
+  ASSERT_NE(nullptr, comm) << tparGetLastError(nullptr);
+  struct Case {
+    const char* name;
+    tparResult_t got;
+  } cases[] = {
+      {"count", tparCommCount(comm, nullptr)},
+      {"rank", tparCommUserRank(comm, nullptr)},
+      {"device", tparCommCuDevice(comm, nullptr)},
+      {"asyncError", tparCommGetAsyncError(comm, nullptr)},
+      {"info", tparCommQuery(comm, nullptr)},
+      {"algo", tparCommSelectAlgorithm(comm, 4096, nullptr)},
+  };
+  for (const Case& k : cases) EXPECT_EQ(tparInvalidArgument, k.got) << k.name;
+  // Each call recorded its own text on the communicator; the last one names `algo`.
+  EXPECT_NE(std::string::npos, std::string(tparGetLastError(comm)).find("algo"))
+      << tparGetLastError(comm);
+  int v = kSentinel;
+  TPAR_OK(tparCommCount(comm, &v));
+  EXPECT_EQ(1, v);
+  tparResult_t async = tparInternalError;
+  TPAR_OK(tparCommGetAsyncError(comm, &async));
+  EXPECT_EQ(tparSuccess, async);
+  TPAR_OK(tparCommDestroy(comm));
+}
+
+TEST(Destroy, UseAfterDestroyAndDoubleDestroyAreRefusedWithoutTouchingOutputs) {
+  TPAR_REQUIRE_GPU();
+  for (bool by_abort : {false, true}) {
+    SCOPED_TRACE(by_abort ? "after abort" : "after destroy");
+    tparComm_t comm = oneRankComm();
+    ASSERT_NE(nullptr, comm) << tparGetLastError(nullptr);
+    TPAR_OK(by_abort ? tparCommAbort(comm) : tparCommDestroy(comm));
+    // No communicator is created in between, so the address cannot belong to a new one.
+    int v = kSentinel;
+    EXPECT_EQ(tparInvalidArgument, tparCommCount(comm, &v));
+    EXPECT_NE(std::string::npos,
+              std::string(tparGetLastError(nullptr)).find("not a live communicator"))
+        << tparGetLastError(nullptr);
+    EXPECT_EQ(tparInvalidArgument, tparCommUserRank(comm, &v));
+    EXPECT_EQ(tparInvalidArgument, tparCommCuDevice(comm, &v));
+    EXPECT_EQ(kSentinel, v);
+    tparResult_t async = tparInternalError;
+    EXPECT_EQ(tparInvalidArgument, tparCommGetAsyncError(comm, &async));
+    EXPECT_EQ(tparInternalError, async);
+    tparCommInfo_t info;
+    std::memset(&info, 0x5a, sizeof(info));
+    EXPECT_EQ(tparInvalidArgument, tparCommQuery(comm, &info));
+    EXPECT_EQ(0x5a5a5a5a, info.rank);
+    tparAlgo_t algo = tparAlgoNccl;  // a value no failed call would write
+    EXPECT_EQ(tparInvalidArgument, tparCommSelectAlgorithm(comm, 4096, &algo));
+    EXPECT_EQ(tparAlgoNccl, algo);
+    void* buf = nullptr;
+    CUDA_OK(cudaMalloc(&buf, 256));
+    EXPECT_EQ(tparInvalidArgument, tparAllReduce(buf, buf, 8, tparFloat32, tparSum, comm, nullptr));
+    EXPECT_EQ(tparInvalidArgument, tparCommDestroy(comm));  // double destroy
+    EXPECT_EQ(tparInvalidArgument, tparCommAbort(comm));
+    CUDA_OK(cudaFree(buf));
+  }
+}
+
+TEST(InitAllArguments, DevlistOfAMissingGpuOrASharedGpuWithoutPermissionIsNamed) {
+  TPAR_REQUIRE_GPU();
+  int ngpus = 0;
+  CUDA_OK(cudaGetDeviceCount(&ngpus));
+  const tparComm_t untouched = reinterpret_cast<tparComm_t>(0x1234);
+  tparComm_t comms[2] = {untouched, untouched};
+  const int missing[2] = {0, ngpus};
+  EXPECT_EQ(tparInvalidArgument, tparCommInitAll(comms, 2, missing));
+  EXPECT_NE(std::string::npos, std::string(tparGetLastError(nullptr)).find("devlist[1]"))
+      << tparGetLastError(nullptr);
+  const int negative[1] = {-1};
+  EXPECT_EQ(tparInvalidArgument, tparCommInitAll(comms, 1, negative));
+  EXPECT_NE(std::string::npos, std::string(tparGetLastError(nullptr)).find("devlist[0]"));
+  tparConfig_t cfg = TPAR_CONFIG_INITIALIZER;
+  cfg.allowSharedDevice = 0;
+  const int shared[2] = {0, 0};
+  EXPECT_EQ(tparInvalidArgument, tparCommInitAllConfig(comms, 2, shared, &cfg));
+  EXPECT_NE(std::string::npos, std::string(tparGetLastError(nullptr)).find("allowSharedDevice"))
+      << tparGetLastError(nullptr);
+  EXPECT_EQ(untouched, comms[0]);
+  EXPECT_EQ(untouched, comms[1]);
+}
+
+// One rank, so that it runs under compute-sanitizer too (the script's filter includes it).
+TEST(AllReduceArguments, EdgeValuesAreRefusedLeavingBuffersAloneAndTheCommunicatorUsable) {
+  TPAR_REQUIRE_GPU();
+  VirtualGroup g;
+  ASSERT_EQ("", g.init(1, sharedDeviceConfig()));
+  tparComm_t c = g.comm(0);
+  cudaStream_t s = g.stream(0);
+  const size_t kBytes = 4096;
+  Buffers b;
+  CUDA_OK(b.alloc(1, kBytes));
+  char* in = static_cast<char*>(b.in[0]);
+  char* out = static_cast<char*>(b.out[0]);
+  CUDA_OK(fillRandom(in, kBytes / 2, tparBfloat16, freshSeed(), s));
+  CUDA_OK(poison(out, kBytes, s));
+  CUDA_OK(cudaStreamSynchronize(s));
+  std::vector<unsigned char> in_before(kBytes), out_before(kBytes);
+  CUDA_OK(cudaMemcpy(in_before.data(), in, kBytes, cudaMemcpyDeviceToHost));
+  CUDA_OK(cudaMemcpy(out_before.data(), out, kBytes, cudaMemcpyDeviceToHost));
+  struct Case {
+    const char* name;  // what the message must contain
+    std::function<tparResult_t()> call;
+  } cases[] = {
+      {"datatype",
+       [&] { return tparAllReduce(in, out, 8, static_cast<tparDataType_t>(-1), tparSum, c, s); }},
+      {"datatype", [&] { return tparAllReduce(in, out, 8, tparNumDataTypes, tparSum, c, s); }},
+      {"op", [&] { return tparAllReduce(in, out, 8, tparBfloat16, tparNumOps, c, s); }},
+      {"op",
+       [&] { return tparAllReduce(in, out, 8, tparBfloat16, static_cast<tparRedOp_t>(-1), c, s); }},
+      // recvbuff before sendbuff, overlapping by all but one element
+      {"overlap", [&] { return tparAllReduce(out + 2, out, 64, tparBfloat16, tparSum, c, s); }},
+      // the last element of sendbuff is the first of recvbuff
+      {"overlap", [&] { return tparAllReduce(out, out + 126, 64, tparBfloat16, tparSum, c, s); }},
+      // in place, but not aligned to the element
+      {"sendbuff", [&] { return tparAllReduce(out + 2, out + 2, 8, tparFloat32, tparSum, c, s); }},
+      {"overflows",
+       [&] { return tparAllReduce(in, out, SIZE_MAX / 4 + 1, tparFloat32, tparSum, c, s); }},
+      {"overflows", [&] { return tparAllReduce(in, out, SIZE_MAX, tparBfloat16, tparSum, c, s); }},
+      {"sendbuff", [&] { return tparAllReduce(nullptr, nullptr, 8, tparBfloat16, tparSum, c, s); }},
+  };
+  for (const Case& k : cases) {
+    EXPECT_EQ(tparInvalidArgument, k.call()) << k.name;
+    EXPECT_NE(std::string::npos, std::string(tparGetLastError(c)).find(k.name))
+        << k.name << ": " << tparGetLastError(c);
+  }
+  // count 0 is a no-op, whatever the buffers.
+  EXPECT_EQ(tparSuccess, tparAllReduce(nullptr, nullptr, 0, tparBfloat16, tparSum, c, s));
+  CUDA_OK(cudaStreamSynchronize(s));
+  std::vector<unsigned char> in_after(kBytes), out_after(kBytes);
+  CUDA_OK(cudaMemcpy(in_after.data(), in, kBytes, cudaMemcpyDeviceToHost));
+  CUDA_OK(cudaMemcpy(out_after.data(), out, kBytes, cudaMemcpyDeviceToHost));
+  EXPECT_TRUE(in_before == in_after) << "an argument error changed the input";
+  EXPECT_TRUE(out_before == out_after) << "an argument error changed the output";
+  tparResult_t async = tparSuccess;
+  TPAR_OK(tparCommGetAsyncError(c, &async));
+  EXPECT_EQ(tparSuccess, async);
+  runAndCheck(g, 1000, tparBfloat16, tparSum, false);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Bad files named by the environment: the environment is read once per process, so each case
+// runs in a child of this binary with the variable set.
+
+TEST(DISABLED_BadEnvironmentChild, TopologyFileIsRefusedNamingItAndCommsAreUntouched) {
+  TPAR_REQUIRE_GPU();
+  const char* path = std::getenv("TPAR_TOPO_FILE");
+  ASSERT_NE(nullptr, path);
+  const tparComm_t untouched = reinterpret_cast<tparComm_t>(0x1234);
+  tparComm_t comms[2] = {untouched, untouched};
+  const int devs[2] = {0, 0};
+  const tparConfig_t cfg = sharedDeviceConfig();
+  EXPECT_EQ(tparInvalidArgument, tparCommInitAllConfig(comms, 2, devs, &cfg));
+  EXPECT_NE(std::string::npos, std::string(tparGetLastError(nullptr)).find(path))
+      << tparGetLastError(nullptr);
+  EXPECT_EQ(untouched, comms[0]);
+  EXPECT_EQ(untouched, comms[1]);
+}
+
+TEST(DISABLED_BadEnvironmentChild, BadTuningFileIsIgnoredAndTheDefaultsWork) {
+  TPAR_REQUIRE_GPU();
+  ASSERT_NE(nullptr, std::getenv("TPAR_TUNING_FILE"));
+  VirtualGroup g;
+  ASSERT_EQ("", g.init(2, sharedDeviceConfig()));
+  tparCommInfo_t info;
+  TPAR_OK(tparCommQuery(g.comm(0), &info));
+  EXPECT_EQ(0, info.tuningTableLoaded);
+  runAndCheck(g, 5000, tparBfloat16, tparSum, false);
+}
+
+std::string writeTempFile(const std::string& text) {
+  char path[] = "/tmp/tpar_bad_file_XXXXXX";
+  const int fd = mkstemp(path);
+  if (fd < 0) return "";
+  if (write(fd, text.data(), text.size()) != static_cast<ssize_t>(text.size())) {
+    close(fd);
+    return "";
+  }
+  close(fd);
+  return path;
+}
+
+TEST(BadEnvironment, MissingOrGarbageTopologyFileFailsInitNamingThePath) {
+  TPAR_REQUIRE_GPU();
+  const std::string garbage = writeTempFile("<topology><object type=\"Machine\" os_index=\"x\"");
+  ASSERT_FALSE(garbage.empty());
+  for (const std::string& path : {std::string("/nonexistent/tpar-topology.xml"), garbage}) {
+    std::string output;
+    const int rc = runSelfChild("DISABLED_BadEnvironmentChild.TopologyFileIsRefused*",
+                                {"TPAR_TOPO_FILE=" + path}, 120, &output);
+    EXPECT_EQ(0, rc) << path << ":\n" << output;
+    EXPECT_NE(std::string::npos, output.find("[  PASSED  ] 1 test")) << output;
+  }
+  unlink(garbage.c_str());
+}
+
+TEST(BadEnvironment, GarbageTuningFileIsIgnoredWithAWarningNamingIt) {
+  TPAR_REQUIRE_GPU();
+  const std::string garbage = writeTempFile("{\"format\": \"tpar-tuning\", \"version\": [");
+  ASSERT_FALSE(garbage.empty());
+  std::string output;
+  const int rc = runSelfChild("DISABLED_BadEnvironmentChild.BadTuningFileIsIgnored*",
+                              {"TPAR_TUNING_FILE=" + garbage}, 120, &output);
+  EXPECT_EQ(0, rc) << output;
+  EXPECT_NE(std::string::npos, output.find("[  PASSED  ] 1 test")) << output;
+  EXPECT_NE(std::string::npos, output.find("ignoring tuning file")) << output;
+  EXPECT_NE(std::string::npos, output.find(garbage)) << output;
+  unlink(garbage.c_str());
+}
+
+// ---------------------------------------------------------------------------------------------
+// Every kernel with one rank: the coverage that compute-sanitizer gets in one process (virtual
+// ranks of two or more need their kernels resident together, which the sanitizer does not
+// promise; see docs/RELIABILITY.md). Small on purpose: every launch is slow under the tools.
+
+class OneRankSweep : public ::testing::TestWithParam<int> {};
+
+TEST_P(OneRankSweep, EveryAlgorithmDatatypeOpOffsetAndPieceIsCorrect) {
+  TPAR_REQUIRE_GPU();
+  for (tparAlgo_t algo : {tparAlgoAuto, tparAlgoOneShot, tparAlgoTwoShot, tparAlgoStaged,
+                          tparAlgoHierarchical, tparAlgoOneShotPull, tparAlgoTwoShotPull}) {
+    SCOPED_TRACE(tparAlgoName(algo));
+    tparConfig_t cfg = sharedDeviceConfig();
+    cfg.transport = GetParam();
+    cfg.algorithm = algo;
+    cfg.maxBytesPerCall = 64 << 10;  // the largest case below is split into pieces
+    VirtualGroup g;
+    ASSERT_EQ("", g.init(1, cfg));
+    runAndCheck(g, 1, tparBfloat16, tparSum, false);
+    runAndCheck(g, 4097, tparBfloat16, tparSum, false, 1, 3);
+    runAndCheck(g, 9, tparFloat16, tparMin, true, 5, 5);
+    runAndCheck(g, 70001, tparFloat32, tparMax, false);
+    runAndCheck(g, 300001, tparBfloat16, tparSum, true);
+    if (HasFailure()) return;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Transports, OneRankSweep, ::testing::Values(0, 1),
+                         [](const ::testing::TestParamInfo<int>& info) {
+                           return std::string(info.param == 1 ? "host" : "default");
+                         });
 
 }  // namespace
 }  // namespace tpar_test

@@ -1,16 +1,36 @@
-// Two processes on one GPU through CUDA IPC.
+// Ranks in separate processes on one GPU, once per transport: the default (CUDA IPC between
+// processes) and TPAR_TRANSPORT=host (receive regions in pinned host memory shared between the
+// processes). The workers are tests/multiprocess/mp_worker.cc.
+//
+// TPAR_TEST_WORKER_WRAPPER, when set, is put in front of every worker's command line (split at
+// spaces, "{tag}" replaced by a name unique to the worker): scripts/gpu-check.sh --sanitize runs
+// each worker under its own compute-sanitizer this way.
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
 #include <fstream>
-#include <future>
+#include <map>
+#include <random>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "gpu/test_util.h"
+#include "multiprocess/resource_check.h"
+
+extern char** environ;
 
 namespace tpar_test {
 namespace {
+
+using Clock = std::chrono::steady_clock;
 
 std::string readFile(const std::string& path) {
   std::ifstream f(path);
@@ -19,34 +39,276 @@ std::string readFile(const std::string& path) {
   return ss.str();
 }
 
-TEST(MultiProcess, TwoProcessesOnOneGpuGetCorrectBitwiseEqualResults) {
-  TPAR_REQUIRE_GPU();
-  const int n = 2;
-  tparUniqueId id;
-  TPAR_OK(tparGetUniqueId(&id));
+std::string idHex(const tparUniqueId& id) {
   std::string hex;
   char buf[3];
   for (char c : id.internal) {
     std::snprintf(buf, sizeof(buf), "%02x", static_cast<unsigned char>(c));
     hex += buf;
   }
+  return hex;
+}
+
+// A worker process whose pid the test keeps (to wait for it, or kill it). Output goes to a file.
+class Child {
+ public:
+  Child() = default;
+  Child(const Child&) = delete;
+  Child& operator=(const Child&) = delete;
+  ~Child() {
+    if (pid_ > 0 && !reaped_) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+    }
+    if (!log_.empty()) unlink(log_.c_str());
+  }
+
+  // Starts `argv` (behind TPAR_TEST_WORKER_WRAPPER) with extra NAME=value entries.
+  bool start(std::vector<std::string> argv, const std::vector<std::string>& env,
+             const std::string& tag) {
+    if (const char* wrapper = std::getenv("TPAR_TEST_WORKER_WRAPPER")) {
+      std::vector<std::string> prefix;
+      std::istringstream words(wrapper);
+      for (std::string w; words >> w;) {
+        for (size_t at; (at = w.find("{tag}")) != std::string::npos;) w.replace(at, 5, tag);
+        prefix.push_back(w);
+      }
+      argv.insert(argv.begin(), prefix.begin(), prefix.end());
+    }
+    char path[] = "/tmp/tpar_worker_XXXXXX";
+    const int fd = mkstemp(path);
+    if (fd < 0) return false;
+    log_ = path;
+    std::vector<std::string> envs;
+    for (char** e = environ; *e; ++e) {
+      bool overridden = false;
+      for (const std::string& kv : env) {
+        const std::string name = kv.substr(0, kv.find('=') + 1);
+        if (std::strncmp(*e, name.c_str(), name.size()) == 0) overridden = true;
+      }
+      if (!overridden) envs.push_back(*e);
+    }
+    envs.insert(envs.end(), env.begin(), env.end());
+    std::vector<char*> cargv, cenv;
+    for (auto& a : argv) cargv.push_back(const_cast<char*>(a.c_str()));
+    cargv.push_back(nullptr);
+    for (auto& e : envs) cenv.push_back(const_cast<char*>(e.c_str()));
+    cenv.push_back(nullptr);
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_adddup2(&actions, fd, 1);
+    posix_spawn_file_actions_adddup2(&actions, fd, 2);
+    const int rc = posix_spawnp(&pid_, cargv[0], &actions, nullptr, cargv.data(), cenv.data());
+    posix_spawn_file_actions_destroy(&actions);
+    close(fd);
+    if (rc != 0) pid_ = -1;
+    return rc == 0;
+  }
+
+  // Exit status, 128 + signal when a signal ended it, or -1 when it was still running after
+  // timeout_s (it is then killed).
+  int wait(int timeout_s) {
+    if (pid_ <= 0) return -2;
+    if (reaped_) return status_;
+    const auto deadline = Clock::now() + std::chrono::seconds(timeout_s);
+    while (true) {
+      int st = 0;
+      const pid_t w = waitpid(pid_, &st, WNOHANG);
+      if (w == pid_) {
+        reaped_ = true;
+        status_ = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+        return status_;
+      }
+      if (Clock::now() > deadline) {
+        kill(pid_, SIGKILL);
+        waitpid(pid_, nullptr, 0);
+        reaped_ = true;
+        status_ = -1;
+        return -1;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  }
+
+  bool running() {
+    if (pid_ <= 0 || reaped_) return false;
+    int st = 0;
+    const pid_t w = waitpid(pid_, &st, WNOHANG);
+    if (w == pid_) {
+      reaped_ = true;
+      status_ = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+      return false;
+    }
+    return true;
+  }
+
+  std::string output() const { return log_.empty() ? "" : readFile(log_); }
+
+ private:
+  pid_t pid_ = -1;
+  bool reaped_ = false;
+  int status_ = 0;
+  std::string log_;
+};
+
+// TPAR_TRANSPORT value of the parameter; "auto" is the default transport.
+class MultiProcess : public ::testing::TestWithParam<const char*> {
+ protected:
+  std::vector<std::string> workerEnv() const {
+    std::vector<std::string> env = {"TPAR_ALLOW_SHARED_DEVICE=1",
+                                    std::string("TPAR_TRANSPORT=") + GetParam()};
+    // A tool in the worker's process opens descriptors, starts threads and takes GPU memory of
+    // its own: the leak comparison is then reported, not asserted.
+    if (underTool()) env.push_back("TPAR_TEST_LEAKS_REPORT_ONLY=1");
+    return env;
+  }
+  static bool underTool() { return std::getenv("TPAR_TEST_WORKER_WRAPPER") != nullptr; }
+  // Part of a file name (compute-sanitizer's log): unique per worker of one run of the binary.
+  std::string tag(const std::string& role) const {
+    return std::string("mp-") + GetParam() + "-" + role;
+  }
+};
+
+TEST_P(MultiProcess, TwoProcessesOnOneGpuGetCorrectBitwiseEqualResults) {
+  TPAR_REQUIRE_GPU();
+  const int n = 2;
+  tparUniqueId id;
+  TPAR_OK(tparGetUniqueId(&id));
+  const std::string hex = idHex(id);
   const uint64_t seed = freshSeed() % 1000000007ull;
-  std::vector<std::future<int>> procs;
-  std::vector<std::string> outputs(n), files(n);
+  std::vector<Child> procs(n);
+  std::vector<std::string> files(n);
   for (int r = 0; r < n; ++r) {
     files[r] = "/tmp/tpar_mp_" + std::to_string(getpid()) + "_" + std::to_string(r);
-    procs.push_back(std::async(std::launch::async, [&, r] {
-      return runProcess({TPAR_MP_WORKER, hex, std::to_string(r), std::to_string(n),
-                         std::to_string(seed), files[r]},
-                        {"TPAR_ALLOW_SHARED_DEVICE=1"}, 300, &outputs[r]);
-    }));
+    ASSERT_TRUE(procs[r].start({TPAR_MP_WORKER, "check", hex, std::to_string(r), std::to_string(n),
+                                std::to_string(seed), files[r]},
+                               workerEnv(), tag("check-rank" + std::to_string(r))));
   }
-  for (int r = 0; r < n; ++r) EXPECT_EQ(0, procs[r].get()) << "rank " << r << ":\n" << outputs[r];
+  for (int r = 0; r < n; ++r)
+    EXPECT_EQ(0, procs[r].wait(300)) << "rank " << r << ":\n" << procs[r].output();
   const std::string first = readFile(files[0]);
   EXPECT_FALSE(first.empty());
   for (int r = 1; r < n; ++r) EXPECT_EQ(first, readFile(files[r])) << "rank " << r << " differs";
   for (const auto& f : files) unlink(f.c_str());
 }
+
+int64_t timeoutMsForKillTest() {
+  // Under compute-sanitizer the script sets a longer TPAR_TIMEOUT_MS; natively 3 s is ample for
+  // a hand-off between two time-sliced processes (~5 ms).
+  const char* env = std::getenv("TPAR_TIMEOUT_MS");
+  const int64_t v = env != nullptr ? std::atoll(env) : 0;
+  return v > 0 ? v : 3000;
+}
+
+std::map<std::string, std::string> parseResult(const std::string& text) {
+  std::map<std::string, std::string> out;
+  std::istringstream lines(text);
+  for (std::string line; std::getline(lines, line);) {
+    const size_t sp = line.find(' ');
+    if (sp != std::string::npos) out[line.substr(0, sp)] = line.substr(sp + 1);
+  }
+  return out;
+}
+
+bool waitForFileWhile(const std::string& path, Child& alive, int timeout_s) {
+  const auto deadline = Clock::now() + std::chrono::seconds(timeout_s);
+  while (access(path.c_str(), F_OK) != 0) {
+    if (Clock::now() > deadline || !alive.running()) return access(path.c_str(), F_OK) == 0;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return true;
+}
+
+// A peer process is killed with SIGKILL while both ranks run all-reduces back to back. The
+// survivor (mp_worker `survivor`) must report tparTimeout within the configured timeout, destroy
+// its communicator cleanly, and afterwards hold no more descriptors, threads, mappings or GPU
+// memory than before it joined the group; no file named after tpar may appear in /dev/shm.
+TEST_P(MultiProcess, SurvivorOfAKilledPeerTimesOutDestroysCleanlyAndLeaksNothing) {
+  TPAR_REQUIRE_GPU();
+  const int64_t timeout_ms = timeoutMsForKillTest();
+  const std::set<std::string> shm_before = tparShmFiles();
+  tparUniqueId id1, id2;
+  TPAR_OK(tparGetUniqueId(&id1));
+  char dir_template[] = "/tmp/tpar_kill_XXXXXX";
+  ASSERT_NE(nullptr, mkdtemp(dir_template));
+  const std::string dir = dir_template;
+  const std::string seed = std::to_string(freshSeed() % 1000000007ull);
+  const std::string timeout = std::to_string(timeout_ms);
+
+  Child survivor, partner, victim;
+  ASSERT_TRUE(survivor.start({TPAR_MP_WORKER, "survivor", idHex(id1), seed, dir, timeout},
+                             workerEnv(), tag("survivor")));
+  // Group 1: the survivor's partner finishes its checked calls and leaves normally.
+  ASSERT_TRUE(
+      partner.start({TPAR_MP_WORKER, "check", idHex(id1), "1", "2", seed, dir + "/partner.result"},
+                    workerEnv(), tag("partner")));
+  ASSERT_EQ(0, partner.wait(300)) << "partner:\n"
+                                  << partner.output() << "\nsurvivor:\n"
+                                  << survivor.output();
+  std::ofstream(dir + "/phase1-peer-gone") << "\n";
+  ASSERT_TRUE(waitForFileWhile(dir + "/baseline", survivor, 300))
+      << "the survivor took no baseline:\n"
+      << survivor.output();
+
+  // Group 2: the victim runs with the survivor until it is killed at a random moment.
+  TPAR_OK(tparGetUniqueId(&id2));
+  std::ofstream(dir + "/group2-id.tmp") << idHex(id2) << "\n";
+  ASSERT_EQ(0, std::rename((dir + "/group2-id.tmp").c_str(), (dir + "/group2-id").c_str()));
+  ASSERT_TRUE(victim.start({TPAR_MP_WORKER, "victim", idHex(id2), dir, timeout}, workerEnv(),
+                           tag("victim")));
+  ASSERT_TRUE(waitForFileWhile(dir + "/victim-running", victim, 300))
+      << "victim:\n"
+      << victim.output() << "\nsurvivor:\n"
+      << survivor.output();
+  // The worker's own pid: with a wrapper (compute-sanitizer) the spawned process is its parent.
+  const pid_t victim_pid = static_cast<pid_t>(std::atol(readFile(dir + "/victim-running").c_str()));
+  ASSERT_GT(victim_pid, 0);
+  std::mt19937 rng(static_cast<uint32_t>(freshSeed()));
+  std::this_thread::sleep_for(std::chrono::milliseconds(10 + rng() % 150));
+  const int64_t kill_ns =
+      std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count();
+  ASSERT_EQ(0, kill(victim_pid, SIGKILL));
+  const int victim_status = victim.wait(120);
+  std::ofstream(dir + "/victim-dead") << "\n";
+  EXPECT_NE(-1, victim_status) << "the victim outlived SIGKILL:\n" << victim.output();
+
+  const int rc = survivor.wait(static_cast<int>(timeout_ms / 1000) + 300);
+  const std::string out = survivor.output();
+  EXPECT_EQ(0, rc) << out;
+  const auto result = parseResult(readFile(dir + "/survivor.result"));
+  ASSERT_FALSE(result.empty()) << "no result file:\n" << out;
+  EXPECT_EQ(std::to_string(tparTimeout), result.at("error")) << out;
+  EXPECT_EQ("none", result.at("cuda_error")) << out;
+  EXPECT_EQ(std::to_string(tparSuccess), result.at("destroy")) << out;
+  if (!underTool()) EXPECT_EQ("none", result.at("leaks")) << out;
+  const double after_kill_s = (std::atoll(result.at("detect_ns").c_str()) - kill_ns) / 1e9;
+  const double slack_s = underTool() ? 30.0 : 5.0;  // instrumented code runs many times slower
+  EXPECT_GT(after_kill_s, 0.0) << "the survivor failed before the kill:\n" << out;
+  EXPECT_LT(after_kill_s, timeout_ms / 1000.0 + slack_s) << out;
+  EXPECT_LT(std::atof(result.at("destroy_ms").c_str()), slack_s * 1000) << out;
+  std::printf(
+      "killed peer: survivor saw %s %.2f s after the kill (timeout %.1f s), destroy %s ms\n"
+      "  before: %s\n  after:  %s\n  leaks:  %s\n",
+      result.at("error_name").c_str(), after_kill_s, timeout_ms / 1000.0,
+      result.at("destroy_ms").c_str(), result.at("before").c_str(), result.at("after").c_str(),
+      result.at("leaks").c_str());
+
+  std::string shm_new;
+  for (const std::string& f : tparShmFiles())
+    if (shm_before.count(f) == 0) shm_new += " " + f;
+  EXPECT_EQ("", shm_new) << "files left in /dev/shm";
+
+  for (const char* f : {"/phase1-peer-gone", "/baseline", "/group2-id", "/victim-running",
+                        "/victim-dead", "/survivor.result", "/partner.result"})
+    unlink((dir + f).c_str());
+  rmdir(dir.c_str());
+}
+
+INSTANTIATE_TEST_SUITE_P(Transports, MultiProcess, ::testing::Values("auto", "host"),
+                         [](const ::testing::TestParamInfo<const char*>& info) {
+                           return std::string(info.param) == "auto" ? std::string("default")
+                                                                    : std::string(info.param);
+                         });
 
 }  // namespace
 }  // namespace tpar_test
