@@ -122,6 +122,12 @@ if [ $run_bench = 1 ]; then
   "$build/tools/tpar/tpar" bench --ranks 2,4,8 --sizes 12K,112K,384K,1M,4M -n 200 -w 20 \
     --json "$out/bench.json" 2>&1 | tee "$out/bench.txt" || status=1
   python3 scripts/plot_bench.py "$out/bench.json" -o "$out/bench.png" || status=1
+  echo "== bench, host-staged transport (floors from the host link measured in the same run)"
+  "$build/tools/tpar/tpar" bench --transport host --ranks 2,4,8 \
+    --sizes 4K,12K,48K,112K,384K,1M,4M -n 200 -w 20 \
+    --json "$out/bench-host.json" >"$out/bench-host.txt" 2>&1 || status=1
+  grep -E "^# host link|^# +backend|^  tpar |wrong elements" "$out/bench-host.txt"
+  python3 scripts/plot_bench.py "$out/bench-host.json" -o "$out/bench-host.png" || status=1
   echo "== doctor"
   "$build/tools/tpar/tpar" doctor --json "$out/doctor.json" >"$out/doctor.txt" 2>&1 || status=1
   tail -25 "$out/doctor.txt"

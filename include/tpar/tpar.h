@@ -208,12 +208,38 @@ typedef struct {
   int islandOfRank[TPAR_MAX_RANKS]; /* island index of each rank (islands in order of first rank) */
   char topologySignature[96];  /* keys tuning results; the same on every rank */
   int tuningTableLoaded;       /* 1 when a table measured by `tpar tune` is in use */
+  int ncclAttached;            /* 1 when an NCCL communicator is attached (tparCommSetNcclComm) */
 } tparCommInfo_t;
 
 tparResult_t tparCommQuery(tparComm_t comm, tparCommInfo_t* info);
 
+/*
+ * Attaches an NCCL communicator (an ncclComm_t, passed as void* so that this header does not
+ * need nccl.h) of the same ranks in the same order on the same GPUs, or detaches it (NULL).
+ * tpar does not own it: keep it alive while attached, and destroy (or abort) it yourself after
+ * detaching it or destroying this communicator; tparCommAbort does not abort it.
+ *
+ * Calls are then routed to NCCL where a tuning table measured NCCL faster (without one
+ * attached, those sizes use tpar's built-in choice), and every call when the algorithm is
+ * forced to tparAlgoNccl (without one attached, such calls fail with tparInvalidUsage). A routed
+ * call is one ncclAllReduce on the caller's stream, and may be captured into a CUDA graph like
+ * any other; it follows NCCL's rules (accumulation order, no timeout) rather than tpar's.
+ *
+ * NCCL is loaded at run time (TPAR_NCCL_LIBRARY, else libnccl.so.2: the copy the process has
+ * loaded already, if any); it must be the library that created ncclComm. Every rank must attach
+ * (or detach) alike before its next tparAllReduce: ranks that route one call differently wait
+ * for each other forever inside NCCL. When one thread drives several ranks (tparCommInitAll),
+ * enclose the calls of all ranks in ncclGroupStart()/ncclGroupEnd(), as NCCL requires.
+ *
+ * Fails with tparInvalidArgument, naming the mismatch, when ncclComm is no usable NCCL
+ * communicator or its rank count, rank or CUDA device differs from this communicator's, and
+ * with tparInvalidUsage when NCCL cannot be loaded. On failure the previous attachment stays.
+ */
+tparResult_t tparCommSetNcclComm(tparComm_t comm, void* ncclComm);
+
 /* The algorithm tparAllReduce would use for a bfloat16 message of `bytes` on this
- * communicator. */
+ * communicator: tparAlgoNccl when the call goes to the attached NCCL communicator (or is forced
+ * there and would fail for want of one). */
 tparResult_t tparCommSelectAlgorithm(tparComm_t comm, size_t bytes, tparAlgo_t* algo);
 
 /* Printable names for the enums; "unknown" for values out of range. */

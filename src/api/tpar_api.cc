@@ -107,8 +107,62 @@ tparResult_t commInitRank(tparComm_t* out, int nranks, const tparUniqueId& id, i
                     where[rank].bus_id);
   }
 
+  // Round 1b: where receive regions live. GPU memory needs every pair of GPUs to reach each
+  // other peer-to-peer; pinned host memory works everywhere (NOTE [host regions]). Every rank
+  // decides from the same gathered votes, so all decide alike.
+  struct TransportVote {
+    int32_t wanted;  // cfg.transport
+    int32_t p2p_ok;  // this rank's GPU reaches every other visible GPU of the group
+  };
+  std::vector<TransportVote> votes(nranks);
+  std::memset(votes.data(), 0, sizeof(TransportVote) * nranks);
+  votes[rank].wanted = cfg.transport;
+  votes[rank].p2p_ok = 1;
+  int unreachable = -1;
+  for (int r = 0; r < nranks; ++r) {
+    if (std::strcmp(where[r].bus_id, where[rank].bus_id) == 0) continue;
+    int peer_device = -1;
+    if (cudaDeviceGetByPCIBusId(&peer_device, where[r].bus_id) != cudaSuccess) {
+      // Hidden from this process: CUDA IPC will tell (its failure names TPAR_TRANSPORT).
+      (void)cudaGetLastError();
+      continue;
+    }
+    int can = 0;
+    if (cudaDeviceCanAccessPeer(&can, device, peer_device) != cudaSuccess) {
+      (void)cudaGetLastError();
+      can = 0;
+    }
+    if (!can) {
+      votes[rank].p2p_ok = 0;
+      unreachable = r;
+    }
+  }
+  TPAR_TRY(boot->allGather(votes.data(), sizeof(TransportVote)));
+  bool all_p2p = true;
+  int blocked_rank = -1;
+  for (int r = 0; r < nranks; ++r) {
+    if (votes[r].wanted != cfg.transport) {
+      return setError(tparInvalidUsage,
+                      "rank %d was configured with transport %d, rank %d with %d (0 auto, 1 "
+                      "host, 2 p2p): all ranks must agree",
+                      r, votes[r].wanted, rank, cfg.transport);
+    }
+    if (!votes[r].p2p_ok) {
+      all_p2p = false;
+      if (blocked_rank < 0) blocked_rank = r;
+    }
+  }
+  if (cfg.transport == 2 && !all_p2p) {
+    return setError(tparInvalidUsage,
+                    "TPAR_TRANSPORT=p2p, but the GPU of rank %d cannot reach another GPU of the "
+                    "group peer-to-peer%s; use auto or host",
+                    blocked_rank,
+                    unreachable >= 0 && blocked_rank == rank ? " (cudaDeviceCanAccessPeer = 0)" : "");
+  }
+  const bool host_transport = cfg.transport == 1 || (cfg.transport == 0 && !all_p2p);
+
   tparComm* comm = nullptr;
-  TPAR_TRY(createLocal(rank, nranks, cfg, same_device_same_process, &comm));
+  TPAR_TRY(createLocal(rank, nranks, cfg, same_device_same_process, host_transport, &comm));
   auto cleanup = [&](tparResult_t res) {
     destroyComm(comm);
     return res;
@@ -149,6 +203,11 @@ tparResult_t commInitRank(tparComm_t* out, int nranks, const tparUniqueId& id, i
     }
   }
   if (mixed) comm->transport = tparTransportMixed;
+  if (res != tparSuccess && !host_transport) {
+    const std::string why = lastError();
+    res = setError(res, "%s (GPUs without peer-to-peer work with TPAR_TRANSPORT=host)",
+                   why.c_str());
+  }
 
   // Round 3: the topology, as rank 0 sees it, for every rank (the tuner's inputs must be
   // identical on all ranks). Every rank takes part even after a local failure, so that the
@@ -210,6 +269,11 @@ tparResult_t commInitRank(tparComm_t* out, int nranks, const tparUniqueId& id, i
     for (int r = 0; r < nranks; ++r) agreed.islands[root.island_of[r]].push_back(r);
     agreed.signature = root.signature;
     agreed.source = root.source;
+    for (int r = 0; r < nranks; ++r) {
+      int sharing = 0;
+      for (int q = 0; q < nranks; ++q) sharing += std::strcmp(where[q].bus_id, where[r].bus_id) == 0;
+      comm->ranks_per_gpu = std::max(comm->ranks_per_gpu, sharing);
+    }
     res = applyTopology(comm, agreed);
   }
   if (res == tparSuccess) setError(tparSuccess, "%s", saved_error.c_str());
@@ -265,6 +329,32 @@ tparResult_t commInitAll(tparComm_t* comms, int ndev, const int* devlist,
       }
     }
   }
+  // GPU memory needs peer access between every pair of distinct GPUs (both ways); otherwise the
+  // receive regions go to pinned host memory (NOTE [host regions]).
+  bool all_p2p = true;
+  int blocked_a = -1, blocked_b = -1;
+  for (int i = 0; i < ndev; ++i) {
+    for (int j = 0; j < ndev; ++j) {
+      if (devs[i] == devs[j]) continue;
+      int can = 0;
+      if (cudaDeviceCanAccessPeer(&can, devs[i], devs[j]) != cudaSuccess) {
+        (void)cudaGetLastError();
+        can = 0;
+      }
+      if (!can && all_p2p) {
+        all_p2p = false;
+        blocked_a = devs[i];
+        blocked_b = devs[j];
+      }
+    }
+  }
+  if (cfg.transport == 2 && !all_p2p) {
+    return setError(tparInvalidUsage,
+                    "TPAR_TRANSPORT=p2p, but GPU %d cannot access GPU %d peer-to-peer "
+                    "(cudaDeviceCanAccessPeer = 0); use auto or host",
+                    blocked_a, blocked_b);
+  }
+  const bool host_transport = cfg.transport == 1 || (cfg.transport == 0 && !all_p2p);
   int prev = 0;
   TPAR_CUDA_TRY(cudaGetDevice(&prev));
   std::vector<tparComm*> made;
@@ -278,7 +368,7 @@ tparResult_t commInitAll(tparComm_t* comms, int ndev, const int* devlist,
     cudaError_t err = cudaSetDevice(devs[i]);
     if (err != cudaSuccess) return cleanup(cudaFailure(err, "cudaSetDevice", __FILE__, __LINE__));
     tparComm* c = nullptr;
-    tparResult_t res = createLocal(i, ndev, cfg, sharing, &c);
+    tparResult_t res = createLocal(i, ndev, cfg, sharing, host_transport, &c);
     if (res != tparSuccess) return cleanup(res);
     made.push_back(c);
   }
@@ -287,6 +377,11 @@ tparResult_t commInitAll(tparComm_t* comms, int ndev, const int* devlist,
     cudaSetDevice(devs[i]);
     for (int j = 0; j < ndev; ++j) {
       if (i == j) continue;
+      if (host_transport) {
+        // Registered as portable by its owner: valid on every GPU of this process.
+        made[i]->peer_ws[j] = made[j]->host_region.device;
+        continue;
+      }
       if (devs[i] != devs[j]) {
         tparResult_t res = enablePeerAccess(devs[i], devs[j]);
         if (res != tparSuccess) return cleanup(res);
@@ -299,13 +394,18 @@ tparResult_t commInitAll(tparComm_t* comms, int ndev, const int* devlist,
   for (int i = 0; i < ndev; ++i) {
     for (int j = i + 1; j < ndev; ++j) any_shared |= devs[i] == devs[j];
   }
-  const tparTransport_t kind = any_peer && any_shared ? tparTransportMixed
+  const tparTransport_t kind = host_transport         ? tparTransportHost
+                               : any_peer && any_shared ? tparTransportMixed
                                : any_peer            ? tparTransportPeerAccess
                                                      : tparTransportSameDevice;
   Topology topo;
   tparResult_t tres = buildTopology(cfg, devs, &topo);
   if (tres != tparSuccess) return cleanup(tres);
   for (tparComm* c : made) {
+    for (int i = 0; i < ndev; ++i) {
+      c->ranks_per_gpu = std::max(
+          c->ranks_per_gpu, static_cast<int>(std::count(devs.begin(), devs.end(), devs[i])));
+    }
     tres = applyTopology(c, topo);
     if (tres != tparSuccess) return cleanup(tres);
   }
@@ -521,8 +621,9 @@ tparResult_t tparCommQuery(tparComm_t comm, tparCommInfo_t* info) {
     out.cudaDevice = comm->device;
     out.transport = comm->transport;
     out.maxBytesPerCall = comm->cfg.max_bytes_per_call;
-    out.deviceMemoryBytes = comm->layout.totalBytes();
-    out.hostMemoryBytes = sizeof(kernels::HostState);
+    out.deviceMemoryBytes = comm->host_transport ? kernels::WorkspaceLayout::kDataOffset
+                                                 : comm->layout.totalBytes();
+    out.hostMemoryBytes = sizeof(kernels::HostState) + comm->host_region.bytes;
     out.timeoutMs = comm->cfg.timeout_ms;
     out.forcedAlgorithm = comm->cfg.forced_algo;
     out.oneShotMaxBytes = comm->cfg.one_shot_max_bytes >= 0
@@ -536,8 +637,16 @@ tparResult_t tparCommQuery(tparComm_t comm, tparCommInfo_t* info) {
     std::snprintf(out.topologySignature, sizeof(out.topologySignature), "%s",
                   comm->topology.signature.c_str());
     out.tuningTableLoaded = comm->has_tuning ? 1 : 0;
+    out.ncclAttached = comm->nccl.comm != nullptr ? 1 : 0;
     *info = out;
     return tparSuccess;
+  });
+}
+
+tparResult_t tparCommSetNcclComm(tparComm_t comm, void* ncclComm) {
+  return guarded([&] {
+    TPAR_TRY(checkComm(comm));
+    return finish(comm, attachNcclComm(comm, ncclComm));
   });
 }
 
@@ -546,6 +655,10 @@ tparResult_t tparCommSelectAlgorithm(tparComm_t comm, size_t bytes, tparAlgo_t* 
     TPAR_TRY(checkComm(comm));
     if (algo == nullptr) return finish(comm, setError(tparInvalidArgument, "algo is NULL"));
     Plan plan = planFor(comm, bytes, tparBfloat16);
+    if (plan.nccl) {
+      *algo = tparAlgoNccl;
+      return tparSuccess;
+    }
     if (plan.algo == kernels::Algo::kHier && !comm->hier_ok) plan.algo = kernels::Algo::kTwoShot;
     switch (plan.algo) {
       case kernels::Algo::kOneShot: *algo = tparAlgoOneShot; break;
@@ -568,6 +681,7 @@ const char* tparAlgoName(tparAlgo_t algo) {
     case tparAlgoHierarchical: return "hier";
     case tparAlgoOneShotPull: return "oneshot-pull";
     case tparAlgoTwoShotPull: return "twoshot-pull";
+    case tparAlgoNccl: return "nccl";
     default: return "unknown";
   }
 }

@@ -44,7 +44,7 @@ bool isLiveComm(tparComm* comm) {
 }
 
 tparResult_t createLocal(int rank, int nranks, const ResolvedConfig& cfg, int ranks_on_device,
-                         tparComm** out) {
+                         bool host_transport, tparComm** out) {
   int device = 0;
   TPAR_CUDA_TRY(cudaGetDevice(&device));
   // NOTE [preload]: before any kernel of this communicator can spin.
@@ -55,7 +55,8 @@ tparResult_t createLocal(int rank, int nranks, const ResolvedConfig& cfg, int ra
   comm->nranks = nranks;
   comm->device = device;
   comm->cfg = cfg;
-  comm->layout = kernels::WorkspaceLayout::forMaxBytes(cfg.max_bytes_per_call);
+  comm->layout = kernels::WorkspaceLayout::forMaxBytes(cfg.max_bytes_per_call, host_transport);
+  comm->host_transport = host_transport;
   comm->threads = cfg.threads;
 
   auto fail = [&](tparResult_t res) {
@@ -92,11 +93,18 @@ tparResult_t createLocal(int rank, int nranks, const ResolvedConfig& cfg, int ra
   // Programmatic dependent launch exists from compute capability 9.0 on.
   comm->launch_overlap = cfg.launch_overlap && major >= 9;
 
-  tparResult_t res = allocWorkspace(comm->layout, cfg.epoch_start, &comm->workspace);
+  tparResult_t res =
+      allocWorkspace(comm->layout, cfg.epoch_start, host_transport, &comm->workspace);
   if (res != tparSuccess) return fail(res);
   comm->device_state = deviceStateOf(comm->workspace);
   comm->block_epochs = blockEpochsOf(comm->workspace);
   comm->peer_ws[rank] = comm->workspace;
+  if (host_transport) {
+    res = createRankHostRegion(comm->layout, cfg.epoch_start, device, &comm->host_region);
+    if (res != tparSuccess) return fail(res);
+    comm->peer_ws[rank] = comm->host_region.device;
+    comm->transport = tparTransportHost;
+  }
 
   void* host = nullptr;
   err = cudaHostAlloc(&host, sizeof(kernels::HostState), cudaHostAllocMapped | cudaHostAllocPortable);
@@ -119,8 +127,9 @@ void destroyComm(tparComm* comm) {
   // cudaFree would wait for the device anyway; waiting first keeps unmapping ordered after the
   // kernels that use the mappings.
   cudaDeviceSynchronize();
-  for (const PeerMapping& m : comm->mappings) unmapPeer(m);
+  for (PeerMapping& m : comm->mappings) unmapPeer(&m);
   freeWorkspace(comm->workspace);
+  closeHostRegion(&comm->host_region);
   if (comm->host_state != nullptr) cudaFreeHost(comm->host_state);
   (void)cudaGetLastError();
   if (prev >= 0) cudaSetDevice(prev);
@@ -136,7 +145,14 @@ tparResult_t describeSelf(const tparComm& comm, PeerInfo* out) {
   TPAR_TRY(busIdOf(comm.device, info.bus_id, sizeof(info.bus_id)));
   info.workspace_ptr = reinterpret_cast<uint64_t>(comm.workspace);
   info.workspace_bytes = comm.layout.totalBytes();
-  TPAR_CUDA_TRY(cudaIpcGetMemHandle(&info.ipc_handle, comm.workspace));
+  if (comm.host_transport) {
+    info.host_transport = 1;
+    info.host_fd = comm.host_region.fd;
+    info.host_region_ptr = reinterpret_cast<uint64_t>(comm.host_region.device);
+    info.host_region_bytes = comm.host_region.bytes;
+  } else {
+    TPAR_CUDA_TRY(cudaIpcGetMemHandle(&info.ipc_handle, comm.workspace));
+  }
   info.max_bytes_per_call = comm.cfg.max_bytes_per_call;
   info.epoch_start = comm.cfg.epoch_start;
   info.nranks = comm.nranks;
@@ -184,6 +200,10 @@ tparResult_t applyTopology(tparComm* comm, const Topology& topo) {
   ctx.nranks = n;
   ctx.signature = topo.signature;
   ctx.islands = static_cast<int>(topo.islands.size());
+  ctx.host_transport = comm->host_transport;
+  ctx.ranks_per_gpu = comm->ranks_per_gpu;
+  // Host memory changes every crossover: its tables are kept apart.
+  if (comm->host_transport) ctx.signature += "+host";
   int worst = 0;
   for (int a = 0; a < n; ++a)
     for (int b = 0; b < n; ++b) worst = std::max(worst, static_cast<int>(topo.links[a][b]));
@@ -245,6 +265,7 @@ tparResult_t allReduce(tparComm* comm, const void* send, void* recv, size_t coun
   const size_t esize = elemBytes(dtype);
   const uint64_t bytes = uint64_t(count) * esize;
   Plan plan = planFor(comm, bytes, dtype);
+  if (plan.nccl) return ncclRouteAllReduce(comm, send, recv, count, dtype, op, stream);
   if (plan.algo == kernels::Algo::kHier && !comm->hier_ok) plan.algo = kernels::Algo::kTwoShot;
   const kernels::Algo algo = plan.algo;
   uint64_t algo_limit = 0;
@@ -254,6 +275,10 @@ tparResult_t allReduce(tparComm* comm, const void* send, void* recv, size_t coun
     case kernels::Algo::kStaged: algo_limit = comm->layout.twoShotMaxBytes(comm->nranks); break;
     case kernels::Algo::kHier:
       algo_limit = comm->layout.hierMaxBytes(comm->hier_m, comm->hier_k, esize);
+      break;
+    case kernels::Algo::kOneShotPull: algo_limit = comm->layout.oneShotPullMaxBytes(); break;
+    case kernels::Algo::kTwoShotPull:
+      algo_limit = comm->layout.twoShotPullMaxBytes(comm->nranks);
       break;
   }
   const uint64_t piece_limit = std::min<uint64_t>(comm->cfg.max_bytes_per_call, algo_limit);
@@ -267,6 +292,8 @@ tparResult_t allReduce(tparComm* comm, const void* send, void* recv, size_t coun
   args.host_state = comm->host_state_dev;
   args.timeout_ns = static_cast<uint64_t>(comm->cfg.timeout_ms) * 1000000ull;
   args.data_bytes = comm->layout.data_bytes;
+  args.pull_base = comm->layout.pullBase();
+  args.pull_bytes = comm->layout.pull_bytes;
   args.meta = kernels::makeCallMeta(dtype, op, algo, count);
   args.rank = comm->rank;
   args.nranks = comm->nranks;

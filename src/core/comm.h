@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/config.h"
+#include "core/nccl_route.h"
 #include "topology/topology.h"
 #include "tuner/tuner.h"
 #include "kernels/launch.h"
@@ -27,6 +28,11 @@ struct tparComm {
   std::array<char*, tpar::kernels::kMaxRanks> peer_ws{};
   std::vector<tpar::PeerMapping> mappings;
   tparTransport_t transport = tparTransportSameDevice;
+  // Host transport (NOTE [host regions]): this rank's receive region; `workspace` then holds
+  // only the control pages.
+  bool host_transport = false;
+  tpar::HostRegion host_region;
+  int ranks_per_gpu = 1;  // ranks of the group on the most-shared GPU (tuner input)
   int max_blocks = 1;
   // Topology as every rank of the group sees it (rank 0's view), and what the tuner uses.
   tpar::Topology topology;
@@ -40,6 +46,7 @@ struct tparComm {
   bool launch_overlap = false;  // NOTE [launch overlap]
   int threads = 512;
   std::string last_error;
+  tpar::NcclRoute nccl;  // tparCommSetNcclComm (core/nccl_route.h)
 };
 
 namespace tpar {
@@ -47,8 +54,9 @@ namespace tpar {
 // Builds a communicator's local half (workspace, host state, launch shape) on the current
 // device. `ranks_on_device` counts the ranks of this process sharing the device (their kernels
 // must be co-resident). On failure nothing is left allocated.
+// `host_transport`: receive region in pinned host memory instead of GPU memory.
 tparResult_t createLocal(int rank, int nranks, const ResolvedConfig& cfg, int ranks_on_device,
-                         tparComm** out);
+                         bool host_transport, tparComm** out);
 
 // Adopts `topo` (the same on every rank): islands for the hierarchical algorithm, the tuner's
 // context, and the tuning table for this topology when one is found (a bad table is reported

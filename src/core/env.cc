@@ -46,6 +46,10 @@ const std::vector<EnvVarSpec>& envRegistry() {
       {"TPAR_TOPO_FILE", EnvType::kString, "", nullptr,
        "hwloc XML file to use instead of the live machine's topology, for tests and for "
        "machines that hide it."},
+      {"TPAR_NCCL_LIBRARY", EnvType::kString, "", nullptr,
+       "NCCL library (path or file name) to load for tparCommSetNcclComm and the tpar command; "
+       "empty: libnccl.so.2 (the copy already loaded in the process, if any), then known "
+       "install locations."},
   };
   return kRegistry;
 }
@@ -181,6 +185,8 @@ tparResult_t parseEnv(const EnvGetter& get, Env* out) {
       env.tuning_file = value;  // any path; whether it exists is checked where it is read
     } else if (name == "TPAR_TOPO_FILE") {
       env.topo_file = value;
+    } else if (name == "TPAR_NCCL_LIBRARY") {
+      env.nccl_library = value;  // loaded (and checked) only when NCCL is needed
     } else {
       return setError(tparInternalError, "environment variable %s has no parser", spec.name);
     }

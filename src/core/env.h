@@ -43,6 +43,7 @@ struct Env {
   bool launch_overlap = true;
   std::string tuning_file;            // empty: the per-machine file in the cache directory
   std::string topo_file;              // empty: discover the live machine's topology
+  std::string nccl_library;           // empty: search for NCCL (core/nccl_route.h)
   std::vector<std::string> set_vars;  // "NAME=value" for every variable that was set
 };
 

@@ -15,6 +15,8 @@ const void* oneShotKernel(tparDataType_t dtype, bool wide);
 const void* twoShotKernel(tparDataType_t dtype, bool wide);
 const void* stagedKernel(tparDataType_t dtype, bool wide);
 const void* hierKernel(tparDataType_t dtype, bool wide);
+const void* oneShotPullKernel(tparDataType_t dtype, bool wide);
+const void* twoShotPullKernel(tparDataType_t dtype, bool wide);
 
 // Defines `table_fn(dtype, wide)`, returning the instantiation of kernel template `kernel` for
 // that datatype and rank-count variant (8 or 16 ranks at most). One per algorithm file.
@@ -44,6 +46,8 @@ void forEachKernel(F&& f) {
       f(twoShotKernel(d, wide));
       f(stagedKernel(d, wide));
       f(hierKernel(d, wide));
+      f(oneShotPullKernel(d, wide));
+      f(twoShotPullKernel(d, wide));
     }
   }
 }

@@ -25,6 +25,9 @@ uint64_t workVectors(Algo algo, uint64_t count, size_t elem_bytes, int nranks) {
     case Algo::kTwoShot: return (vecs + nranks - 1) / nranks * (nranks > 1 ? nranks - 1 : 1);
     case Algo::kStaged: return (vecs + nranks - 1) / nranks;
     case Algo::kHier: return (vecs + nranks - 1) / nranks * (nranks > 1 ? nranks - 1 : 1);
+    case Algo::kOneShotPull: return vecs;
+    case Algo::kTwoShotPull:
+      return (vecs + nranks - 1) / nranks * (nranks > 1 ? nranks - 1 : 1);
   }
   return vecs;
 }
@@ -46,6 +49,8 @@ cudaError_t launchAllReduce(Algo algo, tparDataType_t dtype, const AllReduceArgs
     case Algo::kTwoShot: fn = twoShotKernel(dtype, wide); break;
     case Algo::kStaged: fn = stagedKernel(dtype, wide); break;
     case Algo::kHier: fn = hierKernel(dtype, wide); break;
+    case Algo::kOneShotPull: fn = oneShotPullKernel(dtype, wide); break;
+    case Algo::kTwoShotPull: fn = twoShotPullKernel(dtype, wide); break;
   }
   if (fn == nullptr) return cudaErrorInvalidValue;
   void* params[] = {const_cast<AllReduceArgs*>(&args)};

@@ -48,14 +48,42 @@ struct WorkspaceLayout {
   static constexpr uint64_t kStateOffset = 2048;   // DeviceState
   static constexpr uint64_t kEpochsOffset = 4096;  // uint32_t epoch per block index
   static constexpr uint64_t kDataOffset = kEpochsOffset + 4 * kMaxBlocks;
-  uint64_t data_bytes;  // per parity
+  // Pull area (NOTE [pull protocol]): one flag word per block for each of the two phases of
+  // two-shot pull, then the payload.
+  static constexpr uint64_t kPullFlagBytes = 2 * 4 * kMaxBlocks;
+  // Largest pull message with receive regions in GPU memory, where the pull variants serve
+  // small messages only (in host memory they carry everything).
+  static constexpr uint64_t kDevicePullMaxBytes = 256u << 10;
+  uint64_t data_bytes;  // sentinel area, per parity
+  uint64_t pull_bytes;  // pull area, per parity
 
-  static WorkspaceLayout forMaxBytes(uint64_t max_bytes_per_call) {
+  // `host`: receive regions in pinned host memory, where the pull variants carry messages up
+  // to the piece size.
+  static WorkspaceLayout forMaxBytes(uint64_t max_bytes_per_call, bool host = false) {
     // Two-shot needs a reduce-scatter and an all-gather area, each one message plus per-rank
     // rounding; one-shot needs nranks messages (so its pieces are smaller at high rank counts).
-    return WorkspaceLayout{2 * max_bytes_per_call + 4096};
+    // Pull: one-shot's lines carry 8 payload bytes in 16, two-shot needs one message plus one
+    // chunk; both fit in twice the largest pull message.
+    const uint64_t pull_max =
+        host || max_bytes_per_call < kDevicePullMaxBytes ? max_bytes_per_call
+                                                          : kDevicePullMaxBytes;
+    return WorkspaceLayout{2 * max_bytes_per_call + 4096, kPullFlagBytes + 2 * pull_max + 64};
   }
-  uint64_t totalBytes() const { return kDataOffset + 2 * data_bytes; }
+  uint64_t totalBytes() const { return kDataOffset + 2 * data_bytes + 2 * pull_bytes; }
+  uint64_t pullBase() const { return kDataOffset + 2 * data_bytes; }
+  // Pull payload: one-shot pull's lines fill all of it; two-shot pull puts the published
+  // input in the first half and the reduced chunk in the second.
+  TPAR_HOST_DEVICE static uint64_t pullHalf(uint64_t pull_bytes) {
+    return ((pull_bytes - kPullFlagBytes) / 2) / kVecBytes * kVecBytes;
+  }
+  uint64_t oneShotPullMaxBytes() const {
+    // Two lines per vector, laid out in groups of 32 vectors.
+    return (pullHalf(pull_bytes) / kVecBytes / 32 * 32 - 32) * kVecBytes;
+  }
+  uint64_t twoShotPullMaxBytes(int nranks) const {
+    // The result area holds one chunk of ceil(vecs / nranks) vectors.
+    return (pullHalf(pull_bytes) / kVecBytes - uint64_t(nranks)) * kVecBytes;
+  }
   TPAR_HOST_DEVICE static uint64_t headerOffset(uint32_t parity, int sender) {
     return (static_cast<uint64_t>(parity) * kMaxRanks + sender) * kHeaderBytes;
   }
@@ -98,6 +126,8 @@ struct AllReduceArgs {
   HostState* host_state;          // ours, device-mapped pointer
   uint64_t timeout_ns;
   uint64_t data_bytes;            // WorkspaceLayout::data_bytes
+  uint64_t pull_base;             // WorkspaceLayout::pullBase()
+  uint64_t pull_bytes;            // WorkspaceLayout::pull_bytes
   uint32_t meta;                  // call header word (datatype, op, algorithm, total count hash)
   int rank;
   int nranks;

@@ -150,6 +150,76 @@ __device__ __forceinline__ bool pollVec(const void* p, Vec* out, Waiter& w) {
   return true;
 }
 
+// NOTE [pull protocol]
+// The pull algorithms publish each rank's data once, in the pull area of its own receive region,
+// and peers read it there (NOTE [sentinel protocol] is for pushes into the receiver's region).
+// Only the owner writes a pull area, so no reader could restore sentinels for the next call;
+// every published word is tied to its call's epoch instead:
+//  * Lines (one-shot pull): 16 bytes {d0, epoch, d1, epoch}. A reader accepts each 8-byte half
+//    once its epoch word equals the call's epoch, so only 8-byte store atomicity is relied on.
+//    Half the bytes are payload; a reader needs a single round trip per vector.
+//  * Flags (two-shot pull): data is stored plainly; once a block's stores are done
+//    (__syncthreads), its thread 0 fences at system scope and stores the epoch into the block's
+//    flag word. Readers load the flag with acquire semantics at system scope, then the data.
+//    Full payload efficiency, one extra round trip per phase.
+// The pull area of parity p is rewritten in epoch e+2, which its owner reaches only after every
+// peer finished epoch e (NOTE [epochs and parity]). Every word starts at epoch_start - 2, which
+// no live epoch of the area equals (as for call headers). Nothing is escaped: the data never
+// has to differ from a marker, so NaN payloads pass unchanged.
+
+__device__ __forceinline__ uint32_t loadAcquireSys(const void* p) {
+  uint32_t v;
+  asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+
+__device__ __forceinline__ void storeVolatileU32(void* p, uint32_t v) {
+  asm volatile("st.volatile.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+
+// Base of the pull area of this call's parity in a region.
+__device__ __forceinline__ char* pullArea(const AllReduceArgs& a, char* region, uint32_t parity) {
+  return region + a.pull_base + parity * a.pull_bytes;
+}
+__device__ __forceinline__ uint32_t* pullFlag(char* area, int phase, int block) {
+  return reinterpret_cast<uint32_t*>(area) + phase * kMaxBlocks + block;
+}
+__device__ __forceinline__ char* pullPayload(char* area) {
+  return area + WorkspaceLayout::kPullFlagBytes;
+}
+
+// After every thread of the block stored its part of a phase: publish the phase's flag. Every
+// thread of the block must call it (a barrier); thread 0's `failed` decides (CallContext).
+__device__ __forceinline__ void publishFlag(char* area, int phase, uint32_t epoch, bool failed) {
+  __syncthreads();
+  if (threadIdx.x == 0 && !failed) {
+    __threadfence_system();
+    storeVolatileU32(pullFlag(area, phase, blockIdx.x), epoch);
+  }
+}
+
+// Threads 0..nranks-1 wait for the flag of `phase` and this block in every peer's pull area.
+// Returns the same answer on every thread of the block: false after an error was recorded.
+template <int kMax>
+__device__ __forceinline__ bool waitPeerFlags(const AllReduceArgs& a, uint32_t parity,
+                                              int phase, uint32_t epoch, Waiter& w) {
+  __shared__ uint32_t s_bad;
+  if (threadIdx.x == 0) s_bad = 0;
+  __syncthreads();
+  const int p = threadIdx.x;
+  if (p < a.nranks && p != a.rank) {
+    const uint32_t* flag = pullFlag(pullArea(a, a.peer_ws[p], parity), phase, blockIdx.x);
+    while (loadAcquireSys(flag) != epoch) {
+      if (!w.keepWaiting()) {
+        atomicOr(&s_bad, 1u);
+        break;
+      }
+    }
+  }
+  __syncthreads();
+  return s_bad == 0;
+}
+
 // ---- element conversion and reduction --------------------------------------------------------
 
 template <typename T>
@@ -368,6 +438,45 @@ __device__ __forceinline__ bool checkHeaders(const AllReduceArgs& a, const CallC
     if (ok && (h.w[1] != static_cast<uint32_t>(a.count) || h.w[3] != a.meta)) {
       recordError(a, tparInvalidUsage);
       ok = false;
+    }
+    if (!ok) atomicOr(&s_bad, 1u);
+  }
+  __syncthreads();
+  return s_bad == 0;
+}
+
+// checkHeaders and waitPeerFlags in one wait: thread p polls peer p's call header and the flag
+// of `phase` and this block in p's pull area together, so the two round trips overlap. A
+// mismatched header is reported even when the flag never comes (the peer sliced differently).
+template <int kMax>
+__device__ __forceinline__ bool checkHeadersAndFlags(const AllReduceArgs& a,
+                                                     const CallContext& ctx, int phase,
+                                                     Waiter& w) {
+  __shared__ uint32_t s_bad;
+  if (threadIdx.x == 0) s_bad = ctx.failed ? 1u : 0u;
+  __syncthreads();
+  const int p = threadIdx.x;
+  if (s_bad == 0 && p < a.nranks && p != a.rank) {
+    const char* header = a.peer_ws[a.rank] + WorkspaceLayout::headerOffset(ctx.parity, p);
+    const uint32_t* flag = pullFlag(pullArea(a, a.peer_ws[p], ctx.parity), phase, blockIdx.x);
+    bool ok = true;
+    bool header_seen = false;
+    for (;;) {
+      const Vec h = header_seen ? Vec{} : loadVolatile(header);
+      const uint32_t f = loadAcquireSys(flag);
+      if (!header_seen && h.w[0] == ctx.epoch && h.w[2] == ctx.epoch) {
+        if (h.w[1] != static_cast<uint32_t>(a.count) || h.w[3] != a.meta) {
+          recordError(a, tparInvalidUsage);
+          ok = false;
+          break;
+        }
+        header_seen = true;
+      }
+      if (header_seen && f == ctx.epoch) break;
+      if (!w.keepWaiting()) {
+        ok = false;
+        break;
+      }
     }
     if (!ok) atomicOr(&s_bad, 1u);
   }

@@ -53,6 +53,12 @@ tparResult_t loadTopologyXml(const std::string& path, const std::vector<std::str
 // ranks) from the live machine.
 tparResult_t discoverTopology(const std::vector<int>& cuda_devices, Topology* out);
 
+// Binds the pages of [addr, addr + bytes) (not yet touched) to the NUMA node nearest to CUDA
+// device `cuda_device`. Best effort: false, with the reason in *why, when the machine does not
+// say where the GPU is or refuses the binding; the memory then goes wherever it is first
+// touched.
+bool bindToGpuNumaNode(void* addr, size_t bytes, int cuda_device, std::string* why);
+
 // Islands and signature from `links` (and gpus); used by both builders and by tests.
 void deriveIslands(Topology* topo);
 

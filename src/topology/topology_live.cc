@@ -165,3 +165,37 @@ tparResult_t discoverTopology(const std::vector<int>& cuda_devices, Topology* ou
 }
 
 }  // namespace tpar
+
+namespace tpar {
+
+bool bindToGpuNumaNode(void* addr, size_t bytes, int cuda_device, std::string* why) {
+  const SystemTree& tree = systemTree();
+  if (tree.topo == nullptr) {
+    *why = tree.why;
+    return false;
+  }
+  const std::string bus_id = cudaBusId(cuda_device);
+  PciAddress a;
+  if (bus_id.empty() || !parseBusId(bus_id, &a)) {
+    *why = "no PCI address for CUDA device " + std::to_string(cuda_device);
+    return false;
+  }
+  hwloc_obj_t gpu = findPciDevice(tree.topo, a);
+  hwloc_obj_t host = gpu != nullptr ? hwloc_get_non_io_ancestor_obj(tree.topo, gpu) : nullptr;
+  if (host == nullptr || host->nodeset == nullptr || hwloc_bitmap_iszero(host->nodeset)) {
+    *why = "hwloc does not place GPU " + bus_id + " near a NUMA node";
+    return false;
+  }
+  if (hwloc_bitmap_isequal(host->nodeset, hwloc_topology_get_topology_nodeset(tree.topo))) {
+    *why = "GPU " + bus_id + " is equally near every NUMA node";
+    return false;
+  }
+  if (hwloc_set_area_membind(tree.topo, addr, bytes, host->nodeset, HWLOC_MEMBIND_BIND,
+                             HWLOC_MEMBIND_BYNODESET) != 0) {
+    *why = std::string("hwloc_set_area_membind: ") + std::strerror(errno);
+    return false;
+  }
+  return true;
+}
+
+}  // namespace tpar

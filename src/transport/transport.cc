@@ -14,26 +14,69 @@ namespace tpar {
 
 using kernels::WorkspaceLayout;
 
-tparResult_t allocWorkspace(const WorkspaceLayout& layout, uint32_t epoch_start, char** out) {
+namespace {
+
+// Control page: header slots at epoch_start - 2 (NOTE [call header]), DeviceState zero, every
+// block's epoch at epoch_start.
+void fillControlPage(uint32_t* page, uint32_t epoch_start) {
+  for (uint64_t i = 0; i < WorkspaceLayout::kDataOffset / 4; ++i) page[i] = 0;
+  for (uint64_t i = 0; i < WorkspaceLayout::kHeaderRegion / 4; ++i) page[i] = epoch_start - 2;
+  for (int b = 0; b < kernels::kMaxBlocks; ++b) {
+    page[WorkspaceLayout::kEpochsOffset / 4 + b] = epoch_start;
+  }
+}
+
+void fillPullAreas(uint32_t* words, const WorkspaceLayout& layout, uint32_t epoch_start) {
+  for (uint64_t i = 0; i < 2 * layout.pull_bytes / 4; ++i) words[i] = epoch_start - 2;
+}
+
+}  // namespace
+
+void fillRegionImage(char* base, const WorkspaceLayout& layout, uint32_t epoch_start) {
+  fillControlPage(reinterpret_cast<uint32_t*>(base), epoch_start);
+  std::memset(base + WorkspaceLayout::kDataOffset, 0xFF, 2 * layout.data_bytes);
+  fillPullAreas(reinterpret_cast<uint32_t*>(base + layout.pullBase()), layout, epoch_start);
+}
+
+tparResult_t createRankHostRegion(const WorkspaceLayout& layout, uint32_t epoch_start,
+                                  int cuda_device, HostRegion* out) {
+  struct Arg {
+    const WorkspaceLayout* layout;
+    uint32_t epoch_start;
+  } arg{&layout, epoch_start};
+  return createHostRegion(
+      layout.totalBytes(), cuda_device,
+      [](void* host, size_t, void* p) {
+        const Arg* a = static_cast<const Arg*>(p);
+        fillRegionImage(static_cast<char*>(host), *a->layout, a->epoch_start);
+      },
+      &arg, out);
+}
+
+tparResult_t allocWorkspace(const WorkspaceLayout& layout, uint32_t epoch_start,
+                            bool control_only, char** out) {
   static_assert(WorkspaceLayout::kHeaderRegion <= WorkspaceLayout::kStateOffset,
                 "headers overlap DeviceState");
   static_assert(WorkspaceLayout::kStateOffset + sizeof(kernels::DeviceState) <=
                     WorkspaceLayout::kEpochsOffset,
                 "DeviceState overlaps the block epochs");
   char* ws = nullptr;
-  TPAR_CUDA_TRY(cudaMalloc(reinterpret_cast<void**>(&ws), layout.totalBytes()));
-  // Data: every word the sentinel (NOTE [sentinel protocol]).
-  cudaError_t err = cudaMemset(ws + WorkspaceLayout::kDataOffset, 0xFF,
-                               layout.totalBytes() - WorkspaceLayout::kDataOffset);
-  // Control pages: header slots at epoch_start - 2 (NOTE [call header]), DeviceState zero,
-  // every block's epoch at epoch_start.
+  const uint64_t total = control_only ? WorkspaceLayout::kDataOffset : layout.totalBytes();
+  TPAR_CUDA_TRY(cudaMalloc(reinterpret_cast<void**>(&ws), total));
   std::vector<uint32_t> page(WorkspaceLayout::kDataOffset / 4, 0);
-  for (uint64_t i = 0; i < WorkspaceLayout::kHeaderRegion / 4; ++i) page[i] = epoch_start - 2;
-  for (int b = 0; b < kernels::kMaxBlocks; ++b) {
-    page[WorkspaceLayout::kEpochsOffset / 4 + b] = epoch_start;
-  }
-  if (err == cudaSuccess) {
-    err = cudaMemcpy(ws, page.data(), WorkspaceLayout::kDataOffset, cudaMemcpyHostToDevice);
+  fillControlPage(page.data(), epoch_start);
+  cudaError_t err = cudaMemcpy(ws, page.data(), WorkspaceLayout::kDataOffset, cudaMemcpyHostToDevice);
+  if (!control_only) {
+    // Data: every word the sentinel (NOTE [sentinel protocol]).
+    if (err == cudaSuccess) {
+      err = cudaMemset(ws + WorkspaceLayout::kDataOffset, 0xFF, 2 * layout.data_bytes);
+    }
+    std::vector<uint32_t> pull(2 * layout.pull_bytes / 4);
+    fillPullAreas(pull.data(), layout, epoch_start);
+    if (err == cudaSuccess) {
+      err = cudaMemcpy(ws + layout.pullBase(), pull.data(), 2 * layout.pull_bytes,
+                       cudaMemcpyHostToDevice);
+    }
   }
   if (err == cudaSuccess) err = cudaDeviceSynchronize();
   if (err != cudaSuccess) {
@@ -70,6 +113,23 @@ tparResult_t enablePeerAccess(int self_device, int peer_device) {
 tparResult_t mapPeer(const PeerInfo& self, const PeerInfo& peer, int peer_rank,
                      PeerMapping* out) {
   PeerMapping m;
+  if (self.host_transport != 0) {
+    m.kind = tparTransportHost;
+    if (peer.pid == self.pid) {
+      // Registered as portable by its owner: valid on every GPU of this process.
+      m.ptr = reinterpret_cast<char*>(peer.host_region_ptr);
+    } else {
+      tparResult_t res = openPeerHostRegion(peer.pid, peer.host_fd, peer.host_region_bytes,
+                                            &m.host);
+      if (res != tparSuccess) {
+        const std::string why = lastError();
+        return setError(res, "rank %d (pid %d): %s", peer_rank, peer.pid, why.c_str());
+      }
+      m.ptr = m.host.device;
+    }
+    *out = m;
+    return tparSuccess;
+  }
   if (peer.pid == self.pid) {
     // One process: the pointer is valid here (unified addressing).
     if (peer.cuda_device != self.cuda_device) {
@@ -98,8 +158,9 @@ tparResult_t mapPeer(const PeerInfo& self, const PeerInfo& peer, int peer_rank,
   return tparSuccess;
 }
 
-void unmapPeer(const PeerMapping& mapping) {
-  if (mapping.ipc_opened && mapping.ptr != nullptr) cudaIpcCloseMemHandle(mapping.ptr);
+void unmapPeer(PeerMapping* mapping) {
+  if (mapping->ipc_opened && mapping->ptr != nullptr) cudaIpcCloseMemHandle(mapping->ptr);
+  closeHostRegion(&mapping->host);
 }
 
 tparResult_t busIdOf(int device, char* out, int len) {

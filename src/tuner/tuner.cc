@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cinttypes>
 #include <cmath>
@@ -113,10 +114,10 @@ tparResult_t entryFromJson(const nlohmann::json& e, size_t index, TuningEntry* o
 
   std::string algo;
   TPAR_TRY(getString(e, "algo", at + ".algo", true, &algo));
-  if (!algoFromName(algo, &entry.plan.algo))
+  if (!planAlgoFromName(algo, &entry.plan))
     return bad(at + ".algo", "is '" + algo +
-                                 "'; expected oneshot, twoshot, staged, hier, oneshot-pull or "
-                                 "twoshot-pull");
+                                 "'; expected oneshot, twoshot, staged, hier, oneshot-pull, "
+                                 "twoshot-pull or nccl");
 
   int64_t v = 0;
   TPAR_TRY(getInt(e, "active_blocks", at + ".active_blocks", 0, kernels::kMaxBlocks, &v));
@@ -204,10 +205,40 @@ bool algoFromName(const std::string& name, kernels::Algo* out) {
   return false;
 }
 
+const char* planAlgoName(const Plan& p) { return p.nccl ? "nccl" : algoName(p.algo); }
+
+bool planAlgoFromName(const std::string& name, Plan* out) {
+  if (name == "nccl") {
+    out->nccl = true;
+    return true;
+  }
+  out->nccl = false;
+  return algoFromName(name, &out->algo);
+}
+
 Plan defaultPlan(uint64_t bytes, tparDataType_t dtype, const TunerContext& ctx,
                  int64_t one_shot_max_bytes) {
   (void)dtype;  // the built-in thresholds are in bytes; only a measured table tells dtypes apart
   Plan p;       // active_blocks = threads = 0: the kernels size themselves from the work
+  if (ctx.host_transport) {
+    // Every byte crosses a GPU's PCIe link to host memory and back (NOTE [host regions]).
+    // Publishing once and reading is the only sensible shape there; one-shot pull reads
+    // 2(n-1) times the message per rank (lines are half payload) in one round trip, two-shot
+    // pull 2(n-1)/n of it in two. One-shot pull wins while the extra bytes cost less than a
+    // round trip (~2 us, ~100 KB at ~50 GB/s): below ~100 KB / (2 (n-1)^2 / n) per link.
+    const uint64_t n = static_cast<uint64_t>(std::max(ctx.nranks, 1));
+    const uint64_t per_link = static_cast<uint64_t>(std::max(ctx.ranks_per_gpu, 1));
+    const uint64_t extra = n > 1 ? 2 * (n - 1) * (n - 1) * per_link / n : 1;
+    const uint64_t limit = one_shot_max_bytes >= 0 ? static_cast<uint64_t>(one_shot_max_bytes)
+                                                   : (100u << 10) / std::max<uint64_t>(extra, 1);
+    p.algo = bytes <= limit || n <= 1 ? kernels::Algo::kOneShotPull : kernels::Algo::kTwoShotPull;
+    // Few blocks: every waiting thread polls host memory across the link, and polls queue
+    // behind each other there (an H200 with 8 virtual ranks: 12 KiB took 290 us with 32 blocks
+    // per rank, 43 us with one). About one block per 16 KiB of a rank's chunk.
+    const uint64_t blocks = bytes / (n * (16u << 10));
+    p.active_blocks = static_cast<int>(std::min<uint64_t>(std::max<uint64_t>(blocks, 1), 32));
+    return p;
+  }
   const uint64_t one_shot_limit = one_shot_max_bytes >= 0
                                       ? static_cast<uint64_t>(one_shot_max_bytes)
                                       : defaultOneShotMaxBytes(ctx.nranks);
@@ -253,6 +284,7 @@ Plan selectPlan(uint64_t bytes, tparDataType_t dtype, const TunerContext& ctx,
       return runnable(forced_plan, ctx);
     case tparAlgoOneShotPull: forced_plan.algo = kernels::Algo::kOneShotPull; return forced_plan;
     case tparAlgoTwoShotPull: forced_plan.algo = kernels::Algo::kTwoShotPull; return forced_plan;
+    case tparAlgoNccl: forced_plan.nccl = true; return forced_plan;
     default: break;
   }
   // A table measured on another machine or rank count says nothing about this one.
@@ -260,11 +292,12 @@ Plan selectPlan(uint64_t bytes, tparDataType_t dtype, const TunerContext& ctx,
     const TuningEntry* last = nullptr;
     for (const TuningEntry& e : table->entries) {
       if (e.dtype != dtype) continue;
-      if (e.max_bytes >= bytes) return runnable(e.plan, ctx);
       last = &e;
+      if (e.max_bytes >= bytes) break;
     }
-    // Beyond the largest measured size the largest size's answer is the best evidence.
-    if (last != nullptr) return runnable(last->plan, ctx);
+    // Beyond the largest measured size the largest size's answer is the best evidence. Where
+    // NCCL won but none is attached, the defaults decide (the table keeps no runner-up).
+    if (last != nullptr && !(last->plan.nccl && !ctx.nccl)) return runnable(last->plan, ctx);
     // No entry for this dtype: the defaults, rather than another dtype's crossovers.
   }
   return defaultPlan(bytes, dtype, ctx, one_shot_max_bytes);
@@ -285,7 +318,7 @@ std::string tuningToJson(const TuningTable& table) {
     const char* key = dtypeKey(e.dtype);
     o["dtype"] = key != nullptr ? key : "unknown";
     o["max_bytes"] = e.max_bytes;
-    o["algo"] = algoName(e.plan.algo);
+    o["algo"] = planAlgoName(e.plan);
     o["active_blocks"] = e.plan.active_blocks;
     o["threads"] = e.plan.threads;
     // Written to the nanosecond, and only when that is a positive finite number: the reader

@@ -18,6 +18,9 @@ struct Plan {
   kernels::Algo algo = kernels::Algo::kOneShot;
   int active_blocks = 0;  // 0: every block of the communicator's grid
   int threads = 0;        // 0: sized from the work (kernels::threadsFor)
+  // Hand the call to the attached NCCL communicator (tparAlgoNccl); the fields above are then
+  // unused. Table entries say "algo": "nccl".
+  bool nccl = false;
 };
 
 // What the tuner knows about the group (the same on every rank).
@@ -28,6 +31,11 @@ struct TunerContext {
   int island_size = 1;            // ranks per island when all islands are equal, else 0
   int worst_link = 0;             // LinkClass of the worst pair, as int
   bool hierarchical_ok = false;   // islands are equal-sized and > 1 (kernels can run it)
+  bool host_transport = false;    // receive regions in host memory (tparTransportHost)
+  int ranks_per_gpu = 1;          // ranks sharing the most-shared GPU (virtual ranks > 1)
+  // An NCCL communicator is attached (tparCommSetNcclComm; every rank attaches alike): table
+  // entries naming NCCL apply. Without one they give way to the defaults.
+  bool nccl = false;
 };
 
 // One measured size bucket: messages up to max_bytes use this plan.
@@ -53,7 +61,8 @@ Plan defaultPlan(uint64_t bytes, tparDataType_t dtype, const TunerContext& ctx,
 
 // The plan for a call: `forced` (TPAR_ALGO / config) first, then the table when it matches the
 // context, then the defaults. An algorithm the context cannot run (hierarchical without equal
-// islands) falls back to two-shot.
+// islands) falls back to two-shot; a table entry naming NCCL without ctx.nccl gives the
+// defaults. A forced NCCL stays NCCL either way: the call refuses it when none is attached.
 Plan selectPlan(uint64_t bytes, tparDataType_t dtype, const TunerContext& ctx,
                 const TuningTable* table, tparAlgo_t forced, int64_t one_shot_max_bytes);
 
@@ -77,6 +86,10 @@ std::string tuningFilePathFrom(const TunerContext& ctx, const std::string& tunin
 // "oneshot", "twoshot", "staged", "hier", "oneshot-pull", "twoshot-pull"
 const char* algoName(kernels::Algo a);
 bool algoFromName(const std::string& name, kernels::Algo* out);
+// A plan's algorithm as tables and tools name it: algoName, or "nccl".
+const char* planAlgoName(const Plan& p);
+// Sets out->algo or out->nccl from such a name; false for unknown names.
+bool planAlgoFromName(const std::string& name, Plan* out);
 
 }  // namespace tpar
 

@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <chrono>
 #include <cstring>
 #include <fstream>
@@ -303,6 +304,17 @@ tparConfig_t sharedDeviceConfig(int64_t timeout_ms) {
   cfg.allowSharedDevice = 1;
   cfg.timeoutMs = timeout_ms;
   return cfg;
+}
+
+std::string transportLabel(int transport) {
+  return transport == kTransportHost ? "host" : "default";
+}
+
+std::string testNamePart(const std::string& name) {
+  std::string out = name;
+  for (char& c : out)
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '_') c = '_';
+  return out;
 }
 
 VirtualGroup::~VirtualGroup() { release(); }

@@ -97,6 +97,16 @@ class VirtualGroup {
 
 tparConfig_t sharedDeviceConfig(int64_t timeout_ms = 20000);
 
+// Values of tparConfig_t::transport the tests run under: 0 lets the communicator choose
+// (virtual ranks: receive regions in the GPU's memory), 1 forces pinned host memory.
+constexpr int kTransportDefault = 0;
+constexpr int kTransportHost = 1;
+// "default" / "host": the part of a test's name that says its transport.
+std::string transportLabel(int transport);
+
+// `name` with every character GoogleTest refuses in a test name ("oneshot-pull") made '_'.
+std::string testNamePart(const std::string& name);
+
 // Device buffers for one test case: per rank an input and an output.
 struct Buffers {
   std::vector<void*> in, out;

@@ -1,5 +1,7 @@
 #include "tools/tpar/backend.h"
 
+#include <cstdio>
+
 #include "tools/tpar/nccl_loader.h"
 
 namespace tpar_cli {
@@ -33,9 +35,10 @@ bool fromHex(const std::string& hex, char* bytes, size_t n) {
 
 class TparBackend : public Backend {
  public:
-  explicit TparBackend(tparAlgo_t algo) : algo_(algo) {}
+  TparBackend(tparAlgo_t algo, int transport) : algo_(algo), transport_(transport) {}
   ~TparBackend() override {
     for (tparComm_t c : comms_) tparCommDestroy(c);
+    for (NcclComm c : nccl_comms_) nccl_->commDestroy(c);
   }
   std::string name() const override {
     return algo_ == tparAlgoAuto ? "tpar" : std::string("tpar:") + tparAlgoName(algo_);
@@ -43,6 +46,7 @@ class TparBackend : public Backend {
   std::string init(const std::vector<int>& devs) override {
     tparConfig_t cfg = TPAR_CONFIG_INITIALIZER;
     cfg.algorithm = algo_;
+    cfg.transport = transport_;
     for (size_t i = 0; i < devs.size(); ++i)
       for (size_t j = i + 1; j < devs.size(); ++j)
         if (devs[i] == devs[j]) cfg.allowSharedDevice = 1;
@@ -52,6 +56,7 @@ class TparBackend : public Backend {
       comms_.clear();
       return std::string("tparCommInitAll: ") + tparGetLastError(nullptr);
     }
+    attachNccl(devs);
     return "";
   }
   std::string initRank(int nranks, int rank, const std::string& id_hex, int dev) override {
@@ -59,6 +64,7 @@ class TparBackend : public Backend {
     if (!fromHex(id_hex, id.internal, sizeof(id.internal))) return "bad unique id";
     tparConfig_t cfg = TPAR_CONFIG_INITIALIZER;
     cfg.algorithm = algo_;
+    cfg.transport = transport_;
     cfg.allowSharedDevice = 1;  // several processes on one GPU are a test setup, not an error
     if (cudaSetDevice(dev) != cudaSuccess) return "cudaSetDevice failed";
     tparComm_t c = nullptr;
@@ -70,13 +76,20 @@ class TparBackend : public Backend {
   std::string allReduce(const std::vector<const void*>& send, const std::vector<void*>& recv,
                         size_t count, tparDataType_t dtype,
                         const std::vector<cudaStream_t>& streams) override {
-    for (size_t r = 0; r < comms_.size(); ++r) {
+    // Calls routed to NCCL from one thread for several ranks must form one NCCL group.
+    if (!nccl_comms_.empty()) nccl_->groupStart();
+    std::string err;
+    for (size_t r = 0; r < comms_.size() && err.empty(); ++r) {
       if (tparAllReduce(send[r], recv[r], count, dtype, tparSum, comms_[r], streams[r]) !=
           tparSuccess) {
-        return std::string("tparAllReduce: ") + tparGetLastError(comms_[r]);
+        err = std::string("tparAllReduce: ") + tparGetLastError(comms_[r]);
       }
     }
-    return "";
+    if (!nccl_comms_.empty()) {
+      const int rc = nccl_->groupEnd();
+      if (rc != 0 && err.empty()) err = std::string("ncclGroupEnd: ") + nccl_->getErrorString(rc);
+    }
+    return err;
   }
   std::string asyncError() override {
     for (size_t r = 0; r < comms_.size(); ++r) {
@@ -92,10 +105,51 @@ class TparBackend : public Backend {
     tparCommSelectAlgorithm(comms_[0], bytes, &a);
     return tparAlgoName(a);
   }
+  std::string transport() override {
+    tparCommInfo_t info;
+    if (comms_.empty() || tparCommQuery(comms_[0], &info) != tparSuccess) return "";
+    return tparTransportName(info.transport);
+  }
 
  private:
+  // tpar as deployed: where the tuning table (or TPAR_ALGO) sends sizes to NCCL, an NCCL
+  // communicator of the same GPUs is attached, so that those sizes run (and are reported) as
+  // NCCL. Without one, or on virtual ranks where NCCL cannot run, tpar's own choice runs.
+  void attachNccl(const std::vector<int>& devs) {
+    if (comms_.empty() || !tpar::wantsNccl(comms_[0])) return;
+    std::string why;
+    for (size_t i = 0; i < devs.size() && why.empty(); ++i)
+      for (size_t j = i + 1; j < devs.size(); ++j)
+        if (devs[i] == devs[j]) why = "NCCL cannot run two ranks on one GPU";
+    const NcclLib* lib = why.empty() ? loadNccl(&why) : nullptr;
+    std::vector<NcclComm> nc(devs.size(), nullptr);
+    if (lib != nullptr) {
+      const int rc = lib->commInitAll(nc.data(), static_cast<int>(devs.size()), devs.data());
+      if (rc != 0) why = std::string("ncclCommInitAll: ") + lib->getErrorString(rc);
+    }
+    for (size_t r = 0; why.empty() && r < comms_.size(); ++r) {
+      if (tparCommSetNcclComm(comms_[r], nc[r]) != tparSuccess)
+        why = std::string("tparCommSetNcclComm: ") + tparGetLastError(comms_[r]);
+    }
+    if (!why.empty()) {
+      for (tparComm_t c : comms_) tparCommSetNcclComm(c, nullptr);
+      if (lib != nullptr)
+        for (NcclComm c : nc)
+          if (c != nullptr) lib->commDestroy(c);
+      std::fprintf(stderr, "# %s: sizes are routed to NCCL (tuning table or TPAR_ALGO), but %s; "
+                   "tpar's own choice runs instead (forced NCCL: the calls fail)\n",
+                   name().c_str(), why.c_str());
+      return;
+    }
+    nccl_ = lib;
+    nccl_comms_ = nc;
+  }
+
   tparAlgo_t algo_;
+  int transport_;
   std::vector<tparComm_t> comms_;
+  const NcclLib* nccl_ = nullptr;
+  std::vector<NcclComm> nccl_comms_;
 };
 
 int ncclType(tparDataType_t t) {
@@ -164,8 +218,8 @@ class NcclBackend : public Backend {
 
 }  // namespace
 
-std::unique_ptr<Backend> makeTparBackend(tparAlgo_t algo) {
-  return std::make_unique<TparBackend>(algo);
+std::unique_ptr<Backend> makeTparBackend(tparAlgo_t algo, int transport) {
+  return std::make_unique<TparBackend>(algo, transport);
 }
 
 std::unique_ptr<Backend> makeNcclBackend(std::string* why) {
@@ -192,14 +246,18 @@ std::string newUniqueId(const std::string& backend, std::string* id_hex) {
   return "";
 }
 
-std::unique_ptr<Backend> makeBackend(const std::string& name, std::string* why) {
-  if (name == "tpar") return makeTparBackend(tparAlgoAuto);
-  if (name == "tpar:oneshot") return makeTparBackend(tparAlgoOneShot);
-  if (name == "tpar:twoshot") return makeTparBackend(tparAlgoTwoShot);
-  if (name == "tpar:staged") return makeTparBackend(tparAlgoStaged);
-  if (name == "tpar:hier") return makeTparBackend(tparAlgoHierarchical);
+std::unique_ptr<Backend> makeBackend(const std::string& name, std::string* why,
+                                     int tpar_transport) {
+  const int t = tpar_transport;
+  if (name == "tpar") return makeTparBackend(tparAlgoAuto, t);
+  if (name == "tpar:oneshot") return makeTparBackend(tparAlgoOneShot, t);
+  if (name == "tpar:twoshot") return makeTparBackend(tparAlgoTwoShot, t);
+  if (name == "tpar:staged") return makeTparBackend(tparAlgoStaged, t);
+  if (name == "tpar:hier") return makeTparBackend(tparAlgoHierarchical, t);
+  if (name == "tpar:oneshot-pull") return makeTparBackend(tparAlgoOneShotPull, t);
+  if (name == "tpar:twoshot-pull") return makeTparBackend(tparAlgoTwoShotPull, t);
   if (name == "nccl") return makeNcclBackend(why);
-  if (why) *why = "unknown backend '" + name + "' (tpar, tpar:oneshot, tpar:twoshot, tpar:staged, tpar:hier, nccl, nccl:p2p-sys, nccl:shm)";
+  if (why) *why = "unknown backend '" + name + "' (tpar, tpar:oneshot, tpar:twoshot, tpar:staged, tpar:hier, tpar:oneshot-pull, tpar:twoshot-pull, nccl, nccl:p2p-sys, nccl:shm)";
   return nullptr;
 }
 

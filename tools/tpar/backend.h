@@ -33,10 +33,13 @@ class Backend {
   virtual std::string asyncError() = 0;
   // The algorithm this backend picks for `bytes` ("" when it does not say).
   virtual std::string chosen(size_t bytes) { return ""; }
+  // Where its receive regions live, as tparTransportName says ("" when it does not say).
+  virtual std::string transport() { return ""; }
 };
 
-// tparAlgoAuto for "tpar"; a forced algorithm otherwise.
-std::unique_ptr<Backend> makeTparBackend(tparAlgo_t algo);
+// tparAlgoAuto for "tpar"; a forced algorithm otherwise. `transport` is
+// tparConfig_t::transport (0 auto, 1 host memory, 2 GPU memory; -1: TPAR_TRANSPORT).
+std::unique_ptr<Backend> makeTparBackend(tparAlgo_t algo, int transport = TPAR_CONFIG_UNDEF_INT);
 // nullptr with `why` filled when NCCL cannot be loaded.
 std::unique_ptr<Backend> makeNcclBackend(std::string* why);
 
@@ -45,8 +48,10 @@ std::unique_ptr<Backend> makeNcclBackend(std::string* why);
 std::string newUniqueId(const std::string& backend, std::string* id_hex);
 
 // Parses one --backends entry; nullptr with `why` for unknown names. NCCL variants that need
-// their own environment ("nccl:p2p-sys", "nccl:shm") are parsed by the caller.
-std::unique_ptr<Backend> makeBackend(const std::string& name, std::string* why);
+// their own environment ("nccl:p2p-sys", "nccl:shm") are parsed by the caller. tpar backends
+// get `tpar_transport` as their tparConfig_t::transport.
+std::unique_ptr<Backend> makeBackend(const std::string& name, std::string* why,
+                                     int tpar_transport = TPAR_CONFIG_UNDEF_INT);
 
 }  // namespace tpar_cli
 
