@@ -152,14 +152,15 @@ tparResult_t commInitRank(tparComm_t* out, int nranks, const tparUniqueId& id, i
       if (blocked_rank < 0) blocked_rank = r;
     }
   }
-  if (cfg.transport == 2 && !all_p2p) {
+  const RegionPlace place = chooseRegionPlace(cfg.transport, all_p2p);
+  if (place == RegionPlace::kImpossible) {
     return setError(tparInvalidUsage,
                     "TPAR_TRANSPORT=p2p, but the GPU of rank %d cannot reach another GPU of the "
                     "group peer-to-peer%s; use auto or host",
                     blocked_rank,
                     unreachable >= 0 && blocked_rank == rank ? " (cudaDeviceCanAccessPeer = 0)" : "");
   }
-  const bool host_transport = cfg.transport == 1 || (cfg.transport == 0 && !all_p2p);
+  const bool host_transport = place == RegionPlace::kHostMemory;
 
   tparComm* comm = nullptr;
   TPAR_TRY(createLocal(rank, nranks, cfg, same_device_same_process, host_transport, &comm));
@@ -269,11 +270,6 @@ tparResult_t commInitRank(tparComm_t* out, int nranks, const tparUniqueId& id, i
     for (int r = 0; r < nranks; ++r) agreed.islands[root.island_of[r]].push_back(r);
     agreed.signature = root.signature;
     agreed.source = root.source;
-    for (int r = 0; r < nranks; ++r) {
-      int sharing = 0;
-      for (int q = 0; q < nranks; ++q) sharing += std::strcmp(where[q].bus_id, where[r].bus_id) == 0;
-      comm->ranks_per_gpu = std::max(comm->ranks_per_gpu, sharing);
-    }
     res = applyTopology(comm, agreed);
   }
   if (res == tparSuccess) setError(tparSuccess, "%s", saved_error.c_str());
@@ -348,13 +344,14 @@ tparResult_t commInitAll(tparComm_t* comms, int ndev, const int* devlist,
       }
     }
   }
-  if (cfg.transport == 2 && !all_p2p) {
+  const RegionPlace place = chooseRegionPlace(cfg.transport, all_p2p);
+  if (place == RegionPlace::kImpossible) {
     return setError(tparInvalidUsage,
                     "TPAR_TRANSPORT=p2p, but GPU %d cannot access GPU %d peer-to-peer "
                     "(cudaDeviceCanAccessPeer = 0); use auto or host",
                     blocked_a, blocked_b);
   }
-  const bool host_transport = cfg.transport == 1 || (cfg.transport == 0 && !all_p2p);
+  const bool host_transport = place == RegionPlace::kHostMemory;
   int prev = 0;
   TPAR_CUDA_TRY(cudaGetDevice(&prev));
   std::vector<tparComm*> made;
@@ -402,10 +399,6 @@ tparResult_t commInitAll(tparComm_t* comms, int ndev, const int* devlist,
   tparResult_t tres = buildTopology(cfg, devs, &topo);
   if (tres != tparSuccess) return cleanup(tres);
   for (tparComm* c : made) {
-    for (int i = 0; i < ndev; ++i) {
-      c->ranks_per_gpu = std::max(
-          c->ranks_per_gpu, static_cast<int>(std::count(devs.begin(), devs.end(), devs[i])));
-    }
     tres = applyTopology(c, topo);
     if (tres != tparSuccess) return cleanup(tres);
   }

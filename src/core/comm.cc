@@ -201,7 +201,6 @@ tparResult_t applyTopology(tparComm* comm, const Topology& topo) {
   ctx.signature = topo.signature;
   ctx.islands = static_cast<int>(topo.islands.size());
   ctx.host_transport = comm->host_transport;
-  ctx.ranks_per_gpu = comm->ranks_per_gpu;
   // Host memory changes every crossover: its tables are kept apart.
   if (comm->host_transport) ctx.signature += "+host";
   int worst = 0;

@@ -32,7 +32,6 @@ struct tparComm {
   // only the control pages.
   bool host_transport = false;
   tpar::HostRegion host_region;
-  int ranks_per_gpu = 1;  // ranks of the group on the most-shared GPU (tuner input)
   int max_blocks = 1;
   // Topology as every rank of the group sees it (rank 0's view), and what the tuner uses.
   tpar::Topology topology;

@@ -91,6 +91,12 @@ void freeWorkspace(char* ws) {
   if (ws != nullptr) cudaFree(ws);
 }
 
+RegionPlace chooseRegionPlace(int configured, bool all_pairs_p2p) {
+  if (configured == 1) return RegionPlace::kHostMemory;
+  if (all_pairs_p2p) return RegionPlace::kGpuMemory;
+  return configured == 2 ? RegionPlace::kImpossible : RegionPlace::kHostMemory;
+}
+
 tparResult_t enablePeerAccess(int self_device, int peer_device) {
   if (self_device == peer_device) return tparSuccess;
   int can = 0;

@@ -72,6 +72,11 @@ tparResult_t mapPeer(const PeerInfo& self, const PeerInfo& peer, int peer_rank,
                      PeerMapping* out);
 void unmapPeer(PeerMapping* mapping);
 
+// Where a group's receive regions go, from its configured transport (tparConfig_t::transport:
+// 0 auto, 1 host, 2 p2p) and whether every pair of its GPUs reaches each other peer-to-peer.
+enum class RegionPlace { kGpuMemory, kHostMemory, kImpossible };
+RegionPlace chooseRegionPlace(int configured, bool all_pairs_p2p);
+
 // Enables peer access from the current device to `peer_device` (same process).
 tparResult_t enablePeerAccess(int self_device, int peer_device);
 

@@ -222,15 +222,15 @@ Plan defaultPlan(uint64_t bytes, tparDataType_t dtype, const TunerContext& ctx,
   Plan p;       // active_blocks = threads = 0: the kernels size themselves from the work
   if (ctx.host_transport) {
     // Every byte crosses a GPU's PCIe link to host memory and back (NOTE [host regions]).
-    // Publishing once and reading is the only sensible shape there; one-shot pull reads
-    // 2(n-1) times the message per rank (lines are half payload) in one round trip, two-shot
-    // pull 2(n-1)/n of it in two. One-shot pull wins while the extra bytes cost less than a
-    // round trip (~2 us, ~100 KB at ~50 GB/s): below ~100 KB / (2 (n-1)^2 / n) per link.
+    // Publishing once and reading is the only sensible shape there: the pull variants. One-shot
+    // pull reads 2(n-1) times the message per rank in one round trip, two-shot pull 2(n-1)/n
+    // of it in two, and a round trip through host memory costs far more than the byte count
+    // suggests: on an H200 with virtual ranks, one-shot pull won at 12 KiB for 4 and 8 ranks
+    // (14.8 vs 21.8 us, 41 vs 51 us), at 48 KiB for 2, and lost at 112 KiB for 4 and 8.
     const uint64_t n = static_cast<uint64_t>(std::max(ctx.nranks, 1));
-    const uint64_t per_link = static_cast<uint64_t>(std::max(ctx.ranks_per_gpu, 1));
-    const uint64_t extra = n > 1 ? 2 * (n - 1) * (n - 1) * per_link / n : 1;
     const uint64_t limit = one_shot_max_bytes >= 0 ? static_cast<uint64_t>(one_shot_max_bytes)
-                                                   : (100u << 10) / std::max<uint64_t>(extra, 1);
+                           : n <= 2                ? (64u << 10)
+                                                   : (16u << 10);
     p.algo = bytes <= limit || n <= 1 ? kernels::Algo::kOneShotPull : kernels::Algo::kTwoShotPull;
     // Few blocks: every waiting thread polls host memory across the link, and polls queue
     // behind each other there (an H200 with 8 virtual ranks: 12 KiB took 290 us with 32 blocks

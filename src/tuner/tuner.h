@@ -32,7 +32,6 @@ struct TunerContext {
   int worst_link = 0;             // LinkClass of the worst pair, as int
   bool hierarchical_ok = false;   // islands are equal-sized and > 1 (kernels can run it)
   bool host_transport = false;    // receive regions in host memory (tparTransportHost)
-  int ranks_per_gpu = 1;          // ranks sharing the most-shared GPU (virtual ranks > 1)
   // An NCCL communicator is attached (tparCommSetNcclComm; every rank attaches alike): table
   // entries naming NCCL apply. Without one they give way to the defaults.
   bool nccl = false;

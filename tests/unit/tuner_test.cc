@@ -889,3 +889,95 @@ TEST(TuneArgs, NcclIsMeasuredUnlessTurnedOff) {
 
 }  // namespace
 }  // namespace tpar_cli
+
+namespace tpar {
+namespace {
+
+TunerContext hostContext(int nranks) {
+  TunerContext ctx;
+  ctx.nranks = nranks;
+  ctx.signature = "test+host";
+  ctx.host_transport = true;
+  return ctx;
+}
+
+TEST(HostDefaults, OnlyPullAlgorithmsOneShotForSmallMessages) {
+  for (int n : {2, 4, 8}) {
+    const TunerContext ctx = hostContext(n);
+    const uint64_t limit = n <= 2 ? (64u << 10) : (16u << 10);
+    for (uint64_t bytes : {uint64_t{16}, uint64_t{4096}, limit, limit + 16, uint64_t{1} << 20,
+                           uint64_t{64} << 20}) {
+      const Plan p = defaultPlan(bytes, tparBfloat16, ctx, -1);
+      EXPECT_EQ(bytes <= limit ? Algo::kOneShotPull : Algo::kTwoShotPull, p.algo)
+          << n << " ranks, " << bytes << " bytes";
+      EXPECT_FALSE(p.nccl);
+    }
+  }
+  // One rank exchanges nothing: the cheapest kernel.
+  EXPECT_EQ(Algo::kOneShotPull, defaultPlan(64u << 20, tparFloat32, hostContext(1), -1).algo);
+  // TPAR_ONESHOT_MAX_BYTES moves the crossover here too.
+  EXPECT_EQ(Algo::kOneShotPull, defaultPlan(100000, tparBfloat16, hostContext(8), 128 << 10).algo);
+  EXPECT_EQ(Algo::kTwoShotPull, defaultPlan(4096, tparBfloat16, hostContext(8), 0).algo);
+}
+
+TEST(HostDefaults, FewBlocksForSmallMessagesMoreForLargeOnesAtMostThirtyTwo) {
+  const TunerContext ctx = hostContext(8);
+  EXPECT_EQ(1, defaultPlan(12 << 10, tparBfloat16, ctx, -1).active_blocks);
+  EXPECT_EQ(1, defaultPlan(112 << 10, tparBfloat16, ctx, -1).active_blocks);
+  EXPECT_EQ(8, defaultPlan(1 << 20, tparBfloat16, ctx, -1).active_blocks);
+  EXPECT_EQ(32, defaultPlan(64 << 20, tparBfloat16, ctx, -1).active_blocks);
+  int last = 0;
+  for (uint64_t bytes = 16; bytes <= (uint64_t{1} << 30); bytes *= 2) {
+    const int b = defaultPlan(bytes, tparBfloat16, ctx, -1).active_blocks;
+    EXPECT_GE(b, last) << bytes;
+    EXPECT_GE(b, 1);
+    EXPECT_LE(b, 32);
+    last = b;
+  }
+}
+
+TEST(HostDefaults, GpuMemoryTransportsNeverPickPullByDefault) {
+  TunerContext ctx = hostContext(8);
+  ctx.host_transport = false;
+  for (uint64_t bytes = 16; bytes <= (uint64_t{1} << 28); bytes *= 4) {
+    const Algo a = defaultPlan(bytes, tparBfloat16, ctx, -1).algo;
+    EXPECT_NE(Algo::kOneShotPull, a) << bytes;
+    EXPECT_NE(Algo::kTwoShotPull, a) << bytes;
+  }
+}
+
+TEST(RegionPlace, HostWhenForcedOrWhenAPairLacksP2pAndForcedP2pWithoutItIsRefused) {
+  EXPECT_EQ(RegionPlace::kGpuMemory, chooseRegionPlace(0, true));
+  EXPECT_EQ(RegionPlace::kHostMemory, chooseRegionPlace(0, false));
+  EXPECT_EQ(RegionPlace::kHostMemory, chooseRegionPlace(1, true));
+  EXPECT_EQ(RegionPlace::kHostMemory, chooseRegionPlace(1, false));
+  EXPECT_EQ(RegionPlace::kGpuMemory, chooseRegionPlace(2, true));
+  EXPECT_EQ(RegionPlace::kImpossible, chooseRegionPlace(2, false));
+}
+
+TEST(HostLayout, PullLimitsFitTheirAreasAndGrowWithThePieceOnlyInHostMemory) {
+  using kernels::WorkspaceLayout;
+  for (uint64_t max : {uint64_t{64} << 10, uint64_t{1} << 20, uint64_t{8} << 20}) {
+    for (bool host : {false, true}) {
+      const WorkspaceLayout l = WorkspaceLayout::forMaxBytes(max, host);
+      const uint64_t half = WorkspaceLayout::pullHalf(l.pull_bytes);
+      const uint64_t pull_max =
+          host ? max : std::min<uint64_t>(max, WorkspaceLayout::kDevicePullMaxBytes);
+      for (int n : {2, 8, 16}) {
+        // One-shot pull: two 16-byte lines per 16-byte vector, in groups of 32 vectors.
+        const uint64_t v1 = l.oneShotPullMaxBytes() / 16;
+        EXPECT_LE((v1 + 31) / 32 * 64 * 16, 2 * half);
+        EXPECT_GE(l.oneShotPullMaxBytes() + 1024, pull_max);
+        // Two-shot pull: the input in the first half, one chunk in the second.
+        const uint64_t v2 = l.twoShotPullMaxBytes(n) / 16;
+        EXPECT_LE(v2 * 16, half);
+        EXPECT_LE((v2 + n - 1) / n * 16, half);
+        EXPECT_GE(l.twoShotPullMaxBytes(n) + 16 * n + 16, pull_max);
+      }
+      EXPECT_EQ(l.totalBytes(), l.pullBase() + 2 * l.pull_bytes);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace tpar
