@@ -19,7 +19,6 @@ constexpr int kDoctorOk = 0;              // tpar's self-test passed across all 
 constexpr int kDoctorSelfTestFailed = 1;  // tpar ran here and failed (wrong sums, errors)
 constexpr int kDoctorError = 2;           // the doctor itself failed (e.g. cannot write JSON)
 constexpr int kDoctorNoGpu = 3;           // no CUDA GPU
-constexpr int kDoctorNoPeerAccess = 4;    // some GPUs cannot reach each other peer-to-peer
 
 // The two message sizes the verdict compares tpar and NCCL at: a speculative-decoding verify
 // pass moves tens to hundreds of KB per all-reduce (DESIGN.md section 1).
@@ -114,12 +113,8 @@ std::string sysfsBusId(const std::string& bus_id);
 // Unordered pairs {a, b} (a < b) where peer access is missing in either direction.
 std::vector<std::pair<int, int>> blockedPairs(const DoctorResults& r);
 
-// The largest set of GPUs (up to TPAR_MAX_RANKS) that all reach each other peer-to-peer;
-// among equals the one with the lowest indices.
-std::vector<int> largestPeerGroup(const DoctorResults& r);
-
-// The GPUs the self-test runs on: all of them when they all reach each other, else the
-// largest peer group, else two virtual ranks on GPU 0.
+// The GPUs the self-test runs on: all of them (up to TPAR_MAX_RANKS; a group where some pair
+// lacks peer access runs over pinned host memory), or two virtual ranks on a single GPU.
 std::vector<int> chooseDevices(const DoctorResults& r);
 
 // True when some GPU carries more than one rank.
