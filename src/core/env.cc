@@ -59,10 +59,12 @@ const std::vector<EnvVarSpec>& envRegistry() {
 }
 
 bool parseInt(const std::string& text, int64_t* out) {
-  if (text.empty()) return false;
+  // Decimal only: base 0 would read "010" as 8 (octal); no leading blanks or '+' either.
+  if (text.empty() || !(std::isdigit(static_cast<unsigned char>(text[0])) || text[0] == '-'))
+    return false;
   errno = 0;
   char* end = nullptr;
-  long long v = std::strtoll(text.c_str(), &end, 0);
+  long long v = std::strtoll(text.c_str(), &end, 10);
   if (errno != 0 || end == text.c_str() || *end != '\0') return false;
   *out = v;
   return true;

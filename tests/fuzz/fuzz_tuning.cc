@@ -73,6 +73,7 @@ void checkSame(const tpar::TuningTable& a, const tpar::TuningTable& b) {
     if (x.dtype != y.dtype) fail("round trip changed entries[%zu].dtype", i);
     if (x.max_bytes != y.max_bytes) fail("round trip changed entries[%zu].max_bytes", i);
     if (x.plan.algo != y.plan.algo) fail("round trip changed entries[%zu].algo", i);
+    if (x.plan.nccl != y.plan.nccl) fail("round trip changed entries[%zu] to or from nccl", i);
     if (x.plan.active_blocks != y.plan.active_blocks)
       fail("round trip changed entries[%zu].active_blocks", i);
     if (x.plan.threads != y.plan.threads) fail("round trip changed entries[%zu].threads", i);

@@ -102,6 +102,21 @@ TEST(EnvParse, MalformedValuesFailNamingTheVariable) {
   }
 }
 
+TEST(EnvParse, IntegersAreDecimalOnly) {
+  int64_t v = 0;
+  ASSERT_TRUE(parseInt("010", &v));
+  EXPECT_EQ(10, v);  // not octal 8
+  ASSERT_TRUE(parseInt("-5", &v));
+  EXPECT_EQ(-5, v);
+  for (const char* bad : {"0x10", " 10", "+10", "1e3", "", "10 "}) {
+    EXPECT_FALSE(parseInt(bad, &v)) << "'" << bad << "'";
+  }
+  Env env;
+  ASSERT_EQ(tparSuccess, parseEnv(fromMap({{"TPAR_TIMEOUT_MS", "0100"}}), &env));
+  EXPECT_EQ(100, env.timeout_ms);
+  EXPECT_EQ(tparInvalidArgument, parseEnv(fromMap({{"TPAR_TIMEOUT_MS", "0x10"}}), &env));
+}
+
 TEST(EnvParse, ByteSizesAcceptBinaryUnits) {
   uint64_t b = 0;
   EXPECT_TRUE(parseBytes("4096", &b));
