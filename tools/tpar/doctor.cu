@@ -18,6 +18,7 @@
 #include "tools/tpar/nvml.h"
 #include "tools/tpar/probes.h"
 #include "tools/tpar/report.h"
+#include "topology/pcie_tree.h"
 #include "tpar/tpar.h"
 
 namespace tpar_cli {
@@ -210,9 +211,8 @@ std::string topologyName(int a, int b, int nvml_level, int nvlinks) {
 }
 
 std::string sysfsBusId(const std::string& bus_id) {
-  unsigned domain, bus, device, function;
-  if (!parsePciBusId(bus_id, &domain, &bus, &device, &function)) return "";
-  return fmt("%04x:%02x:%02x.%x", domain, bus, device, function);
+  tpar::PciAddress a;
+  return tpar::parseBusId(bus_id, &a) ? tpar::busIdString(a) : "";
 }
 
 std::vector<std::pair<int, int>> blockedPairs(const DoctorResults& r) {

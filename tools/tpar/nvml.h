@@ -1,7 +1,7 @@
-// NVML, loaded at run time with dlopen: `tpar doctor` reports PCIe links and the GPU topology
-// where the driver's management library is present, and still runs (with those fields unknown)
-// where it is not, e.g. in containers that mount only the CUDA driver. Nothing links against
-// libnvidia-ml, so the CLI builds without NVML's headers.
+// What `tpar doctor` asks of NVML (loaded at run time by the library's topology/nvml_api.h):
+// PCIe links and the GPU topology where the driver's management library is present; where it
+// is not (containers that mount only the CUDA driver) the doctor still runs, with those fields
+// unknown.
 #ifndef TPAR_TOOLS_NVML_H_
 #define TPAR_TOOLS_NVML_H_
 
@@ -42,10 +42,6 @@ std::string nvmlP2pWriteProblem(const std::string& bus_a, const std::string& bus
 
 // NVML's nvmlGpuP2PStatus_t in words ("" for OK).
 std::string nvmlP2pStatusText(int status);
-
-// Splits a PCI bus id ("0000:3B:00.0" or NVML's "00000000:3b:00.0"); false when malformed.
-bool parsePciBusId(const std::string& bus_id, unsigned* domain, unsigned* bus, unsigned* device,
-                   unsigned* function);
 
 }  // namespace tpar_cli
 
