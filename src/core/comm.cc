@@ -293,7 +293,6 @@ tparResult_t allReduce(tparComm* comm, const void* send, void* recv, size_t coun
   args.data_bytes = comm->layout.data_bytes;
   args.pull_base = comm->layout.pullBase();
   args.pull_bytes = comm->layout.pull_bytes;
-  args.poll_pause_ns = static_cast<uint32_t>(comm->cfg.poll_pause_ns);
   args.meta = kernels::makeCallMeta(dtype, op, algo, count);
   args.rank = comm->rank;
   args.nranks = comm->nranks;

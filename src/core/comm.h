@@ -19,7 +19,7 @@ struct tparComm {
   int nranks = 0;
   int device = 0;
   tpar::ResolvedConfig cfg;
-  tpar::kernels::WorkspaceLayout layout{0};
+  tpar::kernels::WorkspaceLayout layout{0, 0};
   char* workspace = nullptr;
   tpar::kernels::DeviceState* device_state = nullptr;
   uint32_t* block_epochs = nullptr;

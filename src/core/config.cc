@@ -18,7 +18,6 @@ tparResult_t resolveConfig(const tparConfig_t* user, const Env& env, ResolvedCon
   cfg.max_blocks = env.max_blocks;
   cfg.threads = env.threads;
   cfg.epoch_start = env.epoch_start;
-  cfg.poll_pause_ns = env.poll_pause_ns;
   cfg.launch_overlap = env.launch_overlap;
   cfg.tuning_file = env.tuning_file;
   cfg.topo_file = env.topo_file;

@@ -22,7 +22,6 @@ struct ResolvedConfig {
   int max_blocks = 0;               // 0: derived
   int threads = 0;
   uint32_t epoch_start = 0;
-  int poll_pause_ns = 0;  // TPAR_POLL_PAUSE_NS
   bool launch_overlap = true;
   std::string tuning_file;  // TPAR_TUNING_FILE; empty: tuningFilePath's default
   std::string topo_file;    // TPAR_TOPO_FILE; empty: the live machine

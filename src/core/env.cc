@@ -38,10 +38,6 @@ const std::vector<EnvVarSpec>& envRegistry() {
        "Log level of messages printed to stderr."},
       {"TPAR_LAUNCH_OVERLAP", EnvType::kBool, "1", nullptr,
        "Let a call's launch overlap the end of the previous kernel (GPUs of sm_90 and newer)."},
-      {"TPAR_POLL_PAUSE_NS", EnvType::kInt, "0", nullptr,
-       "Pause between two polls of a word that has not arrived yet, in nanoseconds (0: none). "
-       "Polls of host memory share the PCIe link with the data; on the H200 a pause changed "
-       "little."},
       {"TPAR_EPOCH_START", EnvType::kInt, "0", nullptr,
        "First call epoch (testing: start near 2^32 to cross the counter wrap)."},
       {"TPAR_TUNING_FILE", EnvType::kString, "", nullptr,
@@ -183,10 +179,6 @@ tparResult_t parseEnv(const EnvGetter& get, Env* out) {
     } else if (name == "TPAR_LAUNCH_OVERLAP") {
       if (!parseBool(value, &flag)) return badValue(spec, value, "a boolean (0/1)");
       env.launch_overlap = flag;
-    } else if (name == "TPAR_POLL_PAUSE_NS") {
-      if (!parseInt(value, &i) || i < 0 || i > 100000)
-        return badValue(spec, value, "nanoseconds in 0..100000");
-      env.poll_pause_ns = static_cast<int>(i);
     } else if (name == "TPAR_EPOCH_START") {
       if (!parseInt(value, &i) || i < 0 || i > 0xFFFFFFFFll)
         return badValue(spec, value, "a 32-bit unsigned number");

@@ -40,7 +40,6 @@ struct Env {
   int threads = 0;
   int log_level = 0;                  // 0 warn, 1 info, 2 debug
   uint32_t epoch_start = 0;
-  int poll_pause_ns = 0;              // TPAR_POLL_PAUSE_NS
   bool launch_overlap = true;
   std::string tuning_file;            // empty: the per-machine file in the cache directory
   std::string topo_file;              // empty: discover the live machine's topology

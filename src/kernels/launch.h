@@ -128,7 +128,6 @@ struct AllReduceArgs {
   uint64_t data_bytes;            // WorkspaceLayout::data_bytes
   uint64_t pull_base;             // WorkspaceLayout::pullBase()
   uint64_t pull_bytes;            // WorkspaceLayout::pull_bytes
-  uint32_t poll_pause_ns;         // pause after an unsuccessful poll (0: none)
   uint32_t meta;                  // call header word (datatype, op, algorithm, total count hash)
   int rank;
   int nranks;

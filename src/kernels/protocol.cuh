@@ -114,7 +114,6 @@ class Waiter {
 
   // Returns false when the caller must give up (error already recorded).
   __device__ __forceinline__ bool keepWaiting() {
-    if (a_.poll_pause_ns != 0) __nanosleep(a_.poll_pause_ns);
     if ((++spins_ & (kCheckEvery - 1)) != 0) return true;
     if (*reinterpret_cast<volatile uint32_t*>(&a_.state->error) != 0) return false;
     if (*reinterpret_cast<volatile uint32_t*>(&a_.host_state->abort) != 0) {
