@@ -1,6 +1,8 @@
 // Device half of the host-transport stress test (stress_kernels.h).
 #include "gpu/stress_kernels.h"
 
+#include "gpu/elem_device.cuh"
+
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -13,20 +15,11 @@ namespace {
 // check kernel of each rank recomputes the whole reference itself (the fp32 sum in rank order,
 // rounded once, as tparAllReduce promises) without reading any other rank's buffer, and no
 // host work is needed per call beyond the launches.
-__device__ __forceinline__ uint64_t stressMix(uint64_t x) {
-  x ^= x >> 30;
-  x *= 0xbf58476d1ce4e5b9ull;
-  x ^= x >> 27;
-  x *= 0x94d049bb133111ebull;
-  x ^= x >> 31;
-  return x;
-}
-
 // Uniform in [-1, 1) with 24 bits, rounded to the datatype, returned as the float the
 // all-reduce will read back.
 __device__ __forceinline__ float stressInput(uint64_t seed, int rank, size_t i, int dtype) {
   const uint64_t h =
-      stressMix(seed ^ (static_cast<uint64_t>(rank) << 56) ^ (i * 0x9E3779B97F4A7C15ull));
+      mix(seed ^ (static_cast<uint64_t>(rank) << 56) ^ (i * 0x9E3779B97F4A7C15ull));
   const float f =
       static_cast<float>(static_cast<int64_t>(h >> 40) - (1ll << 23)) / float(1 << 23);
   if (dtype == tparFloat16) return __half2float(__float2half_rn(f));
@@ -34,26 +27,9 @@ __device__ __forceinline__ float stressInput(uint64_t seed, int rank, size_t i, 
   return f;
 }
 
-__device__ __forceinline__ void stressStore(void* p, size_t i, int dtype, float v) {
-  if (dtype == tparFloat32) static_cast<float*>(p)[i] = v;
-  else if (dtype == tparFloat16) static_cast<__half*>(p)[i] = __float2half_rn(v);
-  else static_cast<__nv_bfloat16*>(p)[i] = __float2bfloat16_rn(v);
-}
-
 __device__ __forceinline__ void stressPoison(void* p, size_t i, int dtype) {
   if (dtype == tparFloat32) static_cast<uint32_t*>(p)[i] = 0xA7A7A7A7u;
   else static_cast<uint16_t*>(p)[i] = 0xA7A7u;
-}
-
-__device__ __forceinline__ uint32_t stressBits(const void* p, size_t i, int dtype) {
-  if (dtype == tparFloat32) return static_cast<const uint32_t*>(p)[i];
-  return static_cast<const uint16_t*>(p)[i];
-}
-
-__device__ __forceinline__ uint32_t stressRound(float x, int dtype) {
-  if (dtype == tparFloat32) return __float_as_uint(x);
-  if (dtype == tparFloat16) return __half_as_ushort(__float2half_rn(x));
-  return __bfloat16_as_ushort(__float2bfloat16_rn(x));
 }
 
 constexpr unsigned char kPoison = 0xA7;
@@ -65,7 +41,7 @@ __global__ void stressFill(void* send, void* recv, size_t count, int dtype, uint
   const size_t es = dtype == tparFloat32 ? 4 : 2;
   const size_t stride = size_t(gridDim.x) * blockDim.x;
   for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < count; i += stride) {
-    stressStore(send, i, dtype, stressInput(seed, rank, i, dtype));
+    storeFromFloat(send, i, dtype, stressInput(seed, rank, i, dtype));
     if (!in_place) stressPoison(recv, i, dtype);
   }
   if (blockIdx.x == 0 && threadIdx.x < kStressGuardBytes)
@@ -80,10 +56,9 @@ __global__ void stressCheck(const void* recv, size_t count, int dtype, int op, u
   for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < count; i += stride) {
     float acc = stressInput(seed, 0, i, dtype);
     for (int r = 1; r < nranks; ++r) {
-      const float x = stressInput(seed, r, i, dtype);
-      acc = op == tparSum ? __fadd_rn(acc, x) : (op == tparMax ? fmaxf(acc, x) : fminf(acc, x));
+      acc = combine(acc, stressInput(seed, r, i, dtype), op);
     }
-    wrong += stressBits(recv, i, dtype) != stressRound(acc, dtype);
+    wrong += bitsOf(recv, i, dtype) != roundBits(acc, dtype);
   }
   unsigned long long guard = 0;
   if (blockIdx.x == 0 && threadIdx.x < kStressGuardBytes)

@@ -1,5 +1,7 @@
 #include "gpu/test_util.h"
 
+#include "gpu/elem_device.cuh"
+
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -47,46 +49,12 @@ uint64_t freshSeed() {
 
 namespace {
 
-__device__ __host__ inline uint64_t mix(uint64_t x) {
-  x ^= x >> 30;
-  x *= 0xbf58476d1ce4e5b9ull;
-  x ^= x >> 27;
-  x *= 0x94d049bb133111ebull;
-  x ^= x >> 31;
-  return x;
-}
-
-__device__ inline float loadAsFloat(const void* p, size_t i, int dtype) {
-  if (dtype == tparFloat32) return static_cast<const float*>(p)[i];
-  if (dtype == tparFloat16) return __half2float(static_cast<const __half*>(p)[i]);
-  return __bfloat162float(static_cast<const __nv_bfloat16*>(p)[i]);
-}
-
-__device__ inline uint32_t bitsOf(const void* p, size_t i, int dtype) {
-  if (dtype == tparFloat32) return static_cast<const uint32_t*>(p)[i];
-  return static_cast<const uint16_t*>(p)[i];
-}
-
-__device__ inline uint32_t roundBits(float x, int dtype) {
-  if (dtype == tparFloat32) return __float_as_uint(x);
-  if (dtype == tparFloat16) return __half_as_ushort(__float2half_rn(x));
-  return __bfloat16_as_ushort(__float2bfloat16_rn(x));
-}
-
-__device__ inline float bitsToFloat(uint32_t b, int dtype) {
-  if (dtype == tparFloat32) return __uint_as_float(b);
-  if (dtype == tparFloat16) return __half2float(__ushort_as_half(static_cast<uint16_t>(b)));
-  return __uint_as_float(b << 16);
-}
-
 __global__ void fillKernel(void* buf, size_t count, int dtype, uint64_t seed) {
   for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < count;
        i += size_t(gridDim.x) * blockDim.x) {
     const uint64_t r = mix(seed ^ mix(i + 0x1234567ull));
     const float f = static_cast<float>(static_cast<int64_t>(r >> 40) - (1ll << 23)) / float(1 << 23);
-    if (dtype == tparFloat32) static_cast<float*>(buf)[i] = f;
-    else if (dtype == tparFloat16) static_cast<__half*>(buf)[i] = __float2half_rn(f);
-    else static_cast<__nv_bfloat16*>(buf)[i] = __float2bfloat16_rn(f);
+    storeFromFloat(buf, i, dtype, f);
   }
 }
 
@@ -102,10 +70,6 @@ struct CheckArgs {
   int islands;  // 0: flat rank order
   int island_of[kMaxCheckRanks];
 };
-
-__device__ inline float combine(float acc, float x, int op) {
-  return op == tparSum ? __fadd_rn(acc, x) : (op == tparMax ? fmaxf(acc, x) : fminf(acc, x));
-}
 
 __global__ void checkKernel(CheckArgs a, CheckResult* res) {
   for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < a.count;
