@@ -1,14 +1,11 @@
 #include "gpu/test_util.h"
 
+#include "common/child_process.h"
 #include "gpu/elem_device.cuh"
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
-#include <fcntl.h>
-#include <signal.h>
-#include <spawn.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cctype>
@@ -18,8 +15,6 @@
 #include <random>
 #include <sstream>
 #include <thread>
-
-extern char** environ;
 
 namespace tpar_test {
 
@@ -202,58 +197,7 @@ cudaError_t checkOutputs(const std::vector<const void*>& inputs,
 
 int runProcess(const std::vector<std::string>& argv, const std::vector<std::string>& env,
                int timeout_s, std::string* output) {
-  char path[] = "/tmp/tpar_child_XXXXXX";
-  const int fd = mkstemp(path);
-  if (fd < 0) return -2;
-  std::vector<std::string> envs;
-  for (char** e = environ; *e; ++e) {
-    bool overridden = false;
-    for (const std::string& kv : env) {
-      const std::string name = kv.substr(0, kv.find('=') + 1);
-      if (std::strncmp(*e, name.c_str(), name.size()) == 0) overridden = true;
-    }
-    if (!overridden) envs.push_back(*e);
-  }
-  for (const std::string& kv : env) envs.push_back(kv);
-  std::vector<char*> cargv, cenv;
-  for (const auto& a : argv) cargv.push_back(const_cast<char*>(a.c_str()));
-  cargv.push_back(nullptr);
-  for (const auto& e : envs) cenv.push_back(const_cast<char*>(e.c_str()));
-  cenv.push_back(nullptr);
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_adddup2(&actions, fd, 1);
-  posix_spawn_file_actions_adddup2(&actions, fd, 2);
-  pid_t pid = 0;
-  const int rc = posix_spawn(&pid, cargv[0], &actions, nullptr, cargv.data(), cenv.data());
-  posix_spawn_file_actions_destroy(&actions);
-  close(fd);
-  int status = 0;
-  int result = -2;
-  if (rc == 0) {
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(timeout_s);
-    while (true) {
-      const pid_t w = waitpid(pid, &status, WNOHANG);
-      if (w == pid) {
-        result = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-        break;
-      }
-      if (std::chrono::steady_clock::now() > deadline) {
-        kill(pid, SIGKILL);
-        waitpid(pid, &status, 0);
-        result = -1;
-        break;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-  }
-  std::ifstream f(path);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  *output = ss.str();
-  if (result == -1) *output += "\n[killed after timeout]";
-  unlink(path);
-  return result;
+  return runChild(argv, env, timeout_s, output);
 }
 
 int runSelfChild(const std::string& filter, const std::vector<std::string>& env, int timeout_s,

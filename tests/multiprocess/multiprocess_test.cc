@@ -5,10 +5,7 @@
 // TPAR_TEST_WORKER_WRAPPER, when set, is put in front of every worker's command line (split at
 // spaces, "{tag}" replaced by a name unique to the worker): scripts/gpu-check.sh --sanitize runs
 // each worker under its own compute-sanitizer this way.
-#include <fcntl.h>
 #include <signal.h>
-#include <spawn.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -22,10 +19,9 @@
 #include <thread>
 #include <vector>
 
+#include "common/child_process.h"
 #include "gpu/test_util.h"
 #include "multiprocess/resource_check.h"
-
-extern char** environ;
 
 namespace tpar_test {
 namespace {
@@ -49,107 +45,23 @@ std::string idHex(const tparUniqueId& id) {
   return hex;
 }
 
-// A worker process whose pid the test keeps (to wait for it, or kill it). Output goes to a file.
-class Child {
- public:
-  Child() = default;
-  Child(const Child&) = delete;
-  Child& operator=(const Child&) = delete;
-  ~Child() {
-    if (pid_ > 0 && !reaped_) {
-      kill(pid_, SIGKILL);
-      waitpid(pid_, nullptr, 0);
+// A worker process whose pid the test keeps (to wait for it, or kill it).
+using Child = ChildProcess;
+
+// Starts a worker, behind TPAR_TEST_WORKER_WRAPPER when that is set.
+bool startWorker(Child& child, std::vector<std::string> argv, const std::vector<std::string>& env,
+                 const std::string& tag) {
+  if (const char* wrapper = std::getenv("TPAR_TEST_WORKER_WRAPPER")) {
+    std::vector<std::string> prefix;
+    std::istringstream words(wrapper);
+    for (std::string w; words >> w;) {
+      for (size_t at; (at = w.find("{tag}")) != std::string::npos;) w.replace(at, 5, tag);
+      prefix.push_back(w);
     }
-    if (!log_.empty()) unlink(log_.c_str());
+    argv.insert(argv.begin(), prefix.begin(), prefix.end());
   }
-
-  // Starts `argv` (behind TPAR_TEST_WORKER_WRAPPER) with extra NAME=value entries.
-  bool start(std::vector<std::string> argv, const std::vector<std::string>& env,
-             const std::string& tag) {
-    if (const char* wrapper = std::getenv("TPAR_TEST_WORKER_WRAPPER")) {
-      std::vector<std::string> prefix;
-      std::istringstream words(wrapper);
-      for (std::string w; words >> w;) {
-        for (size_t at; (at = w.find("{tag}")) != std::string::npos;) w.replace(at, 5, tag);
-        prefix.push_back(w);
-      }
-      argv.insert(argv.begin(), prefix.begin(), prefix.end());
-    }
-    char path[] = "/tmp/tpar_worker_XXXXXX";
-    const int fd = mkstemp(path);
-    if (fd < 0) return false;
-    log_ = path;
-    std::vector<std::string> envs;
-    for (char** e = environ; *e; ++e) {
-      bool overridden = false;
-      for (const std::string& kv : env) {
-        const std::string name = kv.substr(0, kv.find('=') + 1);
-        if (std::strncmp(*e, name.c_str(), name.size()) == 0) overridden = true;
-      }
-      if (!overridden) envs.push_back(*e);
-    }
-    envs.insert(envs.end(), env.begin(), env.end());
-    std::vector<char*> cargv, cenv;
-    for (auto& a : argv) cargv.push_back(const_cast<char*>(a.c_str()));
-    cargv.push_back(nullptr);
-    for (auto& e : envs) cenv.push_back(const_cast<char*>(e.c_str()));
-    cenv.push_back(nullptr);
-    posix_spawn_file_actions_t actions;
-    posix_spawn_file_actions_init(&actions);
-    posix_spawn_file_actions_adddup2(&actions, fd, 1);
-    posix_spawn_file_actions_adddup2(&actions, fd, 2);
-    const int rc = posix_spawnp(&pid_, cargv[0], &actions, nullptr, cargv.data(), cenv.data());
-    posix_spawn_file_actions_destroy(&actions);
-    close(fd);
-    if (rc != 0) pid_ = -1;
-    return rc == 0;
-  }
-
-  // Exit status, 128 + signal when a signal ended it, or -1 when it was still running after
-  // timeout_s (it is then killed).
-  int wait(int timeout_s) {
-    if (pid_ <= 0) return -2;
-    if (reaped_) return status_;
-    const auto deadline = Clock::now() + std::chrono::seconds(timeout_s);
-    while (true) {
-      int st = 0;
-      const pid_t w = waitpid(pid_, &st, WNOHANG);
-      if (w == pid_) {
-        reaped_ = true;
-        status_ = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-        return status_;
-      }
-      if (Clock::now() > deadline) {
-        kill(pid_, SIGKILL);
-        waitpid(pid_, nullptr, 0);
-        reaped_ = true;
-        status_ = -1;
-        return -1;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-  }
-
-  bool running() {
-    if (pid_ <= 0 || reaped_) return false;
-    int st = 0;
-    const pid_t w = waitpid(pid_, &st, WNOHANG);
-    if (w == pid_) {
-      reaped_ = true;
-      status_ = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-      return false;
-    }
-    return true;
-  }
-
-  std::string output() const { return log_.empty() ? "" : readFile(log_); }
-
- private:
-  pid_t pid_ = -1;
-  bool reaped_ = false;
-  int status_ = 0;
-  std::string log_;
-};
+  return child.start(argv, env);
+}
 
 // TPAR_TRANSPORT value of the parameter; "auto" is the default transport.
 class MultiProcess : public ::testing::TestWithParam<const char*> {
@@ -180,7 +92,7 @@ TEST_P(MultiProcess, TwoProcessesOnOneGpuGetCorrectBitwiseEqualResults) {
   std::vector<std::string> files(n);
   for (int r = 0; r < n; ++r) {
     files[r] = "/tmp/tpar_mp_" + std::to_string(getpid()) + "_" + std::to_string(r);
-    ASSERT_TRUE(procs[r].start({TPAR_MP_WORKER, "check", hex, std::to_string(r), std::to_string(n),
+    ASSERT_TRUE(startWorker(procs[r], {TPAR_MP_WORKER, "check", hex, std::to_string(r), std::to_string(n),
                                 std::to_string(seed), files[r]},
                                workerEnv(), tag("check-rank" + std::to_string(r))));
   }
@@ -236,11 +148,11 @@ TEST_P(MultiProcess, SurvivorOfAKilledPeerTimesOutDestroysCleanlyAndLeaksNothing
   const std::string timeout = std::to_string(timeout_ms);
 
   Child survivor, partner, victim;
-  ASSERT_TRUE(survivor.start({TPAR_MP_WORKER, "survivor", idHex(id1), seed, dir, timeout},
+  ASSERT_TRUE(startWorker(survivor, {TPAR_MP_WORKER, "survivor", idHex(id1), seed, dir, timeout},
                              workerEnv(), tag("survivor")));
   // Group 1: the survivor's partner finishes its checked calls and leaves normally.
   ASSERT_TRUE(
-      partner.start({TPAR_MP_WORKER, "check", idHex(id1), "1", "2", seed, dir + "/partner.result"},
+      startWorker(partner, {TPAR_MP_WORKER, "check", idHex(id1), "1", "2", seed, dir + "/partner.result"},
                     workerEnv(), tag("partner")));
   ASSERT_EQ(0, partner.wait(300)) << "partner:\n"
                                   << partner.output() << "\nsurvivor:\n"
@@ -254,7 +166,7 @@ TEST_P(MultiProcess, SurvivorOfAKilledPeerTimesOutDestroysCleanlyAndLeaksNothing
   TPAR_OK(tparGetUniqueId(&id2));
   std::ofstream(dir + "/group2-id.tmp") << idHex(id2) << "\n";
   ASSERT_EQ(0, std::rename((dir + "/group2-id.tmp").c_str(), (dir + "/group2-id").c_str()));
-  ASSERT_TRUE(victim.start({TPAR_MP_WORKER, "victim", idHex(id2), dir, timeout}, workerEnv(),
+  ASSERT_TRUE(startWorker(victim, {TPAR_MP_WORKER, "victim", idHex(id2), dir, timeout}, workerEnv(),
                            tag("victim")));
   ASSERT_TRUE(waitForFileWhile(dir + "/victim-running", victim, 300))
       << "victim:\n"

@@ -1,23 +1,18 @@
 // The C API's argument checks and error reporting, on any machine (no GPU needed).
-#include <spawn.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include <gtest/gtest.h>
 
+#include "common/child_process.h"
 #include "core/env.h"
 #include "tpar/tpar.h"
-
-extern char** environ;
 
 namespace {
 
@@ -397,41 +392,9 @@ TEST(DISABLED_GarbageEnvironmentChild, EveryEntryPointThatReadsTheEnvironmentNam
 
 // Runs this binary again with `env` added; returns its exit status and output.
 int runSelf(const std::string& filter, const std::vector<std::string>& env, std::string* output) {
-  char path[] = "/tmp/tpar_unit_child_XXXXXX";
-  const int fd = mkstemp(path);
-  if (fd < 0) return -2;
-  std::vector<std::string> envs;
-  for (char** e = environ; *e; ++e) {
-    bool overridden = false;
-    for (const std::string& kv : env)
-      overridden |= std::strncmp(*e, kv.c_str(), kv.find('=') + 1) == 0;
-    if (!overridden) envs.push_back(*e);
-  }
-  envs.insert(envs.end(), env.begin(), env.end());
-  std::vector<std::string> args = {"/proc/self/exe", "--gtest_filter=" + filter,
-                                   "--gtest_also_run_disabled_tests"};
-  std::vector<char*> cargv, cenv;
-  for (auto& a : args) cargv.push_back(const_cast<char*>(a.c_str()));
-  cargv.push_back(nullptr);
-  for (auto& e : envs) cenv.push_back(const_cast<char*>(e.c_str()));
-  cenv.push_back(nullptr);
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_adddup2(&actions, fd, 1);
-  posix_spawn_file_actions_adddup2(&actions, fd, 2);
-  pid_t pid = 0;
-  const int rc = posix_spawn(&pid, cargv[0], &actions, nullptr, cargv.data(), cenv.data());
-  posix_spawn_file_actions_destroy(&actions);
-  close(fd);
-  int status = -1;
-  if (rc == 0) waitpid(pid, &status, 0);
-  std::ifstream f(path);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  *output = ss.str();
-  unlink(path);
-  if (rc != 0) return -2;
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return tpar_test::runChild({"/proc/self/exe", "--gtest_filter=" + filter,
+                              "--gtest_also_run_disabled_tests"},
+                             env, 300, output);
 }
 
 TEST(GarbageEnvironment, EveryEntryPointRefusesAGarbageVariableNamingIt) {
