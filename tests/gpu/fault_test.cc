@@ -11,38 +11,19 @@
 #include <string>
 #include <vector>
 
+#include "common/dead_handle.h"
 #include "gpu/test_util.h"
 
 namespace tpar_test {
 namespace {
 
-double secondsSince(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
-
 TEST(Faults, TimesOutWhenPeerNeverArrives) {
   TPAR_REQUIRE_GPU();
   for (tparAlgo_t algo : {tparAlgoOneShot, tparAlgoTwoShot}) {
+    SCOPED_TRACE(tparAlgoName(algo));
     tparConfig_t cfg = sharedDeviceConfig(/*timeout_ms=*/300);
     cfg.algorithm = algo;
-    VirtualGroup g;
-    ASSERT_EQ("", g.init(2, cfg));
-    Buffers b;
-    CUDA_OK(b.alloc(2, 1 << 20));
-    const auto t0 = std::chrono::steady_clock::now();
-    // Rank 1 never calls.
-    TPAR_OK(tparAllReduce(b.in[0], b.out[0], 100000, tparBfloat16, tparSum, g.comm(0), g.stream(0)));
-    CUDA_OK(cudaStreamSynchronize(g.stream(0)));
-    const double elapsed = secondsSince(t0);
-    tparResult_t async = tparSuccess;
-    TPAR_OK(tparCommGetAsyncError(g.comm(0), &async));
-    EXPECT_EQ(tparTimeout, async);
-    EXPECT_GE(elapsed, 0.25);
-    EXPECT_LT(elapsed, 5.0);
-    // The error is sticky and reported by the next call.
-    EXPECT_EQ(tparTimeout, tparAllReduce(b.in[0], b.out[0], 10, tparBfloat16, tparSum, g.comm(0),
-                                         g.stream(0)));
-    EXPECT_NE(std::string::npos, std::string(tparGetLastError(g.comm(0))).find("failed earlier"));
+    expectTimeoutWhenPeerNeverArrives(cfg);
   }
 }
 
@@ -280,24 +261,7 @@ TEST(Destroy, UseAfterDestroyAndDoubleDestroyAreRefusedWithoutTouchingOutputs) {
     ASSERT_NE(nullptr, comm) << tparGetLastError(nullptr);
     TPAR_OK(by_abort ? tparCommAbort(comm) : tparCommDestroy(comm));
     // No communicator is created in between, so the address cannot belong to a new one.
-    int v = kSentinel;
-    EXPECT_EQ(tparInvalidArgument, tparCommCount(comm, &v));
-    EXPECT_NE(std::string::npos,
-              std::string(tparGetLastError(nullptr)).find("not a live communicator"))
-        << tparGetLastError(nullptr);
-    EXPECT_EQ(tparInvalidArgument, tparCommUserRank(comm, &v));
-    EXPECT_EQ(tparInvalidArgument, tparCommCuDevice(comm, &v));
-    EXPECT_EQ(kSentinel, v);
-    tparResult_t async = tparInternalError;
-    EXPECT_EQ(tparInvalidArgument, tparCommGetAsyncError(comm, &async));
-    EXPECT_EQ(tparInternalError, async);
-    tparCommInfo_t info;
-    std::memset(&info, 0x5a, sizeof(info));
-    EXPECT_EQ(tparInvalidArgument, tparCommQuery(comm, &info));
-    EXPECT_EQ(0x5a5a5a5a, info.rank);
-    tparAlgo_t algo = tparAlgoNccl;  // a value no failed call would write
-    EXPECT_EQ(tparInvalidArgument, tparCommSelectAlgorithm(comm, 4096, &algo));
-    EXPECT_EQ(tparAlgoNccl, algo);
+    expectQueriesRefuseDeadHandle(comm);
     void* buf = nullptr;
     CUDA_OK(cudaMalloc(&buf, 256));
     EXPECT_EQ(tparInvalidArgument, tparAllReduce(buf, buf, 8, tparFloat32, tparSum, comm, nullptr));

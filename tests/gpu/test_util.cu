@@ -342,4 +342,30 @@ void runAndCheck(VirtualGroup& g, size_t count, tparDataType_t dtype, tparRedOp_
   for (void* p : inputs_copy) cudaFree(p);
 }
 
+double secondsSince(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+void expectTimeoutWhenPeerNeverArrives(const tparConfig_t& cfg) {
+  ASSERT_EQ(300, cfg.timeoutMs);
+  VirtualGroup g;
+  ASSERT_EQ("", g.init(2, cfg));
+  Buffers b;
+  CUDA_OK(b.alloc(2, 1 << 20));
+  const auto t0 = std::chrono::steady_clock::now();
+  // Rank 1 never calls.
+  TPAR_OK(tparAllReduce(b.in[0], b.out[0], 100000, tparBfloat16, tparSum, g.comm(0), g.stream(0)));
+  CUDA_OK(cudaStreamSynchronize(g.stream(0)));
+  const double elapsed = secondsSince(t0);
+  tparResult_t async = tparSuccess;
+  TPAR_OK(tparCommGetAsyncError(g.comm(0), &async));
+  EXPECT_EQ(tparTimeout, async);
+  EXPECT_GE(elapsed, 0.25);
+  EXPECT_LT(elapsed, 5.0);
+  // The error is sticky and reported by the next call.
+  EXPECT_EQ(tparTimeout, tparAllReduce(b.in[0], b.out[0], 10, tparBfloat16, tparSum, g.comm(0),
+                                       g.stream(0)));
+  EXPECT_NE(std::string::npos, std::string(tparGetLastError(g.comm(0))).find("failed earlier"));
+}
+
 }  // namespace tpar_test

@@ -4,6 +4,7 @@
 #define TPAR_TESTS_GPU_TEST_UTIL_H_
 
 #include <cstdint>
+#include <chrono>
 #include <string>
 #include <vector>
 
@@ -114,6 +115,13 @@ struct Buffers {
   ~Buffers();
   cudaError_t alloc(int nranks, size_t bytes_each);
 };
+
+double secondsSince(std::chrono::steady_clock::time_point t0);
+
+// Two virtual ranks made with `cfg` (whose timeout must be 300 ms): rank 0 calls, rank 1 never
+// does. Rank 0's kernel must record tparTimeout after 0.25 s and before 5 s, and the error must
+// stick: the next call returns it and says the communicator failed earlier.
+void expectTimeoutWhenPeerNeverArrives(const tparConfig_t& cfg);
 
 }  // namespace tpar_test
 
