@@ -281,6 +281,35 @@ void tearDown(DeviceSide* s) {
   if (s->buffer) cudaFree(s->buffer);
 }
 
+// Pinned host memory the link probes use, mapped into every GPU: the host-link bandwidth
+// buffer, the ping-pong flags, and the results every GPU writes.
+struct HostProbeMemory {
+  void* buffer = nullptr;
+  unsigned* flags = nullptr;          // flag 0 at [0], flag 1 at [32]: separate lines
+  PingPongResult* results = nullptr;
+  HostProbeMemory() = default;
+  HostProbeMemory(const HostProbeMemory&) = delete;
+  HostProbeMemory& operator=(const HostProbeMemory&) = delete;
+  ~HostProbeMemory() {
+    if (buffer) cudaFreeHost(buffer);
+    if (flags) cudaFreeHost(flags);
+    if (results) cudaFreeHost(results);
+    (void)cudaGetLastError();
+  }
+  std::string alloc(const ProbePlan& plan) {
+    const unsigned how = cudaHostAllocMapped | cudaHostAllocPortable;
+    PROBE_CUDA(cudaHostAlloc(&flags, 4096, how));
+    std::fill(flags, flags + 1024, 0u);
+    PROBE_CUDA(cudaHostAlloc(&results, 2 * sizeof(PingPongResult), how));
+    if (plan.bandwidth) {
+      PROBE_CUDA(cudaHostAlloc(&buffer, plan.bandwidth_bytes, how));
+      std::fill(static_cast<char*>(buffer), static_cast<char*>(buffer) + plan.bandwidth_bytes,
+                0x3c);
+    }
+    return "";
+  }
+};
+
 // ---------------------------------------------------------------------------------------------
 // Self-test and timing
 
@@ -492,22 +521,12 @@ std::string preloadDoctorKernels(const std::vector<int>& devices) {
 void probeLinks(const ProbePlan& plan, DoctorResults* r) {
   const int n = static_cast<int>(r->gpus.size());
   std::vector<DeviceSide> sides(n);
-  void* host_buffer = nullptr;
-  unsigned* host_flags = nullptr;     // flag 0 at [0], flag 1 at [32]: separate lines
-  PingPongResult* results = nullptr;  // host memory: every GPU can write it
+  HostProbeMemory host;
   std::vector<std::pair<int, int>> enabled;
   auto setUpAll = [&]() -> std::string {
     for (int d = 0; d < n; ++d)
       if (std::string e = setUp(plan, d, &sides[d]); !e.empty()) return e;
-    const unsigned flags = cudaHostAllocMapped | cudaHostAllocPortable;
-    PROBE_CUDA(cudaHostAlloc(&host_flags, 4096, flags));
-    std::fill(host_flags, host_flags + 1024, 0u);
-    PROBE_CUDA(cudaHostAlloc(&results, 2 * sizeof(PingPongResult), flags));
-    if (plan.bandwidth) {
-      PROBE_CUDA(cudaHostAlloc(&host_buffer, plan.bandwidth_bytes, flags));
-      std::fill(static_cast<char*>(host_buffer),
-                static_cast<char*>(host_buffer) + plan.bandwidth_bytes, 0x3c);
-    }
+    if (std::string e = host.alloc(plan); !e.empty()) return e;
     for (const PairProbe& p : r->pairs) {
       if (!p.peer_access) continue;
       PROBE_CUDA(cudaSetDevice(p.a));
@@ -527,12 +546,12 @@ void probeLinks(const ProbePlan& plan, DoctorResults* r) {
     for (GpuProbe& g : r->gpus) {
       progress("GPU " + std::to_string(g.index) + " <-> host memory");
       DeviceSide& s = sides[g.index];
-      measureLink(s, s, host_buffer, host_flags, host_flags + 32, plan, results, &g.host);
+      measureLink(s, s, host.buffer, host.flags, host.flags + 32, plan, host.results, &g.host);
     }
     if (n == 1) {
       progress("GPU 0 <-> its own memory");
       DeviceSide& s = sides[0];
-      measureLink(s, s, s.buffer, s.scratch, s.scratch + 32, plan, results, &r->gpus[0].local);
+      measureLink(s, s, s.buffer, s.scratch, s.scratch + 32, plan, host.results, &r->gpus[0].local);
     }
     for (PairProbe& p : r->pairs) {
       if (!p.peer_access) continue;
@@ -542,7 +561,7 @@ void probeLinks(const ProbePlan& plan, DoctorResults* r) {
         return q.a == p.b && q.b == p.a && q.peer_access;
       });
       measureLink(sides[p.a], sides[p.b], sides[p.b].buffer, sides[p.a].scratch,
-                  back ? sides[p.b].scratch : nullptr, plan, results, &p.link);
+                  back ? sides[p.b].scratch : nullptr, plan, host.results, &p.link);
     }
   }
   // tpar's own communicators enable what they need; leave the process as it was.
@@ -551,10 +570,6 @@ void probeLinks(const ProbePlan& plan, DoctorResults* r) {
     cudaDeviceDisablePeerAccess(b);
   }
   for (DeviceSide& s : sides) tearDown(&s);
-  if (host_buffer) cudaFreeHost(host_buffer);
-  if (host_flags) cudaFreeHost(host_flags);
-  if (results) cudaFreeHost(results);
-  (void)cudaGetLastError();
 }
 
 std::string probeHostLink(int dev, const ProbePlan& plan, LinkMeasure* m) {
@@ -564,31 +579,14 @@ std::string probeHostLink(int dev, const ProbePlan& plan, LinkMeasure* m) {
     return m->error;
   }
   DeviceSide side;
-  void* host_buffer = nullptr;
-  unsigned* host_flags = nullptr;
-  PingPongResult* results = nullptr;
-  auto setUpHost = [&]() -> std::string {
-    if (std::string e = setUp(plan, dev, &side); !e.empty()) return e;
-    const unsigned flags = cudaHostAllocMapped | cudaHostAllocPortable;
-    PROBE_CUDA(cudaHostAlloc(&host_flags, 4096, flags));
-    std::fill(host_flags, host_flags + 1024, 0u);
-    PROBE_CUDA(cudaHostAlloc(&results, 2 * sizeof(PingPongResult), flags));
-    if (plan.bandwidth) {
-      PROBE_CUDA(cudaHostAlloc(&host_buffer, plan.bandwidth_bytes, flags));
-      std::fill(static_cast<char*>(host_buffer),
-                static_cast<char*>(host_buffer) + plan.bandwidth_bytes, 0x3c);
-    }
-    return "";
-  };
-  if (std::string e = setUpHost(); !e.empty())
+  HostProbeMemory host;
+  std::string e = setUp(plan, dev, &side);
+  if (e.empty()) e = host.alloc(plan);
+  if (!e.empty())
     m->error = "not measured: " + e;
   else
-    measureLink(side, side, host_buffer, host_flags, host_flags + 32, plan, results, m);
+    measureLink(side, side, host.buffer, host.flags, host.flags + 32, plan, host.results, m);
   tearDown(&side);
-  if (host_buffer) cudaFreeHost(host_buffer);
-  if (host_flags) cudaFreeHost(host_flags);
-  if (results) cudaFreeHost(results);
-  (void)cudaGetLastError();
   return m->error;
 }
 
