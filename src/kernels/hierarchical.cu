@@ -176,13 +176,7 @@ __device__ __forceinline__ void hierBody(const AllReduceArgs& a, const CallConte
   }
 }
 
-template <typename T, int kMax>
-__global__ void __launch_bounds__(kMaxThreads) hier(const __grid_constant__ AllReduceArgs a) {
-  CallContext ctx;
-  beginCall(a, &ctx);
-  if (static_cast<int>(blockIdx.x) < activeBlocks(a)) hierBody<T, kMax>(a, ctx);
-  endCall(a, ctx);
-}
+TPAR_ALLREDUCE_KERNEL(hier, hierBody)
 
 }  // namespace
 

@@ -82,13 +82,7 @@ __device__ __forceinline__ void oneShotBody(const AllReduceArgs& a, const CallCo
   }
 }
 
-template <typename T, int kMax>
-__global__ void __launch_bounds__(kMaxThreads) oneShot(const __grid_constant__ AllReduceArgs a) {
-  CallContext ctx;
-  beginCall(a, &ctx);
-  if (static_cast<int>(blockIdx.x) < activeBlocks(a)) oneShotBody<T, kMax>(a, ctx);
-  endCall(a, ctx);
-}
+TPAR_ALLREDUCE_KERNEL(oneShot, oneShotBody)
 
 }  // namespace
 

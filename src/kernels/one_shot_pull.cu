@@ -91,14 +91,7 @@ __device__ __forceinline__ void oneShotPullBody(const AllReduceArgs& a, const Ca
   }
 }
 
-template <typename T, int kMax>
-__global__ void __launch_bounds__(kMaxThreads)
-    oneShotPull(const __grid_constant__ AllReduceArgs a) {
-  CallContext ctx;
-  beginCall(a, &ctx);
-  if (static_cast<int>(blockIdx.x) < activeBlocks(a)) oneShotPullBody<T, kMax>(a, ctx);
-  endCall(a, ctx);
-}
+TPAR_ALLREDUCE_KERNEL(oneShotPull, oneShotPullBody)
 
 }  // namespace
 

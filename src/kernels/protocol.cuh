@@ -493,6 +493,18 @@ __device__ __forceinline__ void endCall(const AllReduceArgs& a, const CallContex
   }
 }
 
+// Defines the __global__ kernel template `name`<T, kMax> of an algorithm: the call prologue,
+// `body`<T, kMax>(args, ctx) on the blocks this launch uses, and the epilogue, which every block
+// runs (NOTE [epochs and parity]: inactive blocks keep their epoch in step).
+#define TPAR_ALLREDUCE_KERNEL(name, body)                                                  \
+  template <typename T, int kMax>                                                          \
+  __global__ void __launch_bounds__(kMaxThreads) name(const __grid_constant__ AllReduceArgs a) { \
+    CallContext ctx;                                                                       \
+    beginCall(a, &ctx);                                                                    \
+    if (static_cast<int>(blockIdx.x) < activeBlocks(a)) body<T, kMax>(a, ctx);             \
+    endCall(a, ctx);                                                                       \
+  }
+
 }  // namespace kernels
 }  // namespace tpar
 

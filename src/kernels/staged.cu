@@ -103,13 +103,7 @@ __device__ __forceinline__ void stagedBody(const AllReduceArgs& a, const CallCon
   }
 }
 
-template <typename T, int kMax>
-__global__ void __launch_bounds__(kMaxThreads) staged(const __grid_constant__ AllReduceArgs a) {
-  CallContext ctx;
-  beginCall(a, &ctx);
-  if (static_cast<int>(blockIdx.x) < activeBlocks(a)) stagedBody<T, kMax>(a, ctx);
-  endCall(a, ctx);
-}
+TPAR_ALLREDUCE_KERNEL(staged, stagedBody)
 
 }  // namespace
 

@@ -124,13 +124,7 @@ __device__ __forceinline__ void twoShotBody(const AllReduceArgs& a, const CallCo
   }
 }
 
-template <typename T, int kMax>
-__global__ void __launch_bounds__(kMaxThreads) twoShot(const __grid_constant__ AllReduceArgs a) {
-  CallContext ctx;
-  beginCall(a, &ctx);
-  if (static_cast<int>(blockIdx.x) < activeBlocks(a)) twoShotBody<T, kMax>(a, ctx);
-  endCall(a, ctx);
-}
+TPAR_ALLREDUCE_KERNEL(twoShot, twoShotBody)
 
 }  // namespace
 

@@ -120,14 +120,7 @@ __device__ __forceinline__ void twoShotPullBody(const AllReduceArgs& a, const Ca
   }
 }
 
-template <typename T, int kMax>
-__global__ void __launch_bounds__(kMaxThreads)
-    twoShotPull(const __grid_constant__ AllReduceArgs a) {
-  CallContext ctx;
-  beginCall(a, &ctx);
-  if (static_cast<int>(blockIdx.x) < activeBlocks(a)) twoShotPullBody<T, kMax>(a, ctx);
-  endCall(a, ctx);
-}
+TPAR_ALLREDUCE_KERNEL(twoShotPull, twoShotPullBody)
 
 }  // namespace
 
