@@ -57,7 +57,11 @@ typedef enum { tparSum = 0, tparMax = 1, tparMin = 2, tparNumOps = 3 } tparRedOp
  * read it there: they win where reads cost less than writes, above all when the regions live in
  * host memory (one write serves every reader). Nccl: hand the call to the NCCL communicator
  * attached with tparCommSetNcclComm (auto does so only for sizes a tuning table measured
- * faster there). */
+ * faster there). Pipelined: two-shot that pushes plain data in steps, each step announced by a
+ * flag line the receiver polls in its own region, so that reads and writes share the link;
+ * made for receive regions in host memory, where auto uses it. TwoShotLL: two-shot whose
+ * pushes carry the call's epoch in every 8 bytes, so that no flag or fence is needed: one
+ * hand-off per phase at twice the bytes; auto uses it for small messages in host memory. */
 typedef enum {
   tparAlgoAuto = 0,
   tparAlgoOneShot = 1,
@@ -67,7 +71,9 @@ typedef enum {
   tparAlgoOneShotPull = 5,
   tparAlgoTwoShotPull = 6,
   tparAlgoNccl = 7, /* the NCCL communicator given with tparCommSetNcclComm */
-  tparNumAlgos = 8
+  tparAlgoPipelined = 8,
+  tparAlgoTwoShotLL = 9,
+  tparNumAlgos = 10
 } tparAlgo_t;
 
 /* How a communicator reaches its peers' receive regions. */

@@ -660,6 +660,8 @@ tparResult_t tparCommSelectAlgorithm(tparComm_t comm, size_t bytes, tparAlgo_t* 
       case kernels::Algo::kHier: *algo = tparAlgoHierarchical; break;
       case kernels::Algo::kOneShotPull: *algo = tparAlgoOneShotPull; break;
       case kernels::Algo::kTwoShotPull: *algo = tparAlgoTwoShotPull; break;
+      case kernels::Algo::kPipelined: *algo = tparAlgoPipelined; break;
+      case kernels::Algo::kTwoShotLL: *algo = tparAlgoTwoShotLL; break;
     }
     return tparSuccess;
   });
@@ -675,6 +677,8 @@ const char* tparAlgoName(tparAlgo_t algo) {
     case tparAlgoOneShotPull: return "oneshot-pull";
     case tparAlgoTwoShotPull: return "twoshot-pull";
     case tparAlgoNccl: return "nccl";
+    case tparAlgoPipelined: return "pipelined";
+    case tparAlgoTwoShotLL: return "twoshot-ll";
     default: return "unknown";
   }
 }

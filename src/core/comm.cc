@@ -68,7 +68,9 @@ tparResult_t createLocal(int rank, int nranks, const ResolvedConfig& cfg, int ra
   cudaError_t err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
   if (err != cudaSuccess) return fail(cudaFailure(err, "cudaDeviceGetAttribute", __FILE__, __LINE__));
   int per_sm = 0;
-  err = kernels::maxActiveBlocksPerSm(comm->threads, &per_sm);
+  // The pipelined kernel runs with at least kMinPipelinedThreads: size the grid for that too.
+  err = kernels::maxActiveBlocksPerSm(std::max(comm->threads, kernels::kMinPipelinedThreads),
+                                      &per_sm);
   if (err != cudaSuccess) return fail(cudaFailure(err, "occupancy query", __FILE__, __LINE__));
   if (per_sm < 1) {
     return fail(setError(tparInvalidArgument,
@@ -279,6 +281,12 @@ tparResult_t allReduce(tparComm* comm, const void* send, void* recv, size_t coun
     case kernels::Algo::kTwoShotPull:
       algo_limit = comm->layout.twoShotPullMaxBytes(comm->nranks);
       break;
+    case kernels::Algo::kPipelined:
+      algo_limit = comm->layout.pipelinedMaxBytes(comm->nranks);
+      break;
+    case kernels::Algo::kTwoShotLL:
+      algo_limit = comm->layout.twoShotLLMaxBytes(comm->nranks);
+      break;
   }
   const uint64_t piece_limit = std::min<uint64_t>(comm->cfg.max_bytes_per_call, algo_limit);
   const uint64_t piece_elems = piece_limit / esize;  // piece_limit is a multiple of 16
@@ -298,6 +306,13 @@ tparResult_t allReduce(tparComm* comm, const void* send, void* recv, size_t coun
   args.nranks = comm->nranks;
   args.op = op;
   args.active_blocks = plan.active_blocks;
+  // Its flag lines exist for the first kLineBlocks blocks (NOTE [flag lines]).
+  if (algo == kernels::Algo::kPipelined &&
+      (args.active_blocks <= 0 || args.active_blocks > kernels::WorkspaceLayout::kLineBlocks)) {
+    args.active_blocks = std::min(comm->max_blocks, kernels::WorkspaceLayout::kLineBlocks);
+  }
+  args.steps = plan.steps;
+  args.pull = plan.pull ? 1 : 0;
   args.hier_k = comm->hier_k;
   args.hier_m = comm->hier_m;
   args.hier_island = comm->hier_island;
@@ -316,12 +331,17 @@ tparResult_t allReduce(tparComm* comm, const void* send, void* recv, size_t coun
     args.vec_aligned = (reinterpret_cast<uintptr_t>(args.send) % kernels::kVecBytes == 0) &&
                        (reinterpret_cast<uintptr_t>(args.recv) % kernels::kVecBytes == 0);
     // Always the same grid (NOTE [epochs and parity]); the block size follows the work.
-    const int active = plan.active_blocks > 0 ? std::min(plan.active_blocks, comm->max_blocks)
+    const int active = args.active_blocks > 0 ? std::min(args.active_blocks, comm->max_blocks)
                                               : comm->max_blocks;
     const uint64_t work = kernels::workVectors(
         algo, n, esize, algo == kernels::Algo::kHier ? comm->hier_m : comm->nranks);
-    const int threads = plan.threads > 0 ? std::min(plan.threads, comm->threads)
-                                         : kernels::threadsFor(work, active, comm->threads);
+    int threads = plan.threads > 0 ? std::min(plan.threads, comm->threads)
+                                   : kernels::threadsFor(work, active, comm->threads);
+    // The pipelined kernel's three groups of warps run side by side: every thread it may have.
+    if (algo == kernels::Algo::kPipelined) {
+      threads = std::max(kernels::kMinPipelinedThreads,
+                         plan.threads > 0 ? threads : comm->threads);
+    }
     cudaError_t err = kernels::launchAllReduce(algo, dtype, args, comm->max_blocks, threads,
                                                comm->launch_overlap, stream);
     if (err != cudaSuccess) {

@@ -17,6 +17,8 @@ const void* stagedKernel(tparDataType_t dtype, bool wide);
 const void* hierKernel(tparDataType_t dtype, bool wide);
 const void* oneShotPullKernel(tparDataType_t dtype, bool wide);
 const void* twoShotPullKernel(tparDataType_t dtype, bool wide);
+const void* pipelinedKernel(tparDataType_t dtype, bool wide);
+const void* twoShotLLKernel(tparDataType_t dtype, bool wide);
 
 // Defines `table_fn(dtype, wide)`, returning the instantiation of kernel template `kernel` for
 // that datatype and rank-count variant (8 or 16 ranks at most). One per algorithm file.
@@ -48,6 +50,8 @@ void forEachKernel(F&& f) {
       f(hierKernel(d, wide));
       f(oneShotPullKernel(d, wide));
       f(twoShotPullKernel(d, wide));
+      f(pipelinedKernel(d, wide));
+      f(twoShotLLKernel(d, wide));
     }
   }
 }

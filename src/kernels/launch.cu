@@ -27,6 +27,8 @@ uint64_t workVectors(Algo algo, uint64_t count, size_t elem_bytes, int nranks) {
     case Algo::kHier: return (vecs + nranks - 1) / nranks * (nranks > 1 ? nranks - 1 : 1);
     case Algo::kOneShotPull: return vecs;
     case Algo::kTwoShotPull:
+    case Algo::kPipelined:
+    case Algo::kTwoShotLL:
       return (vecs + nranks - 1) / nranks * (nranks > 1 ? nranks - 1 : 1);
   }
   return vecs;
@@ -51,6 +53,8 @@ cudaError_t launchAllReduce(Algo algo, tparDataType_t dtype, const AllReduceArgs
     case Algo::kHier: fn = hierKernel(dtype, wide); break;
     case Algo::kOneShotPull: fn = oneShotPullKernel(dtype, wide); break;
     case Algo::kTwoShotPull: fn = twoShotPullKernel(dtype, wide); break;
+    case Algo::kPipelined: fn = pipelinedKernel(dtype, wide); break;
+    case Algo::kTwoShotLL: fn = twoShotLLKernel(dtype, wide); break;
   }
   if (fn == nullptr) return cudaErrorInvalidValue;
   void* params[] = {const_cast<AllReduceArgs*>(&args)};

@@ -25,6 +25,8 @@ constexpr int kMaxRanks = TPAR_MAX_RANKS;
 constexpr int kVecBytes = 16;  // the wire unit: one 16-byte vector per thread and step
 // Launch bound of every kernel: leaves 128 registers per thread for the per-peer vectors.
 constexpr int kMaxThreads = 512;
+// The pipelined two-shot splits a block into groups of whole warps: at least 4 warps.
+constexpr int kMinPipelinedThreads = 128;
 
 // The largest grid of one launch (TPAR_MAX_BLOCKS is bounded by it).
 constexpr int kMaxBlocks = 1024;
@@ -49,8 +51,12 @@ struct WorkspaceLayout {
   static constexpr uint64_t kEpochsOffset = 4096;  // uint32_t epoch per block index
   static constexpr uint64_t kDataOffset = kEpochsOffset + 4 * kMaxBlocks;
   // Pull area (NOTE [pull protocol]): one flag word per block for each of the two phases of
-  // two-shot pull, then the payload.
-  static constexpr uint64_t kPullFlagBytes = 2 * 4 * kMaxBlocks;
+  // two-shot pull, then the flag lines of the pipelined two-shot (NOTE [flag lines]), then the
+  // payload, which the pull variants and the pipelined two-shot share.
+  static constexpr int kLineBlocks = 64;  // blocks of a pipelined launch, at most
+  static constexpr uint64_t kLineFlagOffset = 2 * 4 * kMaxBlocks;
+  static constexpr uint64_t kLineFlagBytes = 2 * kLineBlocks * kMaxRanks * kVecBytes;
+  static constexpr uint64_t kPullFlagBytes = kLineFlagOffset + kLineFlagBytes;
   // Largest pull message with receive regions in GPU memory, where the pull variants serve
   // small messages only (in host memory they carry everything).
   static constexpr uint64_t kDevicePullMaxBytes = 256u << 10;
@@ -84,6 +90,15 @@ struct WorkspaceLayout {
     // The result area holds one chunk of ceil(vecs / nranks) vectors.
     return (pullHalf(pull_bytes) / kVecBytes - uint64_t(nranks)) * kVecBytes;
   }
+  uint64_t twoShotLLMaxBytes(int nranks) const {
+    // Each half holds two 16-byte lines per vector of nranks chunks, in groups of 32 vectors.
+    const uint64_t lines = pullHalf(pull_bytes) / kVecBytes / 2;
+    return lines > uint64_t(nranks) + 64 ? (lines - nranks - 64) * kVecBytes : 0;
+  }
+  uint64_t pipelinedMaxBytes(int nranks) const {
+    // Each half holds one chunk of ceil(vecs / nranks) vectors per rank.
+    return (pullHalf(pull_bytes) / kVecBytes - uint64_t(nranks)) * kVecBytes;
+  }
   TPAR_HOST_DEVICE static uint64_t headerOffset(uint32_t parity, int sender) {
     return (static_cast<uint64_t>(parity) * kMaxRanks + sender) * kHeaderBytes;
   }
@@ -113,7 +128,9 @@ enum class Algo {
   kStaged = 2,
   kHier = 3,
   kOneShotPull = 4,
-  kTwoShotPull = 5
+  kTwoShotPull = 5,
+  kPipelined = 6,
+  kTwoShotLL = 7
 };
 
 struct AllReduceArgs {
@@ -134,6 +151,8 @@ struct AllReduceArgs {
   int op;                         // tparRedOp_t
   int vec_aligned;                // send and recv are 16-byte aligned
   int active_blocks;              // blocks that work (0: all); the others only keep the epoch
+  int steps;                      // pipelined: steps per block (0 or 1: one)
+  int pull;                       // pipelined: publish in our own region, peers read it there
   // Hierarchical: k islands of m ranks. hier_rank[i * m + p] is the rank at position p of
   // island i; this rank is at (hier_island, hier_pos).
   int hier_k;

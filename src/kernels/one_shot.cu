@@ -62,19 +62,7 @@ __device__ __forceinline__ void oneShotBody(const AllReduceArgs& a, const CallCo
       }
     }
     const Vec own = escapeVec(loadUser<T>(a.send, v, a.count, aligned));
-    Acc<T> acc;
-#pragma unroll
-    for (int s = 0; s < kMax; ++s) {
-      if (s < n) {
-        const Vec& x = s == me ? own : in[s];
-        if (s == 0) {
-          acc.init(x);
-        } else {
-          acc.add(x, a.op);
-        }
-      }
-    }
-    storeUser<T>(a.recv, v, a.count, aligned, acc.round());
+    storeUser<T>(a.recv, v, a.count, aligned, reduceInRankOrder<T, kMax>(n, me, own, in, a.op));
 #pragma unroll
     for (int s = 0; s < kMax; ++s) {
       if (s < n && s != me) storeVolatile(slot(local, s, vecs, v), sentinelVec());

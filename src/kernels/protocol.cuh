@@ -220,6 +220,96 @@ __device__ __forceinline__ bool waitPeerFlags(const AllReduceArgs& a, uint32_t p
   return s_bad == 0;
 }
 
+// NOTE [flag lines]
+// The pipelined two-shot announces its data with flags that live in the receiver's region: for
+// each (phase, block) the receiver owns one line of 16-byte slots, one per sender, and one warp
+// of the receiver polls that line (two-shot LL rings the same slots as doorbells). Measured on
+// an H200 with 8 virtual ranks and regions in host memory (bench/experiments/host_sync.cu,
+// bench/results/2026-11-29-h200-host-sync-*.txt): an all-to-all hand-off took 2.3-2.5 us when
+// each rank polled one such line, 11 us when each rank polled one word in each of its 7 peers'
+// regions (the pull protocol's flags), and 12 us with eight polling blocks per rank: every poll
+// is a read across the link, and reads queue behind each other. So: one polling warp per group,
+// one request per poll, and nothing but the receiver's own region polled.
+//  * A slot is {epoch, steps done, epoch, check}: the sender stores it after its data, behind a
+//    system-scope fence, once per step; the receiver accepts it when both epoch words equal the
+//    call's epoch (a torn 16-byte store is polled again; only 8-byte atomicity is relied on) and
+//    the step count has reached the one it waits for. `check` hashes the call header (datatype,
+//    op, algorithm, count) and the plan's blocks, steps and mode: a peer that disagrees is
+//    reported as tparInvalidUsage instead of read.
+//  * The receiver's acquire is a 4-byte ld.acquire.sys of the slot once its poll saw it. A
+//    fence.acq_rel.sys there instead added about 2 us to each hand-off (same experiment: 3.9 us
+//    with the sender's fence alone, 6.0 with a reader fence too, 4.0 with the acquire load).
+//  * Each fence is expensive in its own right: on the H200 with virtual ranks every further
+//    step of the pipelined kernel (two fenced hand-offs per rank) cost about 4.5 us with 2
+//    ranks, 6.5 with 4 and 11.5 with 8, which is why plans use few steps.
+//  * Slots sit in the pull area of the call's parity, which starts at epoch_start - 2 in every
+//    word (NOTE [pull protocol]); a slot of parity p is rewritten in epoch e+2 only after every
+//    peer finished epoch e (NOTE [epochs and parity]). Steps only grow within an epoch, so a
+//    slot that already shows a later step satisfies an earlier wait.
+//  * The data areas are per parity too; a sender writes a position once per call.
+
+__device__ __forceinline__ char* lineSlot(char* area, int phase, int block, int sender) {
+  return area + WorkspaceLayout::kLineFlagOffset +
+         ((uint64_t(phase) * WorkspaceLayout::kLineBlocks + block) * kMaxRanks + sender) *
+             kVecBytes;
+}
+
+// A named barrier over the `threads` threads of one group of whole warps (barrier 0 is
+// __syncthreads).
+__device__ __forceinline__ void groupBarrier(int id, int threads) {
+  asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
+}
+
+// After every thread of a group (warps [first_warp, ...), `threads` threads, barrier `bar`)
+// stored its data for `phase` up to step `done`: lanes p < n of the group's first warp fence at
+// system scope and store our slot into peer p's line. Every thread of the group calls it.
+__device__ __forceinline__ void announceStep(const AllReduceArgs& a, uint32_t parity, int bar,
+                                             int threads, int lane_in_group, int phase,
+                                             uint32_t epoch, uint32_t done, uint32_t check) {
+  groupBarrier(bar, threads);
+  const int p = lane_in_group;
+  if (p < a.nranks && p != a.rank) {
+    __threadfence_system();
+    storeVolatile(lineSlot(pullArea(a, a.peer_ws[p], parity), phase, blockIdx.x, a.rank),
+                  Vec{{epoch, done, epoch, check}});
+  }
+}
+
+// Lanes p < n of the group's first warp poll peer p's slot in our own line of `phase` until it
+// reaches step `want` (NOTE [flag lines]); `bad` is the group's shared failure word (0 at
+// entry). The same answer on every thread of the group: false once an error is recorded.
+// The acquire is a 4-byte acquire load of the slot once the poll saw it, not a standalone
+// fence.acq_rel.sys (NOTE [flag lines]).
+__device__ __forceinline__ bool awaitStep(const AllReduceArgs& a, uint32_t parity, int bar,
+                                          int threads, int lane_in_group, int phase,
+                                          uint32_t epoch, uint32_t want, uint32_t check,
+                                          volatile uint32_t* bad, Waiter& w) {
+  const int p = lane_in_group;
+  if (p < a.nranks && p != a.rank) {
+    const char* slot = lineSlot(pullArea(a, a.peer_ws[a.rank], parity), phase, blockIdx.x, p);
+    for (;;) {
+      const Vec f = loadVolatile(slot);
+      if (f.w[0] == epoch && f.w[2] == epoch) {
+        if (f.w[3] != check) {
+          recordError(a, tparInvalidUsage);
+          *bad = 1u;
+          break;
+        }
+        if (f.w[1] >= want) {
+          (void)loadAcquireSys(slot);
+          break;
+        }
+      }
+      if (!w.keepWaiting()) {
+        *bad = 1u;
+        break;
+      }
+    }
+  }
+  groupBarrier(bar, threads);
+  return *bad == 0;
+}
+
 // ---- element conversion and reduction --------------------------------------------------------
 
 template <typename T>
@@ -360,6 +450,83 @@ __device__ __forceinline__ int activeBlocks(const AllReduceArgs& a) {
   return a.active_blocks > 0 && a.active_blocks < static_cast<int>(gridDim.x)
              ? a.active_blocks
              : static_cast<int>(gridDim.x);
+}
+
+// Block-sliced two-shot kernels (pull, pipelined, LL): the message as `vecs` 16-byte vectors in
+// n chunks of `chunk`, and this block's slice [j0, j1) of positions within every chunk.
+struct BlockSlice {
+  uint64_t vecs, chunk, j0, j1;
+  __device__ uint64_t width() const { return j1 > j0 ? j1 - j0 : 0; }
+};
+
+template <typename T>
+__device__ __forceinline__ BlockSlice blockSlice(const AllReduceArgs& a) {
+  constexpr int kPer = ElemTraits<T>::kPerVec;
+  BlockSlice s;
+  s.vecs = (a.count + kPer - 1) / kPer;
+  s.chunk = (s.vecs + a.nranks - 1) / a.nranks;
+  const int grid = activeBlocks(a);
+  const uint64_t slice = (s.chunk + grid - 1) / grid;
+  s.j0 = uint64_t(blockIdx.x) * slice;
+  s.j1 = s.j0 + slice < s.chunk ? s.j0 + slice : s.chunk;
+  return s;
+}
+
+// The sum (or max, min) of every rank's vector in rank order, rounded once: `mine` at our own
+// rank, in[s] for every other s < n (principle 6).
+template <typename T, int kMax>
+__device__ __forceinline__ Vec reduceInRankOrder(int n, int me, const Vec& mine, const Vec* in,
+                                                 int op) {
+  Acc<T> acc;
+#pragma unroll
+  for (int s = 0; s < kMax; ++s) {
+    if (s < n) {
+      const Vec& x = s == me ? mine : in[s];
+      if (s == 0) {
+        acc.init(x);
+      } else {
+        acc.add(x, op);
+      }
+    }
+  }
+  return acc.round();
+}
+
+// Copies the other ranks' positions [s0, s0 + sn) of their chunks into the output, (rank,
+// position) pairs spread over `threads` threads from `t` (rotation order from our rank), with
+// up to kDepth loads in flight per thread before their stores: each load is a round trip when
+// the source is in host memory. src(o, j) is where position j of owner o's chunk is read.
+template <typename T, int kDepth, typename Src>
+__device__ __forceinline__ void copyOthersChunks(const AllReduceArgs& a, const BlockSlice& bs,
+                                                 uint64_t s0, uint32_t sn, uint32_t t,
+                                                 uint32_t threads, Src src) {
+  const int n = a.nranks;
+  const uint32_t pairs = static_cast<uint32_t>(n - 1) * sn;
+  const bool aligned = a.vec_aligned != 0;
+  for (uint32_t t0 = t; t0 < pairs; t0 += kDepth * threads) {
+    Vec x[kDepth];
+    uint64_t dst[kDepth];
+#pragma unroll
+    for (int d = 0; d < kDepth; ++d) {
+      const uint32_t u = t0 + d * threads;
+      dst[d] = bs.vecs;  // nothing to store
+      if (u < pairs) {
+        const uint32_t q = u / sn;
+        int o = a.rank + 1 + static_cast<int>(q);
+        if (o >= n) o -= n;
+        const uint64_t j = s0 + (u - q * sn);
+        const uint64_t v = uint64_t(o) * bs.chunk + j;
+        if (v < bs.vecs) {
+          dst[d] = v;
+          x[d] = loadVolatile(src(o, j));
+        }
+      }
+    }
+#pragma unroll
+    for (int d = 0; d < kDepth; ++d) {
+      if (dst[d] < bs.vecs) storeUser<T>(a.recv, dst[d], a.count, aligned, x[d]);
+    }
+  }
 }
 
 // ---- kernel prologue / epilogue ---------------------------------------------------------------

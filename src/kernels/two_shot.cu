@@ -73,20 +73,8 @@ __device__ __forceinline__ void twoShotBody(const AllReduceArgs& a, const CallCo
       }
     }
     const Vec own = escapeVec(loadUser<T>(a.send, v, a.count, aligned));
-    Acc<T> acc;
-#pragma unroll
-    for (int s = 0; s < kMax; ++s) {
-      if (s < n) {
-        const Vec& x = s == me ? own : in[s];
-        if (s == 0) {
-          acc.init(x);
-        } else {
-          acc.add(x, a.op);
-        }
-      }
-    }
     // Peers receive the escaped bits; keep the same bits here so all ranks agree.
-    const Vec r = escapeVec(acc.round());
+    const Vec r = escapeVec(reduceInRankOrder<T, kMax>(n, me, own, in, a.op));
 #pragma unroll
     for (int i = 1; i < kMax; ++i) {
       if (i < n) {

@@ -20,18 +20,12 @@ constexpr int kResultPhase = 1;
 
 template <typename T, int kMax>
 __device__ __forceinline__ void twoShotPullBody(const AllReduceArgs& a, const CallContext& ctx) {
-  constexpr int kPer = ElemTraits<T>::kPerVec;
   const int n = a.nranks;
   const int me = a.rank;
   const bool aligned = a.vec_aligned != 0;
-  const uint64_t vecs = (a.count + kPer - 1) / kPer;
-  const uint64_t chunk = (vecs + n - 1) / n;
-  const int grid = activeBlocks(a);
-  // This block's slice [j0, j1) of positions within every chunk.
-  const uint64_t slice = (chunk + grid - 1) / grid;
-  const uint64_t j0 = uint64_t(blockIdx.x) * slice;
-  const uint64_t j1 = j0 + slice < chunk ? j0 + slice : chunk;
-  const uint64_t width = j1 > j0 ? j1 - j0 : 0;
+  const BlockSlice bs = blockSlice<T>(a);
+  const uint64_t vecs = bs.vecs, chunk = bs.chunk, j0 = bs.j0, j1 = bs.j1;
+  const uint64_t width = bs.width();
   const uint64_t half = WorkspaceLayout::pullHalf(a.pull_bytes);
   // Published input: vector v at v * 16 of the payload; reduced chunk: position j at half + j * 16.
   char* own_area = pullArea(a, a.peer_ws[me], ctx.parity);
@@ -69,19 +63,7 @@ __device__ __forceinline__ void twoShotPullBody(const AllReduceArgs& a, const Ca
       }
     }
     const Vec mine = loadUser<T>(a.send, v, a.count, aligned);
-    Acc<T> acc;
-#pragma unroll
-    for (int s = 0; s < kMax; ++s) {
-      if (s < n) {
-        const Vec& x = s == me ? mine : in[s];
-        if (s == 0) {
-          acc.init(x);
-        } else {
-          acc.add(x, a.op);
-        }
-      }
-    }
-    const Vec r = acc.round();
+    const Vec r = reduceInRankOrder<T, kMax>(n, me, mine, in, a.op);
     storeVolatile(own + half + j * kVecBytes, r);
     storeUser<T>(a.recv, v, a.count, aligned, r);
   }
@@ -90,34 +72,11 @@ __device__ __forceinline__ void twoShotPullBody(const AllReduceArgs& a, const Ca
 
   // Gather the other ranks' reduced slices. In place, the output positions written here were
   // read by this block's publish loop, which ended at the first flag's barrier.
-  // Up to kGatherDepth loads in flight per thread before their stores: each is a round trip
-  // when the regions are in host memory.
-  constexpr int kGatherDepth = 4;
-  for (uint32_t t0 = threadIdx.x; t0 < pairs; t0 += kGatherDepth * blockDim.x) {
-    Vec x[kGatherDepth];
-    uint64_t dst[kGatherDepth];
-#pragma unroll
-    for (int k = 0; k < kGatherDepth; ++k) {
-      const uint32_t t = t0 + k * blockDim.x;
-      dst[k] = vecs;  // nothing to store
-      if (t < pairs) {
-        const uint32_t q = t / w32;
-        int o = me + 1 + static_cast<int>(q);
-        if (o >= n) o -= n;
-        const uint64_t j = j0 + (t - q * w32);
-        const uint64_t v = uint64_t(o) * chunk + j;
-        if (v < vecs) {
-          dst[k] = v;
-          x[k] = loadVolatile(pullPayload(pullArea(a, a.peer_ws[o], ctx.parity)) + half +
-                              j * kVecBytes);
-        }
-      }
-    }
-#pragma unroll
-    for (int k = 0; k < kGatherDepth; ++k) {
-      if (dst[k] < vecs) storeUser<T>(a.recv, dst[k], a.count, aligned, x[k]);
-    }
-  }
+  copyOthersChunks<T, 4>(a, bs, j0, static_cast<uint32_t>(width), threadIdx.x, blockDim.x,
+                         [&](int o, uint64_t j) {
+                           return pullPayload(pullArea(a, a.peer_ws[o], ctx.parity)) + half +
+                                  j * kVecBytes;
+                         });
 }
 
 TPAR_ALLREDUCE_KERNEL(twoShotPull, twoShotPullBody)

@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <limits>
 #include <map>
 
 #include <nlohmann/json.hpp>
@@ -117,7 +118,7 @@ tparResult_t entryFromJson(const nlohmann::json& e, size_t index, TuningEntry* o
   if (!planAlgoFromName(algo, &entry.plan))
     return bad(at + ".algo", "is '" + algo +
                                  "'; expected oneshot, twoshot, staged, hier, oneshot-pull, "
-                                 "twoshot-pull or nccl");
+                                 "twoshot-pull, pipelined, twoshot-ll or nccl");
 
   int64_t v = 0;
   TPAR_TRY(getInt(e, "active_blocks", at + ".active_blocks", 0, kernels::kMaxBlocks, &v));
@@ -126,6 +127,15 @@ tparResult_t entryFromJson(const nlohmann::json& e, size_t index, TuningEntry* o
   if (!validThreads(v))
     return bad(at + ".threads", "is " + std::to_string(v) + "; expected 0 or a multiple of 32 in 64..512");
   entry.plan.threads = static_cast<int>(v);
+  // Optional (tables written before the pipelined two-shot have none): 0 = built-in.
+  if (e.find("steps") != e.end()) {
+    TPAR_TRY(getInt(e, "steps", at + ".steps", 0, kMaxPlanSteps, &v));
+    entry.plan.steps = static_cast<int>(v);
+  }
+  if (e.find("pull") != e.end()) {
+    TPAR_TRY(getInt(e, "pull", at + ".pull", 0, 1, &v));
+    entry.plan.pull = v != 0;
+  }
 
   // "us" is informational and optional; when present it is a real measurement.
   auto us = e.find("us");
@@ -189,6 +199,8 @@ const char* algoName(kernels::Algo a) {
     case kernels::Algo::kHier: return "hier";
     case kernels::Algo::kOneShotPull: return "oneshot-pull";
     case kernels::Algo::kTwoShotPull: return "twoshot-pull";
+    case kernels::Algo::kPipelined: return "pipelined";
+    case kernels::Algo::kTwoShotLL: return "twoshot-ll";
   }
   return "unknown";
 }
@@ -196,13 +208,28 @@ const char* algoName(kernels::Algo a) {
 bool algoFromName(const std::string& name, kernels::Algo* out) {
   for (kernels::Algo a : {kernels::Algo::kOneShot, kernels::Algo::kTwoShot,
                           kernels::Algo::kStaged, kernels::Algo::kHier,
-                          kernels::Algo::kOneShotPull, kernels::Algo::kTwoShotPull}) {
+                          kernels::Algo::kOneShotPull, kernels::Algo::kTwoShotPull,
+                          kernels::Algo::kPipelined, kernels::Algo::kTwoShotLL}) {
     if (name == algoName(a)) {
       *out = a;
       return true;
     }
   }
   return false;
+}
+
+TuningTable singlePlanTable(const TunerContext& ctx, const Plan& plan) {
+  TuningTable t;
+  t.signature = ctx.signature;
+  t.nranks = ctx.nranks;
+  for (int d = 0; d < tparNumDataTypes; ++d) {
+    TuningEntry e;
+    e.max_bytes = std::numeric_limits<uint64_t>::max();
+    e.dtype = static_cast<tparDataType_t>(d);
+    e.plan = plan;
+    t.entries.push_back(e);
+  }
+  return t;
 }
 
 const char* planAlgoName(const Plan& p) { return p.nccl ? "nccl" : algoName(p.algo); }
@@ -216,28 +243,58 @@ bool planAlgoFromName(const std::string& name, Plan* out) {
   return algoFromName(name, &out->algo);
 }
 
+namespace {
+
+// The launch shape of a plan whose receive regions are in host memory, where every waiting
+// warp polls across the link and those polls queue (NOTE [flag lines]). Measured with `tpar
+// tune --transport host` on an H200 with 2, 4 and 8 virtual ranks (docs/PERFORMANCE.md):
+//  * pipelined: published once in the sender's own region (pull), which beat pushing at
+//    48 KiB and up with 4 and 8 ranks and tied with 2; about one block per 8 KiB that a rank
+//    sends, at most 32 / n (the polling warps of all ranks together) and 8; steps of about
+//    48 KiB per block, since each step costs two fenced hand-offs.
+//  * twoshot-ll: one block with 8 ranks, two with fewer.
+//  * pull variants (their flags or lines are polled per block): about one block per 16 KiB of a
+//    rank's chunk (8 ranks, 12 KiB: 290 us with 32 blocks, 43 with 1).
+// Other algorithms keep the kernels' own shape.
+Plan hostShape(Plan p, uint64_t bytes, const TunerContext& ctx) {
+  const uint64_t n = static_cast<uint64_t>(std::max(ctx.nranks, 1));
+  if (p.algo == kernels::Algo::kPipelined) {
+    const uint64_t pushed = bytes / n * (n - 1);
+    const uint64_t cap = std::min<uint64_t>(std::max<uint64_t>(32 / n, 1), 8);
+    const uint64_t blocks = std::min<uint64_t>(std::max<uint64_t>(pushed / (8u << 10), 1), cap);
+    p.active_blocks = static_cast<int>(blocks);
+    p.steps = static_cast<int>(
+        std::min<uint64_t>(std::max<uint64_t>(pushed / blocks / (48u << 10), 1), 16));
+    p.pull = true;
+  } else if (p.algo == kernels::Algo::kTwoShotLL) {
+    p.active_blocks = n >= 8 ? 1 : 2;
+  } else if (p.algo == kernels::Algo::kOneShotPull || p.algo == kernels::Algo::kTwoShotPull) {
+    const uint64_t blocks = bytes / (n * (16u << 10));
+    p.active_blocks = static_cast<int>(std::min<uint64_t>(std::max<uint64_t>(blocks, 1), 32));
+  }
+  return p;
+}
+
+}  // namespace
+
 Plan defaultPlan(uint64_t bytes, tparDataType_t dtype, const TunerContext& ctx,
                  int64_t one_shot_max_bytes) {
   (void)dtype;  // the built-in thresholds are in bytes; only a measured table tells dtypes apart
   Plan p;       // active_blocks = threads = 0: the kernels size themselves from the work
   if (ctx.host_transport) {
-    // Every byte crosses a GPU's PCIe link to host memory and back (NOTE [host regions]).
-    // Publishing once and reading is the only sensible shape there: the pull variants. One-shot
-    // pull reads 2(n-1) times the message per rank in one round trip, two-shot pull 2(n-1)/n
-    // of it in two, and a round trip through host memory costs far more than the byte count
-    // suggests: on an H200 with virtual ranks, one-shot pull won at 12 KiB for 4 and 8 ranks
-    // (14.8 vs 21.8 us, 41 vs 51 us), at 48 KiB for 2, and lost at 112 KiB for 4 and 8.
+    // Every byte crosses a GPU's PCIe link to host memory and back (NOTE [host regions]), and
+    // every flag costs a system-scope fence and a polled round trip (NOTE [flag lines]). Two
+    // ranks, small messages: one-shot pull, a single round trip. Then two-shot LL, whose data
+    // carries its own epoch (no fences, twice the bytes), then the pipelined two-shot. The
+    // crossovers are those measured on an H200 with 2, 4 and 8 virtual ranks.
     const uint64_t n = static_cast<uint64_t>(std::max(ctx.nranks, 1));
     const uint64_t limit = one_shot_max_bytes >= 0 ? static_cast<uint64_t>(one_shot_max_bytes)
-                           : n <= 2                ? (64u << 10)
-                                                   : (16u << 10);
-    p.algo = bytes <= limit || n <= 1 ? kernels::Algo::kOneShotPull : kernels::Algo::kTwoShotPull;
-    // Few blocks: every waiting thread polls host memory across the link, and polls queue
-    // behind each other there (an H200 with 8 virtual ranks: 12 KiB took 290 us with 32 blocks
-    // per rank, 43 us with one). About one block per 16 KiB of a rank's chunk.
-    const uint64_t blocks = bytes / (n * (16u << 10));
-    p.active_blocks = static_cast<int>(std::min<uint64_t>(std::max<uint64_t>(blocks, 1), 32));
-    return p;
+                           : n <= 2                ? (16u << 10)
+                                                   : 0;
+    p.algo = bytes <= limit || n <= 1 ? kernels::Algo::kOneShotPull
+             : bytes <= (32u << 10)   ? kernels::Algo::kTwoShotLL
+                                      : kernels::Algo::kPipelined;
+    return hostShape(p, bytes, ctx);
   }
   const uint64_t one_shot_limit = one_shot_max_bytes >= 0
                                       ? static_cast<uint64_t>(one_shot_max_bytes)
@@ -282,8 +339,16 @@ Plan selectPlan(uint64_t bytes, tparDataType_t dtype, const TunerContext& ctx,
     case tparAlgoHierarchical:
       forced_plan.algo = kernels::Algo::kHier;
       return runnable(forced_plan, ctx);
-    case tparAlgoOneShotPull: forced_plan.algo = kernels::Algo::kOneShotPull; return forced_plan;
-    case tparAlgoTwoShotPull: forced_plan.algo = kernels::Algo::kTwoShotPull; return forced_plan;
+    // In host memory these need few blocks (hostShape); elsewhere the kernels' own shape.
+    case tparAlgoOneShotPull:
+    case tparAlgoTwoShotPull:
+    case tparAlgoPipelined:
+    case tparAlgoTwoShotLL:
+      forced_plan.algo = forced == tparAlgoOneShotPull   ? kernels::Algo::kOneShotPull
+                         : forced == tparAlgoTwoShotPull ? kernels::Algo::kTwoShotPull
+                         : forced == tparAlgoPipelined   ? kernels::Algo::kPipelined
+                                                         : kernels::Algo::kTwoShotLL;
+      return ctx.host_transport ? hostShape(forced_plan, bytes, ctx) : forced_plan;
     case tparAlgoNccl: forced_plan.nccl = true; return forced_plan;
     default: break;
   }
@@ -321,6 +386,8 @@ std::string tuningToJson(const TuningTable& table) {
     o["algo"] = planAlgoName(e.plan);
     o["active_blocks"] = e.plan.active_blocks;
     o["threads"] = e.plan.threads;
+    o["steps"] = e.plan.steps;
+    o["pull"] = e.plan.pull ? 1 : 0;
     // Written to the nanosecond, and only when that is a positive finite number: the reader
     // rejects 0 and non-numbers, so a sub-nanosecond or overflowing value (both found by
     // fuzzing the round trip) would make the file unreadable.

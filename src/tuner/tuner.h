@@ -14,10 +14,14 @@
 
 namespace tpar {
 
+constexpr int kMaxPlanSteps = 64;
+
 struct Plan {
   kernels::Algo algo = kernels::Algo::kOneShot;
   int active_blocks = 0;  // 0: every block of the communicator's grid
   int threads = 0;        // 0: sized from the work (kernels::threadsFor)
+  int steps = 0;          // pipelined: steps per block (0: one), at most kMaxPlanSteps
+  bool pull = false;      // pipelined: publish once in our own region, peers read it there
   // Hand the call to the attached NCCL communicator (tparAlgoNccl); the fields above are then
   // unused. Table entries say "algo": "nccl".
   bool nccl = false;
@@ -65,6 +69,10 @@ Plan defaultPlan(uint64_t bytes, tparDataType_t dtype, const TunerContext& ctx,
 Plan selectPlan(uint64_t bytes, tparDataType_t dtype, const TunerContext& ctx,
                 const TuningTable* table, tparAlgo_t forced, int64_t one_shot_max_bytes);
 
+// A table that gives `plan` for every size and datatype of `ctx`'s group: how `tpar tune` and
+// the tests run one plan through the very path (selectPlan) that a saved table takes.
+TuningTable singlePlanTable(const TunerContext& ctx, const Plan& plan);
+
 // Reads a tuning file. A file that does not parse, has another format version, or names
 // another topology signature or rank count fails with tparInvalidArgument and a message naming
 // the file and the problem; the caller then uses the defaults. A file that cannot be read
@@ -82,7 +90,7 @@ std::string tuningFilePath(const TunerContext& ctx);
 std::string tuningFilePathFrom(const TunerContext& ctx, const std::string& tuning_file,
                                const char* xdg_cache_home, const char* home);
 
-// "oneshot", "twoshot", "staged", "hier", "oneshot-pull", "twoshot-pull"
+// "oneshot", "twoshot", "staged", "hier", "oneshot-pull", "twoshot-pull", "pipelined", "twoshot-ll"
 const char* algoName(kernels::Algo a);
 bool algoFromName(const std::string& name, kernels::Algo* out);
 // A plan's algorithm as tables and tools name it: algoName, or "nccl".

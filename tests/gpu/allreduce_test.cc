@@ -13,10 +13,12 @@ namespace {
 
 // Every algorithm a caller can force, and auto.
 const tparAlgo_t kAlgos[] = {tparAlgoOneShot,     tparAlgoTwoShot,     tparAlgoStaged,
-                             tparAlgoOneShotPull, tparAlgoTwoShotPull, tparAlgoAuto};
+                             tparAlgoOneShotPull, tparAlgoTwoShotPull, tparAlgoPipelined,
+                             tparAlgoTwoShotLL,   tparAlgoAuto};
 // The same without auto (auto picks one of them by size).
-const tparAlgo_t kForcedAlgos[] = {tparAlgoOneShot, tparAlgoTwoShot, tparAlgoStaged,
-                                   tparAlgoOneShotPull, tparAlgoTwoShotPull};
+const tparAlgo_t kForcedAlgos[] = {tparAlgoOneShot,     tparAlgoTwoShot,     tparAlgoStaged,
+                                   tparAlgoOneShotPull, tparAlgoTwoShotPull, tparAlgoPipelined,
+                                   tparAlgoTwoShotLL};
 
 tparConfig_t configFor(int transport, tparAlgo_t algo) {
   tparConfig_t cfg = sharedDeviceConfig();

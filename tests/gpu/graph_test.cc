@@ -88,7 +88,8 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Combine(::testing::Values(kTransportDefault, kTransportHost),
                        ::testing::Values(tparAlgoAuto, tparAlgoOneShot, tparAlgoTwoShot,
                                          tparAlgoStaged, tparAlgoOneShotPull,
-                                         tparAlgoTwoShotPull)),
+                                         tparAlgoTwoShotPull, tparAlgoPipelined,
+                                         tparAlgoTwoShotLL)),
     [](const ::testing::TestParamInfo<GraphParam>& info) {
       return transportLabel(std::get<0>(info.param)) + "_" +
              testNamePart(tparAlgoName(std::get<1>(info.param)));

@@ -27,8 +27,9 @@ tparConfig_t hostConfig(tparAlgo_t algo = tparAlgoAuto, int64_t timeout_ms = 200
   return cfg;
 }
 
-const tparAlgo_t kForcedAlgos[] = {tparAlgoOneShot, tparAlgoTwoShot, tparAlgoStaged,
-                                   tparAlgoOneShotPull, tparAlgoTwoShotPull};
+const tparAlgo_t kForcedAlgos[] = {tparAlgoOneShot,     tparAlgoTwoShot,     tparAlgoStaged,
+                                   tparAlgoOneShotPull, tparAlgoTwoShotPull, tparAlgoPipelined,
+                                   tparAlgoTwoShotLL};
 
 // ---------------------------------------------------------------------------------------------
 // What the communicator reports
@@ -148,7 +149,7 @@ TEST(HostTransportFaults, EveryWaitingRankGivesUpWhenOneRankNeverArrives) {
 TEST(HostTransportFaults, RanksThatDisagreeOnCountGetInvalidUsage) {
   TPAR_REQUIRE_GPU();
   for (tparAlgo_t algo : {tparAlgoAuto, tparAlgoOneShot, tparAlgoTwoShot, tparAlgoOneShotPull,
-                          tparAlgoTwoShotPull}) {
+                          tparAlgoTwoShotPull, tparAlgoPipelined, tparAlgoTwoShotLL}) {
     SCOPED_TRACE(tparAlgoName(algo));
     VirtualGroup g;
     ASSERT_EQ("", g.init(2, hostConfig(algo, 2000)));

@@ -18,7 +18,8 @@ TEST(DISABLED_FixtureTopologyChild, EveryAlgorithmIsCorrectOnTheFixtureIslands) 
   // (two sockets).
   for (int n : {4, 8}) {
     for (tparAlgo_t algo : {tparAlgoOneShot, tparAlgoTwoShot, tparAlgoStaged, tparAlgoHierarchical,
-                            tparAlgoOneShotPull, tparAlgoTwoShotPull, tparAlgoAuto}) {
+                            tparAlgoOneShotPull, tparAlgoTwoShotPull, tparAlgoPipelined,
+                            tparAlgoTwoShotLL, tparAlgoAuto}) {
       SCOPED_TRACE(std::string("n ") + std::to_string(n) + " " + tparAlgoName(algo));
       tparConfig_t cfg = sharedDeviceConfig();
       cfg.algorithm = algo;

@@ -58,6 +58,8 @@ TEST(HostLinkFloor, BytesPerCallFollowTheModelOfEveryAlgorithm) {
   } cases[] = {
       {"oneshot-pull", 2 * 8, 2 * 8 * 7, 1},
       {"twoshot-pull", 8, 2 * 7, 2},
+      {"pipelined", 8, 2 * 7, 2},
+      {"twoshot-ll", 4 * 7, 4 * 7, 2},
       {"oneshot", 2 * 8 * 7, 8 * 7, 1},
       {"twoshot", 4 * 7, 2 * 7, 2},
       {"staged", 4 * 7, 2 * 7, 2},

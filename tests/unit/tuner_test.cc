@@ -196,12 +196,15 @@ TEST(TunerSelect, TableNamingHierarchicalOnAGroupWithoutIslandsRunsTwoShot) {
 }
 
 TEST(TunerNames, AlgoNamesRoundTripAndUnknownNamesAreRejected) {
-  for (Algo a : {Algo::kOneShot, Algo::kTwoShot, Algo::kStaged, Algo::kHier}) {
+  for (Algo a : {Algo::kOneShot, Algo::kTwoShot, Algo::kStaged, Algo::kHier, Algo::kOneShotPull,
+                 Algo::kTwoShotPull, Algo::kPipelined, Algo::kTwoShotLL}) {
     Algo back = Algo::kOneShot;
     ASSERT_TRUE(algoFromName(algoName(a), &back)) << algoName(a);
     EXPECT_EQ(a, back);
   }
   EXPECT_STREQ("hier", algoName(Algo::kHier));
+  EXPECT_STREQ("pipelined", algoName(Algo::kPipelined));
+  EXPECT_STREQ("twoshot-ll", algoName(Algo::kTwoShotLL));
   Algo out = Algo::kStaged;
   EXPECT_FALSE(algoFromName("ring", &out));
   EXPECT_FALSE(algoFromName("", &out));
@@ -626,6 +629,46 @@ TEST(NcclRouting, TableEntriesNamingNcclRoundTripThroughJson) {
   EXPECT_EQ(text, tuningToJson(back));
 }
 
+TEST(TuningJson, StepsAndPullRoundTripAndAreOptional) {
+  TuningTable t;
+  t.signature = "s";
+  t.nranks = 8;
+  TuningEntry e;
+  e.dtype = tparBfloat16;
+  e.max_bytes = 1 << 20;
+  e.plan.algo = Algo::kPipelined;
+  e.plan.active_blocks = 4;
+  e.plan.steps = 8;
+  e.plan.pull = true;
+  e.us = 430.5;
+  t.entries.push_back(e);
+  const std::string text = tuningToJson(t);
+  TuningTable back;
+  ASSERT_EQ(tparSuccess, tuningFromJson(text, &back)) << lastError();
+  ASSERT_EQ(1u, back.entries.size());
+  EXPECT_EQ(Algo::kPipelined, back.entries[0].plan.algo);
+  EXPECT_EQ(8, back.entries[0].plan.steps);
+  EXPECT_TRUE(back.entries[0].plan.pull);
+  EXPECT_EQ(text, tuningToJson(back));
+  // Tables written before these fields: both default.
+  const std::string old_text =
+      R"({"format":"tpar-tuning","version":1,"signature":"s","nranks":2,"entries":[)"
+      R"({"dtype":"bfloat16","max_bytes":4096,"algo":"pipelined","active_blocks":2,"threads":0}]})";
+  ASSERT_EQ(tparSuccess, tuningFromJson(old_text, &back)) << lastError();
+  EXPECT_EQ(0, back.entries[0].plan.steps);
+  EXPECT_FALSE(back.entries[0].plan.pull);
+  // Out of range: named.
+  for (const char* bad : {R"("steps":65)", R"("steps":-1)", R"("pull":2)"}) {
+    const std::string text2 =
+        std::string(R"({"format":"tpar-tuning","version":1,"signature":"s","nranks":2,"entries":[)") +
+        R"({"dtype":"bfloat16","max_bytes":4096,"algo":"pipelined","active_blocks":2,"threads":0,)" +
+        bad + "}]}";
+    EXPECT_EQ(tparInvalidArgument, tuningFromJson(text2, &back)) << bad;
+    const std::string field = std::string(bad).substr(1, std::string(bad).find('"', 1) - 1);
+    EXPECT_NE(std::string::npos, lastError().find("entries[0]." + field)) << lastError();
+  }
+}
+
 TEST(NcclRouting, UnknownAlgorithmInATableIsRejectedListingNccl) {
   const std::string text =
       R"({"format":"tpar-tuning","version":1,"signature":"s","nranks":2,"entries":[)"
@@ -901,39 +944,83 @@ TunerContext hostContext(int nranks) {
   return ctx;
 }
 
-TEST(HostDefaults, OnlyPullAlgorithmsOneShotForSmallMessages) {
+TEST(HostDefaults, OneShotPullThenTwoShotLLThenPipelinedPull) {
   for (int n : {2, 4, 8}) {
     const TunerContext ctx = hostContext(n);
-    const uint64_t limit = n <= 2 ? (64u << 10) : (16u << 10);
-    for (uint64_t bytes : {uint64_t{16}, uint64_t{4096}, limit, limit + 16, uint64_t{1} << 20,
+    const uint64_t one_shot = n <= 2 ? (16u << 10) : 0;
+    for (uint64_t bytes : {uint64_t{16}, uint64_t{4096}, uint64_t{16} << 10, (uint64_t{16} << 10) + 16,
+                           uint64_t{32} << 10, (uint64_t{32} << 10) + 16, uint64_t{1} << 20,
                            uint64_t{64} << 20}) {
       const Plan p = defaultPlan(bytes, tparBfloat16, ctx, -1);
-      EXPECT_EQ(bytes <= limit ? Algo::kOneShotPull : Algo::kTwoShotPull, p.algo)
-          << n << " ranks, " << bytes << " bytes";
+      const Algo want = bytes <= one_shot       ? Algo::kOneShotPull
+                        : bytes <= (32u << 10) ? Algo::kTwoShotLL
+                                               : Algo::kPipelined;
+      EXPECT_EQ(want, p.algo) << n << " ranks, " << bytes << " bytes";
       EXPECT_FALSE(p.nccl);
+      if (p.algo == Algo::kPipelined) EXPECT_TRUE(p.pull) << n << " ranks, " << bytes;
     }
   }
   // One rank exchanges nothing: the cheapest kernel.
   EXPECT_EQ(Algo::kOneShotPull, defaultPlan(64u << 20, tparFloat32, hostContext(1), -1).algo);
-  // TPAR_ONESHOT_MAX_BYTES moves the crossover here too.
+  // TPAR_ONESHOT_MAX_BYTES moves the one-shot crossover here too.
   EXPECT_EQ(Algo::kOneShotPull, defaultPlan(100000, tparBfloat16, hostContext(8), 128 << 10).algo);
-  EXPECT_EQ(Algo::kTwoShotPull, defaultPlan(4096, tparBfloat16, hostContext(8), 0).algo);
+  EXPECT_EQ(Algo::kTwoShotLL, defaultPlan(4096, tparBfloat16, hostContext(2), 0).algo);
 }
 
-TEST(HostDefaults, FewBlocksForSmallMessagesMoreForLargeOnesAtMostThirtyTwo) {
-  const TunerContext ctx = hostContext(8);
-  EXPECT_EQ(1, defaultPlan(12 << 10, tparBfloat16, ctx, -1).active_blocks);
-  EXPECT_EQ(1, defaultPlan(112 << 10, tparBfloat16, ctx, -1).active_blocks);
-  EXPECT_EQ(8, defaultPlan(1 << 20, tparBfloat16, ctx, -1).active_blocks);
-  EXPECT_EQ(32, defaultPlan(64 << 20, tparBfloat16, ctx, -1).active_blocks);
-  int last = 0;
-  for (uint64_t bytes = 16; bytes <= (uint64_t{1} << 30); bytes *= 2) {
-    const int b = defaultPlan(bytes, tparBfloat16, ctx, -1).active_blocks;
-    EXPECT_GE(b, last) << bytes;
-    EXPECT_GE(b, 1);
-    EXPECT_LE(b, 32);
-    last = b;
+TEST(HostDefaults, FewBlocksAndStepsThatGrowWithTheMessage) {
+  // Pipelined: about one block per 8 KiB a rank sends, at most 32 / n and 8; steps of about
+  // 48 KiB per block, at most 16.
+  struct Case {
+    int n;
+    uint64_t bytes;
+    int blocks, steps;
+  };
+  for (const Case& c : {Case{8, 48 << 10, 4, 1}, Case{8, 112 << 10, 4, 1},
+                        Case{8, 1 << 20, 4, 4}, Case{8, 64 << 20, 4, 16}, Case{4, 112 << 10, 8, 1},
+                        Case{4, 1 << 20, 8, 2}, Case{2, 112 << 10, 7, 1}, Case{2, 1 << 20, 8, 1}}) {
+    const Plan p = defaultPlan(c.bytes, tparBfloat16, hostContext(c.n), -1);
+    ASSERT_EQ(Algo::kPipelined, p.algo) << c.n << " ranks, " << c.bytes;
+    EXPECT_EQ(c.blocks, p.active_blocks) << c.n << " ranks, " << c.bytes;
+    EXPECT_EQ(c.steps, p.steps) << c.n << " ranks, " << c.bytes;
   }
+  for (int n : {2, 3, 4, 8, 16}) {
+    int last_blocks = 0, last_steps = 0;
+    for (uint64_t bytes = 64u << 10; bytes <= (uint64_t{1} << 30); bytes *= 2) {
+      const Plan p = defaultPlan(bytes, tparBfloat16, hostContext(n), -1);
+      EXPECT_GE(p.active_blocks, last_blocks) << bytes;
+      EXPECT_GE(p.steps, last_steps) << bytes;
+      EXPECT_GE(p.active_blocks, 1);
+      EXPECT_LE(p.active_blocks, std::max(1, std::min(8, 32 / n))) << n;
+      EXPECT_LE(p.active_blocks, kernels::WorkspaceLayout::kLineBlocks);
+      EXPECT_GE(p.steps, 1);
+      EXPECT_LE(p.steps, 16);
+      last_blocks = p.active_blocks;
+      last_steps = p.steps;
+    }
+  }
+  // Two-shot LL: one block with 8 ranks, two with fewer.
+  EXPECT_EQ(1, defaultPlan(12 << 10, tparBfloat16, hostContext(8), -1).active_blocks);
+  EXPECT_EQ(2, defaultPlan(12 << 10, tparBfloat16, hostContext(4), -1).active_blocks);
+}
+
+TEST(HostDefaults, ForcedHostAlgorithmsGetTheHostShape) {
+  const TunerContext ctx = hostContext(8);
+  const Plan p = selectPlan(1 << 20, tparBfloat16, ctx, nullptr, tparAlgoPipelined, -1);
+  EXPECT_EQ(Algo::kPipelined, p.algo);
+  EXPECT_EQ(4, p.active_blocks);
+  EXPECT_EQ(4, p.steps);
+  EXPECT_TRUE(p.pull);
+  EXPECT_EQ(1, selectPlan(12 << 10, tparBfloat16, ctx, nullptr, tparAlgoTwoShotLL, -1)
+                   .active_blocks);
+  EXPECT_EQ(1, selectPlan(12 << 10, tparBfloat16, ctx, nullptr, tparAlgoTwoShotPull, -1)
+                   .active_blocks);
+  // In GPU memory the kernels keep their own shape.
+  TunerContext dev = ctx;
+  dev.host_transport = false;
+  const Plan q = selectPlan(1 << 20, tparBfloat16, dev, nullptr, tparAlgoPipelined, -1);
+  EXPECT_EQ(0, q.active_blocks);
+  EXPECT_EQ(0, q.steps);
+  EXPECT_FALSE(q.pull);
 }
 
 TEST(HostDefaults, GpuMemoryTransportsNeverPickPullByDefault) {
@@ -943,6 +1030,8 @@ TEST(HostDefaults, GpuMemoryTransportsNeverPickPullByDefault) {
     const Algo a = defaultPlan(bytes, tparBfloat16, ctx, -1).algo;
     EXPECT_NE(Algo::kOneShotPull, a) << bytes;
     EXPECT_NE(Algo::kTwoShotPull, a) << bytes;
+    EXPECT_NE(Algo::kPipelined, a) << bytes;
+    EXPECT_NE(Algo::kTwoShotLL, a) << bytes;
   }
 }
 
@@ -973,6 +1062,14 @@ TEST(HostLayout, PullLimitsFitTheirAreasAndGrowWithThePieceOnlyInHostMemory) {
         EXPECT_LE(v2 * 16, half);
         EXPECT_LE((v2 + n - 1) / n * 16, half);
         EXPECT_GE(l.twoShotPullMaxBytes(n) + 16 * n + 16, pull_max);
+        // Pipelined: n chunks of ceil(vecs / n) vectors in each half.
+        const uint64_t v3 = l.pipelinedMaxBytes(n) / 16;
+        EXPECT_LE((v3 + n - 1) / n * n * 16, half);
+        EXPECT_GE(l.pipelinedMaxBytes(n) + 16 * n + 16, pull_max);
+        // Two-shot LL: two lines per vector of n chunks, in groups of 32, in each half.
+        const uint64_t v4 = l.twoShotLLMaxBytes(n) / 16;
+        EXPECT_LE(((v4 + n - 1) / n * n + 31) / 32 * 64 * 16, half);
+        EXPECT_GE(2 * l.twoShotLLMaxBytes(n) + 2048 + 32 * n, pull_max);
       }
       EXPECT_EQ(l.totalBytes(), l.pullBase() + 2 * l.pull_bytes);
     }

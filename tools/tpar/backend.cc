@@ -256,8 +256,10 @@ std::unique_ptr<Backend> makeBackend(const std::string& name, std::string* why,
   if (name == "tpar:hier") return makeTparBackend(tparAlgoHierarchical, t);
   if (name == "tpar:oneshot-pull") return makeTparBackend(tparAlgoOneShotPull, t);
   if (name == "tpar:twoshot-pull") return makeTparBackend(tparAlgoTwoShotPull, t);
+  if (name == "tpar:pipelined") return makeTparBackend(tparAlgoPipelined, t);
+  if (name == "tpar:twoshot-ll") return makeTparBackend(tparAlgoTwoShotLL, t);
   if (name == "nccl") return makeNcclBackend(why);
-  if (why) *why = "unknown backend '" + name + "' (tpar, tpar:oneshot, tpar:twoshot, tpar:staged, tpar:hier, tpar:oneshot-pull, tpar:twoshot-pull, nccl, nccl:p2p-sys, nccl:shm)";
+  if (why) *why = "unknown backend '" + name + "' (tpar, tpar:oneshot, tpar:twoshot, tpar:staged, tpar:hier, tpar:oneshot-pull, tpar:twoshot-pull, tpar:pipelined, tpar:twoshot-ll, nccl, nccl:p2p-sys, nccl:shm)";
   return nullptr;
 }
 

@@ -408,7 +408,7 @@ int runWorker(const BenchOptions& opt, int ngpus) {
 
 std::vector<std::string> defaultBackends(int ngpus) {
   std::vector<std::string> b = {"tpar",        "tpar:oneshot",      "tpar:twoshot",
-                                "tpar:staged", "tpar:oneshot-pull", "tpar:twoshot-pull",
+                                "tpar:staged", "tpar:oneshot-pull", "tpar:twoshot-pull", "tpar:pipelined", "tpar:twoshot-ll",
                                 "nccl"};
   if (ngpus > 2) b.insert(b.begin() + 4, "tpar:hier");
   if (ngpus > 1) {
@@ -443,15 +443,16 @@ void registerOptions(CLI::App* app, BenchOptions* opt, std::shared_ptr<std::stri
           std::string why;
           if (!ncclVariants().count(item) && item != "tpar" && item != "tpar:oneshot" &&
               item != "tpar:twoshot" && item != "tpar:staged" && item != "tpar:hier" &&
-              item != "tpar:oneshot-pull" && item != "tpar:twoshot-pull" && item != "nccl")
+              item != "tpar:oneshot-pull" && item != "tpar:twoshot-pull" &&
+              item != "tpar:pipelined" && item != "tpar:twoshot-ll" && item != "nccl")
             *error = "--backends: unknown backend '" + item +
                      "' (tpar, tpar:oneshot, tpar:twoshot, tpar:staged, tpar:hier, "
-                     "tpar:oneshot-pull, tpar:twoshot-pull, nccl, nccl:p2p-sys, nccl:shm)";
+                     "tpar:oneshot-pull, tpar:twoshot-pull, tpar:pipelined, tpar:twoshot-ll, nccl, nccl:p2p-sys, nccl:shm)";
           opt->backends.push_back(item);
         }
       },
       "comma-separated: tpar, tpar:oneshot, tpar:twoshot, tpar:staged, tpar:hier, "
-      "tpar:oneshot-pull, tpar:twoshot-pull, nccl, nccl:p2p-sys, nccl:shm");
+      "tpar:oneshot-pull, tpar:twoshot-pull, tpar:pipelined, tpar:twoshot-ll, nccl, nccl:p2p-sys, nccl:shm");
   app->add_option_function<std::string>(
       "--transport",
       [opt, error](const std::string& v) {

@@ -145,6 +145,16 @@ bool hostLinkFloor(const std::string& algo, size_t bytes, int nranks, int ranks_
     w = n;
     r = 2 * (n - 1);
     rounds = 2;
+  } else if (algo == "pipelined") {
+    // Its host plans publish once (pull): the bytes of two-shot pull. Pushing instead writes
+    // 2(n-1) M, which the read side, the larger, already bounds when the link is symmetric.
+    w = n;
+    r = 2 * (n - 1);
+    rounds = 2;
+  } else if (algo == "twoshot-ll") {
+    w = 4 * (n - 1);
+    r = 4 * (n - 1);
+    rounds = 2;
   } else if (algo == "oneshot") {
     w = 2 * n * (n - 1);
     r = n * (n - 1);

@@ -45,7 +45,7 @@ struct HostLinkFloor {
 };
 
 // For a message of `bytes` over `nranks` ranks with algorithm `algo` (tparAlgoName: "oneshot",
-// "twoshot", "staged", "hier", "oneshot-pull", "twoshot-pull"), of which `ranks_per_link`
+// "twoshot", "staged", "hier", "oneshot-pull", "twoshot-pull", "pipelined", "twoshot-ll"), of which `ranks_per_link`
 // share one GPU's link (all of them for virtual ranks on one GPU, 1 with one rank per GPU),
 // at the measured bandwidths (GB/s) and hand-off time `rtt_us`. False, with *out untouched,
 // for an algorithm without a model ("nccl", "") or fewer than two ranks.

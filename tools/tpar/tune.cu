@@ -40,9 +40,11 @@ struct Group {
       if (c != nullptr) nccl->commDestroy(c);
     nccl_comms.clear();
   }
+  int transport = TPAR_CONFIG_UNDEF_INT;
   std::string init(const std::vector<int>& devs) {
     destroy();
     tparConfig_t cfg = TPAR_CONFIG_INITIALIZER;
+    cfg.transport = transport;
     cfg.algorithm = tparAlgoAuto;  // TPAR_ALGO must not override the plans being measured
     cfg.allowSharedDevice = devs.size() > 1 && devs[0] == devs[1] ? 1 : 0;
     comms.assign(devs.size(), nullptr);
@@ -77,17 +79,7 @@ struct Group {
   // (selectPlan) that a saved table takes, so a measured plan is exactly what a table gives.
   void usePlan(const Plan& plan) {
     for (tparComm_t c : comms) {
-      tpar::TuningTable t;
-      t.signature = c->tuner_ctx.signature;
-      t.nranks = c->tuner_ctx.nranks;
-      for (int d = 0; d < tparNumDataTypes; ++d) {
-        tpar::TuningEntry e;
-        e.max_bytes = std::numeric_limits<uint64_t>::max();
-        e.dtype = static_cast<tparDataType_t>(d);
-        e.plan = plan;
-        t.entries.push_back(e);
-      }
-      c->tuning = t;
+      c->tuning = tpar::singlePlanTable(c->tuner_ctx, plan);
       c->has_tuning = true;
     }
   }
@@ -150,8 +142,8 @@ std::string measurePlan(Group& g, Ranks& rk, size_t count, tparDataType_t dtype,
 
 std::string planText(const Plan& p) {
   char buf[64];
-  std::snprintf(buf, sizeof(buf), "%-12s %6d %7d", tpar::planAlgoName(p), p.active_blocks,
-                p.threads);
+  std::snprintf(buf, sizeof(buf), "%-12s %6d %7d %5d %4s", tpar::planAlgoName(p), p.active_blocks,
+                p.threads, p.steps, p.algo == kernels::Algo::kPipelined && p.pull ? "pull" : "-");
   return buf;
 }
 
@@ -195,6 +187,13 @@ void registerOptions(CLI::App* app, TuneOptions* opt, std::shared_ptr<std::strin
         opt->ranks = static_cast<int>(k);
       },
       "ranks (default: every GPU; on one GPU, 8 virtual ranks)");
+  app->add_option_function<std::string>(
+      "--transport",
+      [opt, error](const std::string& v) {
+        if (!parseTransportName(v, &opt->transport))
+          *error = "--transport: '" + v + "' is not auto, host or p2p";
+      },
+      "auto (default: TPAR_TRANSPORT), host (receive regions in pinned host memory) or p2p");
   app->add_option("--shapes", opt->shapes, "1: also try half the blocks per rank (default); 0: no");
   app->add_option("-o,--output", opt->output, "write the table here (default: where tpar looks)");
   app->add_flag("--dry-run", opt->dry_run, "measure and print; write no file");
@@ -235,11 +234,35 @@ std::vector<Plan> tuneCandidates(const tpar::TunerContext& ctx, int blocks, bool
   // Pull wins only where reads cost less than writes: a measurement decides, never a default.
   algos.push_back(kernels::Algo::kOneShotPull);
   algos.push_back(kernels::Algo::kTwoShotPull);
+  algos.push_back(kernels::Algo::kTwoShotLL);
+  if (!ctx.host_transport) algos.push_back(kernels::Algo::kPipelined);
   std::vector<int> active = {0};
   if (shapes && blocks >= 2) active.push_back(blocks / 2);
   std::vector<Plan> out;
   for (kernels::Algo a : algos) {
     for (int b : active) out.push_back(Plan{a, b, 0});
+  }
+  if (ctx.host_transport && shapes) {
+    // Few blocks poll less across the link.
+    for (int b : {1, 2, 4, 8}) {
+      if (b <= blocks) out.push_back(Plan{kernels::Algo::kTwoShotLL, b, 0});
+    }
+  }
+  if (ctx.host_transport) {
+    // Blocks set how many warps poll across the link, steps how far reads and writes overlap.
+    const std::vector<int> grid_blocks = shapes ? std::vector<int>{1, 2, 4, 8} : std::vector<int>{0};
+    const std::vector<int> grid_steps = shapes ? std::vector<int>{1, 2, 4, 8} : std::vector<int>{0};
+    for (bool pull : {true, false}) {
+      for (int b : grid_blocks) {
+        if (b > blocks) continue;
+        for (int s : grid_steps) {
+          Plan p{kernels::Algo::kPipelined, b, 0};
+          p.steps = s;
+          p.pull = pull;
+          out.push_back(p);
+        }
+      }
+    }
   }
   // Last: a tpar plan within the noise of NCCL keeps the size (pickFastest favours the first).
   if (nccl) {
@@ -315,6 +338,7 @@ int runTune(const TuneOptions& opt) {
   Ranks rk;
   if (std::string e = rk.alloc(devs, sizes.back() + max_elem); !e.empty()) return fail(e);
   Group g;
+  g.transport = opt.transport;
   std::string nccl_note;
   if (!opt.nccl) {
     nccl_note = "not measured (--nccl 0)";
@@ -358,8 +382,8 @@ int runTune(const TuneOptions& opt) {
   std::printf("# every plan is checked element by element on poisoned outputs, then timed as a\n"
               "# CUDA graph of %d calls after %d warm-up; %d blocks per rank, threads from the work\n",
               opt.iters, opt.warmup, info.blocksPerRank);
-  std::printf("# %12s %9s %-12s %6s %7s %10s %7s\n", "size (B)", "type", "algo", "blocks", "threads",
-              "time (us)", "#wrong");
+  std::printf("# %12s %9s %-12s %6s %7s %5s %4s %10s %7s\n", "size (B)", "type", "algo", "blocks",
+              "threads", "steps", "mode", "time (us)", "#wrong");
 
   std::vector<TuneBucket> buckets;
   const auto plans = tuneCandidates(ctx, info.blocksPerRank, opt.shapes, g.nccl != nullptr);

@@ -25,6 +25,7 @@ struct TuneOptions {
   std::string output;             // "": tuningFilePath of the group
   bool dry_run = false;           // measure and print, write nothing
   bool nccl = true;               // also measure NCCL where it can run (ranks on distinct GPUs)
+  int transport = TPAR_CONFIG_UNDEF_INT;  // tparConfig_t.transport; unset: TPAR_TRANSPORT
   std::string command_line;
 };
 
@@ -36,6 +37,8 @@ std::vector<size_t> tuneSizes(const TuneOptions& opt);
 
 // The plans `tpar tune` measures for a group: every algorithm the context can run, each with
 // the kernel-default shape and (with `shapes`) half of `blocks` active, then NCCL when `nccl`.
+// With receive regions in host memory (ctx.host_transport), the pipelined two-shot is measured
+// over a grid of blocks and steps instead (with `shapes`), since those decide its time there.
 std::vector<tpar::Plan> tuneCandidates(const tpar::TunerContext& ctx, int blocks, bool shapes,
                                        bool nccl);
 
