@@ -44,10 +44,14 @@ namespace kernels {
 // order sees the new values.
 //
 // NOTE [call header]
-// Block 0 of each rank stores a 16-byte header into every peer's header slot of the current
-// parity: {epoch, count, epoch, meta}, with meta = datatype, op, algorithm and a hash of the
-// whole call's count. Each 8-byte half carries the epoch, so a torn 16-byte store is detected
-// (only 8-byte atomicity is relied on). Every block waits for the headers of all peers before
+// Every block of each rank stores a 16-byte header into every peer's header slot of the
+// current parity: {epoch, count, epoch, meta}, with meta = datatype, op, algorithm and a hash of
+// the whole call's count. Each 8-byte half carries the epoch, so a torn 16-byte store is
+// detected (only 8-byte atomicity is relied on). Every block sends it, not block 0 alone: a
+// block that starts after a sibling already recorded a mismatch sees `failed` and sends
+// nothing, and if only block 0 sent headers, a late block 0 would leave the peer waiting for a
+// header until its timeout instead of reporting the mismatch (seen on an H200: 2 ranks in host
+// memory, one-shot, counts 1000 and 1001). The first block to start always sends it. Every block waits for the headers of all peers before
 // it reduces; a header whose count or meta differs from ours records tparInvalidUsage, and the
 // block gives up instead of reducing mismatched data. Headers are compared on equality of
 // 32-bit epochs, which is correct across the wrap of the counter. A slot is initialized to
@@ -572,10 +576,10 @@ __device__ __forceinline__ void beginCall(const AllReduceArgs& a, CallContext* c
   ctx->failed = failed != 0;
 }
 
-// Block 0 sends our call header to every peer (NOTE [call header]).
+// Sends our call header to every peer (NOTE [call header]); every block does.
 __device__ __forceinline__ void sendHeaders(const AllReduceArgs& a, const CallContext& ctx) {
   const int p = threadIdx.x;
-  if (blockIdx.x == 0 && p < a.nranks && p != a.rank && !ctx.failed) {
+  if (p < a.nranks && p != a.rank && !ctx.failed) {
     char* dst = a.peer_ws[p] + WorkspaceLayout::headerOffset(ctx.parity, a.rank);
     storeVolatile(dst, Vec{{ctx.epoch, static_cast<uint32_t>(a.count), ctx.epoch, a.meta}});
   }

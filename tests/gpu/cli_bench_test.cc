@@ -33,11 +33,11 @@ TEST(CliBench, ShortRunChecksEveryResultAndWritesJson) {
     EXPECT_GT(r["us_out_of_place"].get<double>(), 0.0);
     tpar_rows += r["backend"].get<std::string>().rfind("tpar", 0) == 0;
   }
-  // tpar, tpar:oneshot, tpar:twoshot, tpar:staged, tpar:oneshot-pull, tpar:twoshot-pull (and
-  // tpar:hier with 3+ GPUs) at two sizes.
+  // tpar, tpar:oneshot, tpar:twoshot, tpar:staged, tpar:oneshot-pull, tpar:twoshot-pull,
+  // tpar:pipelined, tpar:twoshot-ll (and tpar:hier with 3+ GPUs) at two sizes.
   int ngpus = 0;
   cudaGetDeviceCount(&ngpus);
-  EXPECT_EQ(ngpus > 2 ? 14 : 12, tpar_rows);
+  EXPECT_EQ(ngpus > 2 ? 18 : 16, tpar_rows);
   for (const char* key : {"gpus", "nvidia_driver", "commit", "command", "nccl"})
     EXPECT_TRUE(j.contains(key)) << key;
   unlink(json.c_str());
