@@ -243,9 +243,9 @@ __device__ __forceinline__ bool waitPeerFlags(const AllReduceArgs& a, uint32_t p
 //  * The receiver's acquire is a 4-byte ld.acquire.sys of the slot once its poll saw it. A
 //    fence.acq_rel.sys there instead added about 2 us to each hand-off (same experiment: 3.9 us
 //    with the sender's fence alone, 6.0 with a reader fence too, 4.0 with the acquire load).
-//  * Each fence is expensive in its own right: on the H200 with virtual ranks every further
-//    step of the pipelined kernel (two fenced hand-offs per rank) cost about 4.5 us with 2
-//    ranks, 6.5 with 4 and 11.5 with 8, which is why plans use few steps.
+//  * Each fenced hand-off is expensive: on the H200 with virtual ranks every further step of
+//    the pipelined kernel (two fenced hand-offs per rank) cost 4.4-4.6 us with 2 ranks, 6.4-7.3
+//    with 4 and 11.5-12.8 with 8, which is why plans use few steps.
 //  * Slots sit in the pull area of the call's parity, which starts at epoch_start - 2 in every
 //    word (NOTE [pull protocol]); a slot of parity p is rewritten in epoch e+2 only after every
 //    peer finished epoch e (NOTE [epochs and parity]). Steps only grow within an epoch, so a
