@@ -31,11 +31,11 @@ echo "== 1. doctor ($ngpus GPUs)"
 tail -20 "$out/doctor.txt"
 
 echo "== 2. real ranks: one thread for all GPUs, then one process per GPU, every result checked"
-algos=tpar,tpar:oneshot,tpar:twoshot,tpar:staged,tpar:hier,tpar:oneshot-pull,tpar:twoshot-pull
+algos=tpar,tpar:oneshot,tpar:twoshot,tpar:staged,tpar:hier,tpar:oneshot-pull,tpar:twoshot-pull,tpar:pipelined,tpar:twoshot-ll
 for tr in auto host; do
   "$tpar" bench --transport $tr --ranks "$ranks" --backends $algos \
     -b 1K -e 16M -f 4 -n 20 -w 5 >"$out/real-ranks-thread-$tr.txt" 2>&1 || status=1
-  "$tpar" bench --transport $tr --procs --ranks "$ranks" --backends tpar,tpar:twoshot,tpar:twoshot-pull \
+  "$tpar" bench --transport $tr --procs --ranks "$ranks" --backends tpar,tpar:twoshot,tpar:pipelined \
     -b 1K -e 16M -f 4 -n 20 -w 5 >"$out/real-ranks-procs-$tr.txt" 2>&1 || status=1
 done
 grep -hE "wrong elements" "$out"/real-ranks-*.txt
@@ -56,7 +56,7 @@ done
 
 echo "== 4. host-staged transport against NCCL without P2P (both through host memory)"
 "$tpar" bench --transport host --ranks "$ranks" -b 1K -e 4M -f 2 -n 100 -w 10 \
-  --backends tpar,tpar:oneshot-pull,tpar:twoshot-pull,nccl:shm \
+  --backends tpar,tpar:oneshot-pull,tpar:twoshot-pull,tpar:pipelined,tpar:twoshot-ll,nccl:shm \
   --json "$out/bench-host.json" >"$out/bench-host.txt" 2>&1 || status=1
 grep -E "^# host link|speed-up|x$|wrong elements" "$out/bench-host.txt" | tail -40
 

@@ -209,6 +209,7 @@ tparResult_t applyTopology(tparComm* comm, const Topology& topo) {
   for (int a = 0; a < n; ++a)
     for (int b = 0; b < n; ++b) worst = std::max(worst, static_cast<int>(topo.links[a][b]));
   ctx.worst_link = worst;
+  ctx.ranks_per_gpu = maxRanksPerGpu(topo);
   const size_t m = topo.islands.empty() ? 0 : topo.islands[0].size();
   bool equal = m > 0;
   for (const auto& island : topo.islands) equal &= island.size() == m;

@@ -104,6 +104,17 @@ std::string shortName(const Topology& t, int a, int b) {
 
 }  // namespace
 
+int maxRanksPerGpu(const Topology& t) {
+  int most = 1;
+  for (size_t a = 0; a < t.links.size(); ++a) {
+    int same = 0;
+    for (size_t b = 0; b < t.links[a].size(); ++b)
+      same += a == b || t.links[a][b] == LinkClass::kSameDevice;
+    most = std::max(most, same);
+  }
+  return most;
+}
+
 const char* linkClassName(LinkClass c) {
   switch (c) {
     case LinkClass::kSameDevice:

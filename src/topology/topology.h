@@ -42,6 +42,10 @@ struct Topology {
   std::string source;     // "hwloc", "xml:<path>", ...
 };
 
+// The most ranks that share one GPU (links of class kSameDevice, the rank itself included);
+// 1 for an empty topology.
+int maxRanksPerGpu(const Topology& t);
+
 // Builds the topology of the GPUs with these PCI bus ids from an hwloc XML file. Bus ids not in
 // the file fail with tparInvalidArgument; an empty list takes every NVIDIA GPU of the file in
 // bus order. P2P is taken as available between GPUs of the file unless the XML marks it

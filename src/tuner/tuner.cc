@@ -250,9 +250,10 @@ namespace {
 // tune --transport host` on an H200 with 2, 4 and 8 virtual ranks (docs/PERFORMANCE.md):
 //  * pipelined: published once in the sender's own region (pull), which beat pushing at
 //    48 KiB and up with 4 and 8 ranks and tied with 2; about one block per 8 KiB that a rank
-//    sends, at most 32 / n (the polling warps of all ranks together) and 8; steps of about
-//    48 KiB per block, since each step costs two fenced hand-offs.
-//  * twoshot-ll: one block with 8 ranks, two with fewer.
+//    sends, at most 32 / (ranks sharing a GPU: their polling warps and fences add up there)
+//    and 8; steps of about 48 KiB per block, since each step costs two fenced hand-offs. With
+//    one rank per GPU that gives 8 blocks, not measured yet (no multi-GPU machine so far).
+//  * twoshot-ll: one block when 8 or more ranks share a GPU, two otherwise.
 //  * pull variants (their flags or lines are polled per block): about one block per 16 KiB of a
 //    rank's chunk (8 ranks, 12 KiB: 290 us with 32 blocks, 43 with 1).
 // Other algorithms keep the kernels' own shape.
@@ -260,14 +261,15 @@ Plan hostShape(Plan p, uint64_t bytes, const TunerContext& ctx) {
   const uint64_t n = static_cast<uint64_t>(std::max(ctx.nranks, 1));
   if (p.algo == kernels::Algo::kPipelined) {
     const uint64_t pushed = bytes / n * (n - 1);
-    const uint64_t cap = std::min<uint64_t>(std::max<uint64_t>(32 / n, 1), 8);
+    const uint64_t sharing = static_cast<uint64_t>(std::max(ctx.ranks_per_gpu, 1));
+    const uint64_t cap = std::min<uint64_t>(std::max<uint64_t>(32 / sharing, 1), 8);
     const uint64_t blocks = std::min<uint64_t>(std::max<uint64_t>(pushed / (8u << 10), 1), cap);
     p.active_blocks = static_cast<int>(blocks);
     p.steps = static_cast<int>(
         std::min<uint64_t>(std::max<uint64_t>(pushed / blocks / (48u << 10), 1), 16));
     p.pull = true;
   } else if (p.algo == kernels::Algo::kTwoShotLL) {
-    p.active_blocks = n >= 8 ? 1 : 2;
+    p.active_blocks = ctx.ranks_per_gpu >= 8 ? 1 : 2;
   } else if (p.algo == kernels::Algo::kOneShotPull || p.algo == kernels::Algo::kTwoShotPull) {
     const uint64_t blocks = bytes / (n * (16u << 10));
     p.active_blocks = static_cast<int>(std::min<uint64_t>(std::max<uint64_t>(blocks, 1), 32));

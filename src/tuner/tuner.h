@@ -36,6 +36,9 @@ struct TunerContext {
   int worst_link = 0;             // LinkClass of the worst pair, as int
   bool hierarchical_ok = false;   // islands are equal-sized and > 1 (kernels can run it)
   bool host_transport = false;    // receive regions in host memory (tparTransportHost)
+  // The most ranks that share one GPU (virtual ranks: all of them). With receive regions in
+  // host memory they share its link, its polls and its fences (hostShape).
+  int ranks_per_gpu = 1;
   // An NCCL communicator is attached (tparCommSetNcclComm; every rank attaches alike): table
   // entries naming NCCL apply. Without one they give way to the defaults.
   bool nccl = false;

@@ -456,5 +456,17 @@ TEST(TopologyFixture, FileThatCrashesHwlocIsAnErrorNotACrash) {
   EXPECT_EQ("untouched", out.signature);
 }
 
+TEST(RanksPerGpu, CountsTheRanksThatShareEachGpu) {
+  EXPECT_EQ(1, maxRanksPerGpu(Topology{}));
+  EXPECT_EQ(1, maxRanksPerGpu(matrix(8, L::kSameSwitch)));
+  EXPECT_EQ(8, maxRanksPerGpu(matrix(8, L::kSameDevice)));
+  Topology t = matrix(6, L::kNoP2P);  // GPUs {0,1,2}, {3,4}, {5}
+  setLink(&t, 0, 1, L::kSameDevice);
+  setLink(&t, 0, 2, L::kSameDevice);
+  setLink(&t, 1, 2, L::kSameDevice);
+  setLink(&t, 3, 4, L::kSameDevice);
+  EXPECT_EQ(3, maxRanksPerGpu(t));
+}
+
 }  // namespace
 }  // namespace tpar

@@ -936,11 +936,13 @@ TEST(TuneArgs, NcclIsMeasuredUnlessTurnedOff) {
 namespace tpar {
 namespace {
 
-TunerContext hostContext(int nranks) {
+// Virtual ranks (all on one GPU, as measured), or one rank per GPU with `per_gpu` = 1.
+TunerContext hostContext(int nranks, int per_gpu = -1) {
   TunerContext ctx;
   ctx.nranks = nranks;
   ctx.signature = "test+host";
   ctx.host_transport = true;
+  ctx.ranks_per_gpu = per_gpu > 0 ? per_gpu : nranks;
   return ctx;
 }
 
@@ -998,9 +1000,18 @@ TEST(HostDefaults, FewBlocksAndStepsThatGrowWithTheMessage) {
       last_steps = p.steps;
     }
   }
-  // Two-shot LL: one block with 8 ranks, two with fewer.
+  // Two-shot LL: one block when 8 ranks share the GPU, two otherwise.
   EXPECT_EQ(1, defaultPlan(12 << 10, tparBfloat16, hostContext(8), -1).active_blocks);
   EXPECT_EQ(2, defaultPlan(12 << 10, tparBfloat16, hostContext(4), -1).active_blocks);
+  EXPECT_EQ(2, defaultPlan(12 << 10, tparBfloat16, hostContext(8, 1), -1).active_blocks);
+}
+
+TEST(HostDefaults, BlocksFollowTheRanksSharingAGpuNotTheGroupSize) {
+  // One rank per GPU: each GPU's link carries one rank's polls and fences.
+  EXPECT_EQ(8, defaultPlan(1 << 20, tparBfloat16, hostContext(8, 1), -1).active_blocks);
+  EXPECT_EQ(4, defaultPlan(1 << 20, tparBfloat16, hostContext(8, 8), -1).active_blocks);
+  EXPECT_EQ(8, defaultPlan(1 << 20, tparBfloat16, hostContext(8, 2), -1).active_blocks);
+  EXPECT_EQ(2, defaultPlan(1 << 20, tparBfloat16, hostContext(16, 16), -1).active_blocks);
 }
 
 TEST(HostDefaults, ForcedHostAlgorithmsGetTheHostShape) {
