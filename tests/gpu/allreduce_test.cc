@@ -79,6 +79,24 @@ class AllReduceChunking : public ::testing::TestWithParam<int> {};
 class AllReduceSingleRank : public ::testing::TestWithParam<int> {};
 class AllReduceBackToBack : public ::testing::TestWithParam<int> {};
 class AllReduceQuery : public ::testing::TestWithParam<int> {};
+class AllReduceWideGroups : public ::testing::TestWithParam<int> {};
+
+// More than 8 ranks run the 16-rank variant of every kernel.
+TEST_P(AllReduceWideGroups, TwelveAndSixteenRanksMatchReferenceForEveryAlgorithm) {
+  TPAR_REQUIRE_GPU();
+  for (int n : {12, 16}) {
+    for (tparAlgo_t algo : kAlgos) {
+      SCOPED_TRACE(std::to_string(n) + " ranks, " + tparAlgoName(algo));
+      VirtualGroup g;
+      ASSERT_EQ("", g.init(n, configFor(GetParam(), algo)));
+      for (size_t count : {size_t{1}, size_t{1000}, size_t{57347}, size_t{300001}}) {
+        runAndCheck(g, count, tparBfloat16, tparSum, /*in_place=*/false);
+      }
+      runAndCheck(g, 40000, tparFloat32, tparMax, /*in_place=*/true);
+      if (HasFailure()) return;
+    }
+  }
+}
 
 TEST_P(AllReduceOps, MaxAndMinMatchReferenceForEveryAlgorithm) {
   TPAR_REQUIRE_GPU();
@@ -224,6 +242,8 @@ INSTANTIATE_TEST_SUITE_P(Transports, AllReduceSingleRank, ::testing::ValuesIn(kT
 INSTANTIATE_TEST_SUITE_P(Transports, AllReduceBackToBack, ::testing::ValuesIn(kTransports),
                          transportName);
 INSTANTIATE_TEST_SUITE_P(Transports, AllReduceQuery, ::testing::ValuesIn(kTransports),
+                         transportName);
+INSTANTIATE_TEST_SUITE_P(Transports, AllReduceWideGroups, ::testing::ValuesIn(kTransports),
                          transportName);
 
 }  // namespace
