@@ -653,16 +653,7 @@ tparResult_t tparCommSelectAlgorithm(tparComm_t comm, size_t bytes, tparAlgo_t* 
       return tparSuccess;
     }
     if (plan.algo == kernels::Algo::kHier && !comm->hier_ok) plan.algo = kernels::Algo::kTwoShot;
-    switch (plan.algo) {
-      case kernels::Algo::kOneShot: *algo = tparAlgoOneShot; break;
-      case kernels::Algo::kTwoShot: *algo = tparAlgoTwoShot; break;
-      case kernels::Algo::kStaged: *algo = tparAlgoStaged; break;
-      case kernels::Algo::kHier: *algo = tparAlgoHierarchical; break;
-      case kernels::Algo::kOneShotPull: *algo = tparAlgoOneShotPull; break;
-      case kernels::Algo::kTwoShotPull: *algo = tparAlgoTwoShotPull; break;
-      case kernels::Algo::kPipelined: *algo = tparAlgoPipelined; break;
-      case kernels::Algo::kTwoShotLL: *algo = tparAlgoTwoShotLL; break;
-    }
+    *algo = publicAlgoOf(plan.algo);
     return tparSuccess;
   });
 }

@@ -191,6 +191,38 @@ bool makeDirs(const std::string& dir, std::string* why) {
 
 }  // namespace
 
+namespace {
+
+// Public algorithm <-> kernel, in one place.
+struct AlgoPair {
+  tparAlgo_t pub;
+  kernels::Algo kernel;
+};
+constexpr AlgoPair kAlgoPairs[] = {
+    {tparAlgoOneShot, kernels::Algo::kOneShot},         {tparAlgoTwoShot, kernels::Algo::kTwoShot},
+    {tparAlgoStaged, kernels::Algo::kStaged},           {tparAlgoHierarchical, kernels::Algo::kHier},
+    {tparAlgoOneShotPull, kernels::Algo::kOneShotPull}, {tparAlgoTwoShotPull, kernels::Algo::kTwoShotPull},
+    {tparAlgoPipelined, kernels::Algo::kPipelined},     {tparAlgoTwoShotLL, kernels::Algo::kTwoShotLL},
+};
+
+}  // namespace
+
+bool kernelAlgoOf(tparAlgo_t algo, kernels::Algo* out) {
+  for (const AlgoPair& p : kAlgoPairs) {
+    if (p.pub == algo) {
+      *out = p.kernel;
+      return true;
+    }
+  }
+  return false;
+}
+
+tparAlgo_t publicAlgoOf(kernels::Algo a) {
+  for (const AlgoPair& p : kAlgoPairs)
+    if (p.kernel == a) return p.pub;
+  return tparAlgoAuto;
+}
+
 const char* algoName(kernels::Algo a) {
   switch (a) {
     case kernels::Algo::kOneShot: return "oneshot";
@@ -334,25 +366,15 @@ Plan defaultPlan(uint64_t bytes, tparDataType_t dtype, const TunerContext& ctx,
 Plan selectPlan(uint64_t bytes, tparDataType_t dtype, const TunerContext& ctx,
                 const TuningTable* table, tparAlgo_t forced, int64_t one_shot_max_bytes) {
   Plan forced_plan;
-  switch (forced) {
-    case tparAlgoOneShot: forced_plan.algo = kernels::Algo::kOneShot; return forced_plan;
-    case tparAlgoTwoShot: forced_plan.algo = kernels::Algo::kTwoShot; return forced_plan;
-    case tparAlgoStaged: forced_plan.algo = kernels::Algo::kStaged; return forced_plan;
-    case tparAlgoHierarchical:
-      forced_plan.algo = kernels::Algo::kHier;
-      return runnable(forced_plan, ctx);
-    // In host memory these need few blocks (hostShape); elsewhere the kernels' own shape.
-    case tparAlgoOneShotPull:
-    case tparAlgoTwoShotPull:
-    case tparAlgoPipelined:
-    case tparAlgoTwoShotLL:
-      forced_plan.algo = forced == tparAlgoOneShotPull   ? kernels::Algo::kOneShotPull
-                         : forced == tparAlgoTwoShotPull ? kernels::Algo::kTwoShotPull
-                         : forced == tparAlgoPipelined   ? kernels::Algo::kPipelined
-                                                         : kernels::Algo::kTwoShotLL;
-      return ctx.host_transport ? hostShape(forced_plan, bytes, ctx) : forced_plan;
-    case tparAlgoNccl: forced_plan.nccl = true; return forced_plan;
-    default: break;
+  if (forced == tparAlgoNccl) {
+    forced_plan.nccl = true;
+    return forced_plan;
+  }
+  if (kernelAlgoOf(forced, &forced_plan.algo)) {
+    forced_plan = runnable(forced_plan, ctx);
+    // In host memory the host-memory kernels need few blocks (hostShape leaves the others
+    // alone); elsewhere every kernel keeps its own shape.
+    return ctx.host_transport ? hostShape(forced_plan, bytes, ctx) : forced_plan;
   }
   // A table measured on another machine or rank count says nothing about this one.
   if (table != nullptr && table->signature == ctx.signature && table->nranks == ctx.nranks) {

@@ -96,6 +96,9 @@ std::string tuningFilePathFrom(const TunerContext& ctx, const std::string& tunin
 // "oneshot", "twoshot", "staged", "hier", "oneshot-pull", "twoshot-pull", "pipelined", "twoshot-ll"
 const char* algoName(kernels::Algo a);
 bool algoFromName(const std::string& name, kernels::Algo* out);
+// The kernel of a public algorithm (false for auto and nccl), and the public name of a kernel.
+bool kernelAlgoOf(tparAlgo_t algo, kernels::Algo* out);
+tparAlgo_t publicAlgoOf(kernels::Algo a);
 // A plan's algorithm as tables and tools name it: algoName, or "nccl".
 const char* planAlgoName(const Plan& p);
 // Sets out->algo or out->nccl from such a name; false for unknown names.

@@ -205,6 +205,17 @@ TEST(TunerNames, AlgoNamesRoundTripAndUnknownNamesAreRejected) {
   EXPECT_STREQ("hier", algoName(Algo::kHier));
   EXPECT_STREQ("pipelined", algoName(Algo::kPipelined));
   EXPECT_STREQ("twoshot-ll", algoName(Algo::kTwoShotLL));
+  // Every public algorithm but auto and nccl has a kernel, whose public name is the same.
+  for (int i = 0; i < tparNumAlgos; ++i) {
+    const tparAlgo_t pub = static_cast<tparAlgo_t>(i);
+    Algo k = Algo::kOneShot;
+    const bool has = kernelAlgoOf(pub, &k);
+    EXPECT_EQ(pub != tparAlgoAuto && pub != tparAlgoNccl, has) << i;
+    if (has) {
+      EXPECT_EQ(pub, publicAlgoOf(k)) << i;
+      EXPECT_STREQ(tparAlgoName(pub), algoName(k)) << i;
+    }
+  }
   Algo out = Algo::kStaged;
   EXPECT_FALSE(algoFromName("ring", &out));
   EXPECT_FALSE(algoFromName("", &out));
