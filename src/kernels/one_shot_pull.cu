@@ -10,20 +10,6 @@ namespace tpar {
 namespace kernels {
 namespace {
 
-// The two lines (16 bytes each) of vector v: per group of 32 vectors, the 32 first halves, then
-// the 32 second halves, so that each of a warp's two load or store instructions covers 512
-// contiguous bytes.
-__device__ __forceinline__ char* loLine(char* payload, uint64_t v) {
-  return payload + ((v / 32) * 64 + v % 32) * kVecBytes;
-}
-__device__ __forceinline__ char* hiLine(char* payload, uint64_t v) {
-  return loLine(payload, v) + 32 * kVecBytes;
-}
-
-__device__ __forceinline__ bool lineArrived(const Vec& l, uint32_t epoch) {
-  return l.w[1] == epoch && l.w[3] == epoch;
-}
-
 template <typename T, int kMax>
 __device__ __forceinline__ void oneShotPullBody(const AllReduceArgs& a, const CallContext& ctx) {
   constexpr int kPer = ElemTraits<T>::kPerVec;
@@ -42,8 +28,7 @@ __device__ __forceinline__ void oneShotPullBody(const AllReduceArgs& a, const Ca
   for (uint64_t v = first; v < vecs; v += stride) {
     const Vec x = loadUser<T>(a.send, v, a.count, aligned);
     if (ctx.failed) break;
-    storeVolatile(loLine(own, v), Vec{{x.w[0], e, x.w[1], e}});
-    storeVolatile(hiLine(own, v), Vec{{x.w[2], e, x.w[3], e}});
+    storeLines(own, v, x, e);
   }
 
   Waiter w(a);
@@ -79,7 +64,7 @@ __device__ __forceinline__ void oneShotPullBody(const AllReduceArgs& a, const Ca
 #pragma unroll
     for (int s = 0; s < kMax; ++s) {
       if (s < n) {
-        const Vec x = s == me ? mine : Vec{{lo[s].w[0], lo[s].w[2], hi[s].w[0], hi[s].w[2]}};
+        const Vec x = s == me ? mine : linePayload(lo[s], hi[s]);
         if (s == 0) {
           acc.init(x);
         } else {

@@ -181,6 +181,28 @@ __device__ __forceinline__ void storeVolatileU32(void* p, uint32_t v) {
   asm volatile("st.volatile.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
 }
 
+// Lines (NOTE [pull protocol]) of one-shot pull and two-shot LL: vector i as two 16-byte lines,
+// laid out per group of 32 vectors as the 32 first halves, then the 32 second halves, so that
+// each of a warp's two load or store instructions covers 512 contiguous bytes.
+__device__ __forceinline__ char* loLine(char* base, uint64_t i) {
+  return base + ((i / 32) * 64 + i % 32) * kVecBytes;
+}
+__device__ __forceinline__ char* hiLine(char* base, uint64_t i) {
+  return loLine(base, i) + 32 * kVecBytes;
+}
+__device__ __forceinline__ void storeLines(char* base, uint64_t i, const Vec& x, uint32_t e) {
+  storeVolatile(loLine(base, i), Vec{{x.w[0], e, x.w[1], e}});
+  storeVolatile(hiLine(base, i), Vec{{x.w[2], e, x.w[3], e}});
+}
+// Both 8-byte halves of a line carry epoch e.
+__device__ __forceinline__ bool lineArrived(const Vec& l, uint32_t e) {
+  return l.w[1] == e && l.w[3] == e;
+}
+// The 16 payload bytes of a vector's two lines.
+__device__ __forceinline__ Vec linePayload(const Vec& lo, const Vec& hi) {
+  return Vec{{lo.w[0], lo.w[2], hi.w[0], hi.w[2]}};
+}
+
 // Base of the pull area of this call's parity in a region.
 __device__ __forceinline__ char* pullArea(const AllReduceArgs& a, char* region, uint32_t parity) {
   return region + a.pull_base + parity * a.pull_bytes;

@@ -20,22 +20,6 @@ namespace {
 constexpr int kScatterPhase = 0;
 constexpr int kGatherPhase = 1;
 
-__device__ __forceinline__ char* loLine(char* base, uint64_t i) {
-  return base + ((i / 32) * 64 + i % 32) * kVecBytes;
-}
-__device__ __forceinline__ char* hiLine(char* base, uint64_t i) {
-  return loLine(base, i) + 32 * kVecBytes;
-}
-
-__device__ __forceinline__ void storeLines(char* base, uint64_t i, const Vec& x, uint32_t e) {
-  storeVolatile(loLine(base, i), Vec{{x.w[0], e, x.w[1], e}});
-  storeVolatile(hiLine(base, i), Vec{{x.w[2], e, x.w[3], e}});
-}
-
-__device__ __forceinline__ bool halfArrived(const Vec& l, uint32_t e) {
-  return l.w[1] == e && l.w[3] == e;
-}
-
 // After every thread of the block stored its lines of `phase`: lanes p < n of warp 0 ring
 // peer p's doorbell, our slot in its flag line of (phase, block) (NOTE [flag lines]), with the
 // call header {epoch, count, epoch, meta}. No fence: the doorbell only says when to start
@@ -79,10 +63,6 @@ __device__ __forceinline__ bool awaitDoorbells(const AllReduceArgs& a, const Cal
   }
   __syncthreads();
   return s_bad == 0;
-}
-
-__device__ __forceinline__ Vec payload(const Vec& lo, const Vec& hi) {
-  return Vec{{lo.w[0], lo.w[2], hi.w[0], hi.w[2]}};
 }
 
 template <typename T, int kMax>
@@ -145,17 +125,17 @@ __device__ __forceinline__ void twoShotLLBody(const AllReduceArgs& a, const Call
     for (int s = 0; s < kMax; ++s) {
       if (ok && s < n && s != me) {
         const uint64_t i = uint64_t(s) * chunk + j;
-        while (ok && !halfArrived(lo[s], e)) {
+        while (ok && !lineArrived(lo[s], e)) {
           ok = w.keepWaiting();
           lo[s] = loadVolatile(loLine(scatter, i));
         }
-        while (ok && !halfArrived(hi[s], e)) {
+        while (ok && !lineArrived(hi[s], e)) {
           ok = w.keepWaiting();
           hi[s] = loadVolatile(hiLine(scatter, i));
         }
       }
       if (ok && s < n) {
-        const Vec x = s == me ? mine : payload(lo[s], hi[s]);
+        const Vec x = s == me ? mine : linePayload(lo[s], hi[s]);
         if (s == 0) {
           acc.init(x);
         } else {
@@ -205,15 +185,15 @@ __device__ __forceinline__ void twoShotLLBody(const AllReduceArgs& a, const Call
 #pragma unroll
     for (int d = 0; d < kDepth; ++d) {
       if (idx[d] < vecs) {
-        while (!halfArrived(lo[d], e)) {
+        while (!lineArrived(lo[d], e)) {
           if (!w.keepWaiting()) return;
           lo[d] = loadVolatile(loLine(gather, idx[d]));
         }
-        while (!halfArrived(hi[d], e)) {
+        while (!lineArrived(hi[d], e)) {
           if (!w.keepWaiting()) return;
           hi[d] = loadVolatile(hiLine(gather, idx[d]));
         }
-        storeUser<T>(a.recv, idx[d], a.count, aligned, payload(lo[d], hi[d]));
+        storeUser<T>(a.recv, idx[d], a.count, aligned, linePayload(lo[d], hi[d]));
       }
     }
   }
