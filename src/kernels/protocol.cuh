@@ -598,19 +598,30 @@ __device__ __forceinline__ void beginCall(const AllReduceArgs& a, CallContext* c
   ctx->failed = failed != 0;
 }
 
-// Sends our call header to every peer (NOTE [call header]); every block does.
-__device__ __forceinline__ void sendHeaders(const AllReduceArgs& a, const CallContext& ctx) {
+// Threads p < n store our call header {epoch, count, epoch, meta} at slot(p), a place in peer
+// p's region (nothing after an earlier failure).
+template <typename Slot>
+__device__ __forceinline__ void sendHeadersAt(const AllReduceArgs& a, const CallContext& ctx,
+                                              Slot slot) {
   const int p = threadIdx.x;
   if (p < a.nranks && p != a.rank && !ctx.failed) {
-    char* dst = a.peer_ws[p] + WorkspaceLayout::headerOffset(ctx.parity, a.rank);
-    storeVolatile(dst, Vec{{ctx.epoch, static_cast<uint32_t>(a.count), ctx.epoch, a.meta}});
+    storeVolatile(slot(p), Vec{{ctx.epoch, static_cast<uint32_t>(a.count), ctx.epoch, a.meta}});
   }
 }
 
-// Every block waits for all peers' headers and compares them with ours. Returns false (after
-// recording the error) on a mismatch or give-up; the result is the same for every thread.
-__device__ __forceinline__ bool checkHeaders(const AllReduceArgs& a, const CallContext& ctx,
-                                             Waiter& w) {
+// Sends our call header to every peer (NOTE [call header]); every block does.
+__device__ __forceinline__ void sendHeaders(const AllReduceArgs& a, const CallContext& ctx) {
+  sendHeadersAt(a, ctx, [&](int p) {
+    return a.peer_ws[p] + WorkspaceLayout::headerOffset(ctx.parity, a.rank);
+  });
+}
+
+// Every block waits for the header each peer p stored at slot(p) in our own region and
+// compares it with ours. Returns false (after recording the error) on a mismatch or give-up,
+// or at once after an earlier failure; the result is the same for every thread.
+template <typename Slot>
+__device__ __forceinline__ bool checkHeadersAt(const AllReduceArgs& a, const CallContext& ctx,
+                                               Slot slot, Waiter& w) {
   // Thread 0's view of `failed` decides for the whole block, so that every thread takes the
   // same path through the barriers.
   __shared__ uint32_t s_bad;
@@ -618,7 +629,7 @@ __device__ __forceinline__ bool checkHeaders(const AllReduceArgs& a, const CallC
   __syncthreads();
   const int p = threadIdx.x;
   if (s_bad == 0 && p < a.nranks && p != a.rank) {
-    const char* src = a.peer_ws[a.rank] + WorkspaceLayout::headerOffset(ctx.parity, p);
+    const char* src = slot(p);
     Vec h = loadVolatile(src);
     bool ok = true;
     while (h.w[0] != ctx.epoch || h.w[2] != ctx.epoch) {
@@ -636,6 +647,17 @@ __device__ __forceinline__ bool checkHeaders(const AllReduceArgs& a, const CallC
   }
   __syncthreads();
   return s_bad == 0;
+}
+
+// The call headers (NOTE [call header]).
+__device__ __forceinline__ bool checkHeaders(const AllReduceArgs& a, const CallContext& ctx,
+                                             Waiter& w) {
+  return checkHeadersAt(
+      a, ctx,
+      [&](int p) -> const char* {
+        return a.peer_ws[a.rank] + WorkspaceLayout::headerOffset(ctx.parity, p);
+      },
+      w);
 }
 
 // checkHeaders and waitPeerFlags in one wait: thread p polls peer p's call header and the flag

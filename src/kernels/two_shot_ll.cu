@@ -20,49 +20,27 @@ namespace {
 constexpr int kScatterPhase = 0;
 constexpr int kGatherPhase = 1;
 
-// After every thread of the block stored its lines of `phase`: lanes p < n of warp 0 ring
-// peer p's doorbell, our slot in its flag line of (phase, block) (NOTE [flag lines]), with the
-// call header {epoch, count, epoch, meta}. No fence: the doorbell only says when to start
-// reading; the lines themselves say whether they arrived.
+// After every thread of the block stored its lines of `phase`: ring every peer's doorbell, our
+// slot in its flag line of (phase, block) (NOTE [flag lines]), with the call header. No fence:
+// the doorbell only says when to start reading; the lines themselves say whether they arrived.
 __device__ __forceinline__ void ringDoorbells(const AllReduceArgs& a, const CallContext& ctx,
                                               int phase) {
   __syncthreads();
-  const int p = threadIdx.x;
-  if (p < a.nranks && p != a.rank) {
-    storeVolatile(lineSlot(pullArea(a, a.peer_ws[p], ctx.parity), phase, blockIdx.x, a.rank),
-                  Vec{{ctx.epoch, static_cast<uint32_t>(a.count), ctx.epoch, a.meta}});
-  }
+  sendHeadersAt(a, ctx, [&](int p) {
+    return lineSlot(pullArea(a, a.peer_ws[p], ctx.parity), phase, blockIdx.x, a.rank);
+  });
 }
 
-// Lanes p < n of warp 0 wait for peer p's doorbell of `phase` in our own line, one read of the
-// line per poll for the whole block, and compare its header with ours. Returns the same answer
-// on every thread: false after an error was recorded.
+// Waits for every peer's doorbell of `phase` in our own flag line, one read of the line per poll
+// for the whole block, and compares its header with ours (checkHeadersAt).
 __device__ __forceinline__ bool awaitDoorbells(const AllReduceArgs& a, const CallContext& ctx,
                                                int phase, Waiter& w) {
-  __shared__ uint32_t s_bad;
-  if (threadIdx.x == 0) s_bad = 0;
-  __syncthreads();
-  const int p = threadIdx.x;
-  if (p < a.nranks && p != a.rank) {
-    const char* slot =
-        lineSlot(pullArea(a, a.peer_ws[a.rank], ctx.parity), phase, blockIdx.x, p);
-    for (;;) {
-      const Vec h = loadVolatile(slot);
-      if (h.w[0] == ctx.epoch && h.w[2] == ctx.epoch) {
-        if (h.w[1] != static_cast<uint32_t>(a.count) || h.w[3] != a.meta) {
-          recordError(a, tparInvalidUsage);
-          atomicOr(&s_bad, 1u);
-        }
-        break;
-      }
-      if (!w.keepWaiting()) {
-        atomicOr(&s_bad, 1u);
-        break;
-      }
-    }
-  }
-  __syncthreads();
-  return s_bad == 0;
+  return checkHeadersAt(
+      a, ctx,
+      [&](int p) -> const char* {
+        return lineSlot(pullArea(a, a.peer_ws[a.rank], ctx.parity), phase, blockIdx.x, p);
+      },
+      w);
 }
 
 template <typename T, int kMax>
@@ -98,7 +76,7 @@ __device__ __forceinline__ void twoShotLLBody(const AllReduceArgs& a, const Call
   // Nothing to read: the same on every rank that agrees on the call, and block 0, which always
   // has a slice, catches ranks that do not (their header differs).
   if (width == 0) return;
-  if (!ctx.failed) ringDoorbells(a, ctx, kScatterPhase);
+  ringDoorbells(a, ctx, kScatterPhase);
   Waiter w(a);
   __shared__ uint32_t s_gave_up;  // set after the reduce loop; reset before the next barrier
   if (threadIdx.x == 0) s_gave_up = 0;
