@@ -96,19 +96,7 @@ __device__ __forceinline__ void hierBody(const AllReduceArgs& a, const CallConte
     const uint64_t v = uint64_t(pos) * chunk + j;
     if (v >= vecs) break;
     Vec in[kMax];
-#pragma unroll
-    for (int p = 0; p < kMax; ++p) {
-      if (p < m && p != pos) in[p] = loadVolatile(rsSlot(local, p, j));
-    }
-#pragma unroll
-    for (int p = 0; p < kMax; ++p) {
-      if (p < m && p != pos) {
-        while (!arrived(in[p])) {
-          if (!w.keepWaiting()) return;
-          in[p] = loadVolatile(rsSlot(local, p, j));
-        }
-      }
-    }
+    if (!loadArrived<kMax>(m, pos, in, [&](int p) { return rsSlot(local, p, j); }, w)) return;
     const Vec own = escapeVec(loadUser<T>(a.send, v, a.count, aligned));
     Acc<T> island;
 #pragma unroll

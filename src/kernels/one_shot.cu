@@ -46,21 +46,8 @@ __device__ __forceinline__ void oneShotBody(const AllReduceArgs& a, const CallCo
   if (!checkHeaders(a, ctx, w)) return;
 
   for (uint64_t v = first; v < vecs; v += stride) {
-    // Issue every peer's load before testing any, so the waits overlap.
     Vec in[kMax];
-#pragma unroll
-    for (int s = 0; s < kMax; ++s) {
-      if (s < n && s != me) in[s] = loadVolatile(slot(local, s, vecs, v));
-    }
-#pragma unroll
-    for (int s = 0; s < kMax; ++s) {
-      if (s < n && s != me) {
-        while (!arrived(in[s])) {
-          if (!w.keepWaiting()) return;
-          in[s] = loadVolatile(slot(local, s, vecs, v));
-        }
-      }
-    }
+    if (!loadArrived<kMax>(n, me, in, [&](int s) { return slot(local, s, vecs, v); }, w)) return;
     const Vec own = escapeVec(loadUser<T>(a.send, v, a.count, aligned));
     storeUser<T>(a.recv, v, a.count, aligned, reduceInRankOrder<T, kMax>(n, me, own, in, a.op));
 #pragma unroll

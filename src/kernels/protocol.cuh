@@ -143,6 +143,27 @@ class Waiter {
   uint32_t spins_ = 0;
 };
 
+// Loads the vector of every peer s < n but `me` from slot(s) (local workspace) into in[s], all
+// loads issued before any is tested so that the waits overlap, then polls each until it has
+// arrived (NOTE [sentinel protocol]). False on give-up.
+template <int kMax, typename Slot>
+__device__ __forceinline__ bool loadArrived(int n, int me, Vec* in, Slot slot, Waiter& w) {
+#pragma unroll
+  for (int s = 0; s < kMax; ++s) {
+    if (s < n && s != me) in[s] = loadVolatile(slot(s));
+  }
+#pragma unroll
+  for (int s = 0; s < kMax; ++s) {
+    if (s < n && s != me) {
+      while (!arrived(in[s])) {
+        if (!w.keepWaiting()) return false;
+        in[s] = loadVolatile(slot(s));
+      }
+    }
+  }
+  return true;
+}
+
 // Waits until the vector at `p` (local workspace) has arrived; false on give-up.
 __device__ __forceinline__ bool pollVec(const void* p, Vec* out, Waiter& w) {
   Vec v = loadVolatile(p);

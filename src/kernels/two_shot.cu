@@ -59,19 +59,7 @@ __device__ __forceinline__ void twoShotBody(const AllReduceArgs& a, const CallCo
     const uint64_t v = uint64_t(me) * chunk + j;
     if (v >= vecs) break;
     Vec in[kMax];
-#pragma unroll
-    for (int s = 0; s < kMax; ++s) {
-      if (s < n && s != me) in[s] = loadVolatile(rsSlot(local, s, j));
-    }
-#pragma unroll
-    for (int s = 0; s < kMax; ++s) {
-      if (s < n && s != me) {
-        while (!arrived(in[s])) {
-          if (!w.keepWaiting()) return;
-          in[s] = loadVolatile(rsSlot(local, s, j));
-        }
-      }
-    }
+    if (!loadArrived<kMax>(n, me, in, [&](int s) { return rsSlot(local, s, j); }, w)) return;
     const Vec own = escapeVec(loadUser<T>(a.send, v, a.count, aligned));
     // Peers receive the escaped bits; keep the same bits here so all ranks agree.
     const Vec r = escapeVec(reduceInRankOrder<T, kMax>(n, me, own, in, a.op));
