@@ -57,9 +57,9 @@ typedef enum { tparSum = 0, tparMax = 1, tparMin = 2, tparNumOps = 3 } tparRedOp
  * read it there: they win where reads cost less than writes, above all when the regions live in
  * host memory (one write serves every reader). Nccl: hand the call to the NCCL communicator
  * attached with tparCommSetNcclComm (auto does so only for sizes a tuning table measured
- * faster there). Pipelined: two-shot that pushes plain data in steps, each step announced by a
+ * faster there). Pipelined: two-shot that moves plain data in steps, each step announced by a
  * flag line the receiver polls in its own region, so that reads and writes share the link;
- * made for receive regions in host memory, where auto uses it. TwoShotLL: two-shot whose
+ * made for receive regions in host memory, where auto uses it (publishing each piece once). TwoShotLL: two-shot whose
  * pushes carry the call's epoch in every 8 bytes, so that no flag or fence is needed: one
  * hand-off per phase at twice the bytes; auto uses it for small messages in host memory. */
 typedef enum {

@@ -51,11 +51,12 @@ namespace kernels {
 // block that starts after a sibling already recorded a mismatch sees `failed` and sends
 // nothing, and if only block 0 sent headers, a late block 0 would leave the peer waiting for a
 // header until its timeout instead of reporting the mismatch (seen on an H200: 2 ranks in host
-// memory, one-shot, counts 1000 and 1001). The first block to start always sends it. Every block waits for the headers of all peers before
-// it reduces; a header whose count or meta differs from ours records tparInvalidUsage, and the
-// block gives up instead of reducing mismatched data. Headers are compared on equality of
-// 32-bit epochs, which is correct across the wrap of the counter. A slot is initialized to
-// epoch_start - 2 (same parity, never equal to a live epoch in it).
+// memory, one-shot, counts 1000 and 1001). The first block to start always sends it. Every
+// block waits for the headers of all peers before it reduces; a header whose count or meta
+// differs from ours records tparInvalidUsage, and the block gives up instead of reducing
+// mismatched data. Headers are compared on equality of 32-bit epochs, which is correct across
+// the wrap of the counter. A slot is initialized to epoch_start - 2 (same parity, never equal to
+// a live epoch in it).
 
 constexpr uint32_t kSentinel = 0xFFFFFFFFu;
 constexpr uint32_t kEscaped = 0xFFBFFFFFu;
