@@ -31,11 +31,16 @@ TEST(BenchTransport, TransportOptionTakesTheNamesOfTparTransport) {
   EXPECT_NE(std::string::npos, err.find("shm")) << err;
 }
 
-TEST(BenchTransport, PullBackendsAreKnown) {
+TEST(BenchTransport, HostMemoryBackendsAreKnown) {
   BenchOptions opt;
-  ASSERT_EQ("", parseBenchArgs({"--backends", "tpar:oneshot-pull,tpar:twoshot-pull"}, &opt));
-  EXPECT_EQ((std::vector<std::string>{"tpar:oneshot-pull", "tpar:twoshot-pull"}), opt.backends);
-  for (const char* name : {"tpar:oneshot-pull", "tpar:twoshot-pull"}) {
+  ASSERT_EQ("", parseBenchArgs({"--backends",
+                                "tpar:oneshot-pull,tpar:twoshot-pull,tpar:pipelined,tpar:twoshot-ll"},
+                               &opt));
+  EXPECT_EQ((std::vector<std::string>{"tpar:oneshot-pull", "tpar:twoshot-pull", "tpar:pipelined",
+                                      "tpar:twoshot-ll"}),
+            opt.backends);
+  for (const char* name :
+       {"tpar:oneshot-pull", "tpar:twoshot-pull", "tpar:pipelined", "tpar:twoshot-ll"}) {
     std::string why;
     auto b = makeBackend(name, &why, /*tpar_transport=*/1);
     ASSERT_NE(nullptr, b) << name << ": " << why;
@@ -44,6 +49,19 @@ TEST(BenchTransport, PullBackendsAreKnown) {
   std::string why;
   EXPECT_EQ(nullptr, makeBackend("tpar:threeshot", &why));
   EXPECT_NE(std::string::npos, why.find("tpar:twoshot-pull")) << why;
+  // Every public algorithm a caller can force is a backend, and every backend name parses.
+  EXPECT_EQ(static_cast<size_t>(tparNumAlgos), backendNames().size());  // tpar, 8 forced, nccl
+  for (const std::string& name : backendNames()) {
+    BenchOptions one;
+    EXPECT_EQ("", parseBenchArgs({"--backends", name}, &one)) << name;
+  }
+  // The default list has every backend but hierarchical below 3 GPUs, then NCCL's variants.
+  const auto two = defaultBackends(2);
+  EXPECT_EQ(two.end(), std::find(two.begin(), two.end(), "tpar:hier"));
+  EXPECT_NE(two.end(), std::find(two.begin(), two.end(), "tpar:twoshot-ll"));
+  const auto four = defaultBackends(4);
+  EXPECT_NE(four.end(), std::find(four.begin(), four.end(), "tpar:hier"));
+  EXPECT_EQ("nccl:shm", four.back());
 }
 
 // 112 KiB over 8 ranks, links of 50 GB/s write and 40 GB/s read, 2 us hand-off.

@@ -246,20 +246,36 @@ std::string newUniqueId(const std::string& backend, std::string* id_hex) {
   return "";
 }
 
+const std::vector<std::string>& backendNames() {
+  static const std::vector<std::string> kNames = [] {
+    std::vector<std::string> names = {"tpar"};
+    for (int a = 0; a < tparNumAlgos; ++a) {
+      if (a != tparAlgoAuto && a != tparAlgoNccl)
+        names.push_back(std::string("tpar:") + tparAlgoName(static_cast<tparAlgo_t>(a)));
+    }
+    names.push_back("nccl");
+    return names;
+  }();
+  return kNames;
+}
+
+std::string backendNameList() {
+  std::string list;
+  for (const std::string& n : backendNames()) list += (list.empty() ? "" : ", ") + n;
+  return list;
+}
+
 std::unique_ptr<Backend> makeBackend(const std::string& name, std::string* why,
                                      int tpar_transport) {
-  const int t = tpar_transport;
-  if (name == "tpar") return makeTparBackend(tparAlgoAuto, t);
-  if (name == "tpar:oneshot") return makeTparBackend(tparAlgoOneShot, t);
-  if (name == "tpar:twoshot") return makeTparBackend(tparAlgoTwoShot, t);
-  if (name == "tpar:staged") return makeTparBackend(tparAlgoStaged, t);
-  if (name == "tpar:hier") return makeTparBackend(tparAlgoHierarchical, t);
-  if (name == "tpar:oneshot-pull") return makeTparBackend(tparAlgoOneShotPull, t);
-  if (name == "tpar:twoshot-pull") return makeTparBackend(tparAlgoTwoShotPull, t);
-  if (name == "tpar:pipelined") return makeTparBackend(tparAlgoPipelined, t);
-  if (name == "tpar:twoshot-ll") return makeTparBackend(tparAlgoTwoShotLL, t);
+  if (name == "tpar") return makeTparBackend(tparAlgoAuto, tpar_transport);
+  for (int a = 0; a < tparNumAlgos; ++a) {
+    const tparAlgo_t algo = static_cast<tparAlgo_t>(a);
+    if (algo != tparAlgoAuto && algo != tparAlgoNccl &&
+        name == std::string("tpar:") + tparAlgoName(algo))
+      return makeTparBackend(algo, tpar_transport);
+  }
   if (name == "nccl") return makeNcclBackend(why);
-  if (why) *why = "unknown backend '" + name + "' (tpar, tpar:oneshot, tpar:twoshot, tpar:staged, tpar:hier, tpar:oneshot-pull, tpar:twoshot-pull, tpar:pipelined, tpar:twoshot-ll, nccl, nccl:p2p-sys, nccl:shm)";
+  if (why) *why = "unknown backend '" + name + "' (" + backendNameList() + ", nccl:p2p-sys, nccl:shm)";
   return nullptr;
 }
 

@@ -47,6 +47,11 @@ std::unique_ptr<Backend> makeNcclBackend(std::string* why);
 // lives in this process until the ranks have joined.
 std::string newUniqueId(const std::string& backend, std::string* id_hex);
 
+// The backends makeBackend knows, in order: "tpar", "tpar:<algorithm>" for every algorithm a
+// caller can force (tparAlgoName), "nccl"; and the same as one comma-separated string.
+const std::vector<std::string>& backendNames();
+std::string backendNameList();
+
 // Parses one --backends entry; nullptr with `why` for unknown names. NCCL variants that need
 // their own environment ("nccl:p2p-sys", "nccl:shm") are parsed by the caller. tpar backends
 // get `tpar_transport` as their tparConfig_t::transport.

@@ -406,18 +406,6 @@ int runWorker(const BenchOptions& opt, int ngpus) {
   return 0;
 }
 
-std::vector<std::string> defaultBackends(int ngpus) {
-  std::vector<std::string> b = {"tpar",        "tpar:oneshot",      "tpar:twoshot",
-                                "tpar:staged", "tpar:oneshot-pull", "tpar:twoshot-pull", "tpar:pipelined", "tpar:twoshot-ll",
-                                "nccl"};
-  if (ngpus > 2) b.insert(b.begin() + 4, "tpar:hier");
-  if (ngpus > 1) {
-    b.push_back("nccl:p2p-sys");
-    b.push_back("nccl:shm");
-  }
-  return b;
-}
-
 void registerOptions(CLI::App* app, BenchOptions* opt, std::shared_ptr<std::string> error) {
   addSizeOptions(app, &opt->min_bytes, &opt->max_bytes, &opt->factor, &opt->sizes, error,
                  "message");
@@ -441,18 +429,15 @@ void registerOptions(CLI::App* app, BenchOptions* opt, std::shared_ptr<std::stri
         opt->backends.clear();
         while (std::getline(ss, item, ',')) {
           std::string why;
-          if (!ncclVariants().count(item) && item != "tpar" && item != "tpar:oneshot" &&
-              item != "tpar:twoshot" && item != "tpar:staged" && item != "tpar:hier" &&
-              item != "tpar:oneshot-pull" && item != "tpar:twoshot-pull" &&
-              item != "tpar:pipelined" && item != "tpar:twoshot-ll" && item != "nccl")
-            *error = "--backends: unknown backend '" + item +
-                     "' (tpar, tpar:oneshot, tpar:twoshot, tpar:staged, tpar:hier, "
-                     "tpar:oneshot-pull, tpar:twoshot-pull, tpar:pipelined, tpar:twoshot-ll, nccl, nccl:p2p-sys, nccl:shm)";
+          const auto& known = backendNames();
+          if (!ncclVariants().count(item) &&
+              std::find(known.begin(), known.end(), item) == known.end())
+            *error = "--backends: unknown backend '" + item + "' (" + backendNameList() +
+                     ", nccl:p2p-sys, nccl:shm)";
           opt->backends.push_back(item);
         }
       },
-      "comma-separated: tpar, tpar:oneshot, tpar:twoshot, tpar:staged, tpar:hier, "
-      "tpar:oneshot-pull, tpar:twoshot-pull, tpar:pipelined, tpar:twoshot-ll, nccl, nccl:p2p-sys, nccl:shm");
+      "comma-separated: " + backendNameList() + ", nccl:p2p-sys, nccl:shm");
   app->add_option_function<std::string>(
       "--transport",
       [opt, error](const std::string& v) {
@@ -485,6 +470,17 @@ void registerOptions(CLI::App* app, BenchOptions* opt, std::shared_ptr<std::stri
 }
 
 }  // namespace
+
+std::vector<std::string> defaultBackends(int ngpus) {
+  // Every backend; hierarchical only where islands can exist (3+ GPUs).
+  std::vector<std::string> b = backendNames();
+  if (ngpus <= 2) b.erase(std::find(b.begin(), b.end(), "tpar:hier"));
+  if (ngpus > 1) {
+    b.push_back("nccl:p2p-sys");
+    b.push_back("nccl:shm");
+  }
+  return b;
+}
 
 const std::map<std::string, std::vector<std::string>>& ncclVariants() {
   static const std::map<std::string, std::vector<std::string>> kVariants = {

@@ -42,6 +42,9 @@ struct BenchOptions {
 // NCCL variants that need their own process environment.
 const std::map<std::string, std::vector<std::string>>& ncclVariants();
 
+// The backends a run without --backends measures with `ngpus` GPUs.
+std::vector<std::string> defaultBackends(int ngpus);
+
 // The sizes a run covers: --sizes, or min..max by factor (min and max included).
 std::vector<size_t> benchSizes(const BenchOptions& opt);
 
