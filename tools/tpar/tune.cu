@@ -239,13 +239,22 @@ std::vector<Plan> tuneCandidates(const tpar::TunerContext& ctx, int blocks, bool
   std::vector<int> active = {0};
   if (shapes && blocks >= 2) active.push_back(blocks / 2);
   std::vector<Plan> out;
+  // Each plan once (the host grids below may repeat a shape of the loop above).
+  auto add = [&out](const Plan& p) {
+    for (const Plan& q : out) {
+      if (q.algo == p.algo && q.active_blocks == p.active_blocks && q.threads == p.threads &&
+          q.steps == p.steps && q.pull == p.pull)
+        return;
+    }
+    out.push_back(p);
+  };
   for (kernels::Algo a : algos) {
-    for (int b : active) out.push_back(Plan{a, b, 0});
+    for (int b : active) add(Plan{a, b, 0});
   }
   if (ctx.host_transport && shapes) {
     // Few blocks poll less across the link.
     for (int b : {1, 2, 4, 8}) {
-      if (b <= blocks) out.push_back(Plan{kernels::Algo::kTwoShotLL, b, 0});
+      if (b <= blocks) add(Plan{kernels::Algo::kTwoShotLL, b, 0});
     }
   }
   if (ctx.host_transport) {
@@ -259,7 +268,7 @@ std::vector<Plan> tuneCandidates(const tpar::TunerContext& ctx, int blocks, bool
           Plan p{kernels::Algo::kPipelined, b, 0};
           p.steps = s;
           p.pull = pull;
-          out.push_back(p);
+          add(p);
         }
       }
     }
