@@ -1,7 +1,5 @@
 #include "kernels/launch.h"
 
-#include "kernels/kernel_table.h"
-
 namespace tpar {
 namespace kernels {
 
@@ -14,26 +12,6 @@ uint32_t makeCallMeta(tparDataType_t dtype, tparRedOp_t op, Algo algo, uint64_t 
          (static_cast<uint32_t>(algo) << 4) | (static_cast<uint32_t>(h & 0x1FFFFFFu) << 7);
 }
 
-uint64_t workVectors(Algo algo, uint64_t count, size_t elem_bytes, int nranks) {
-  const uint64_t per_vec = kVecBytes / elem_bytes;
-  const uint64_t vecs = (count + per_vec - 1) / per_vec;
-  // Two-shot spreads (peer, position) pairs over the threads in its push and gather phases;
-  // staged and hierarchical give each thread one position of a chunk (hierarchical's chunks
-  // are per island position, sized by the caller through `nranks` = ranks per island).
-  switch (algo) {
-    case Algo::kOneShot: return vecs;
-    case Algo::kTwoShot: return (vecs + nranks - 1) / nranks * (nranks > 1 ? nranks - 1 : 1);
-    case Algo::kStaged: return (vecs + nranks - 1) / nranks;
-    case Algo::kHier: return (vecs + nranks - 1) / nranks * (nranks > 1 ? nranks - 1 : 1);
-    case Algo::kOneShotPull: return vecs;
-    case Algo::kTwoShotPull:
-    case Algo::kPipelined:
-    case Algo::kTwoShotLL:
-      return (vecs + nranks - 1) / nranks * (nranks > 1 ? nranks - 1 : 1);
-  }
-  return vecs;
-}
-
 int threadsFor(uint64_t work, int blocks, int max_threads) {
   const uint64_t per_block = (work + blocks - 1) / blocks;
   uint64_t t = (per_block + 31) / 32 * 32;
@@ -42,20 +20,8 @@ int threadsFor(uint64_t work, int blocks, int max_threads) {
   return static_cast<int>(t);
 }
 
-cudaError_t launchAllReduce(Algo algo, tparDataType_t dtype, const AllReduceArgs& args,
-                            int blocks, int threads, bool overlap, cudaStream_t stream) {
-  const bool wide = args.nranks > 8;
-  const void* fn = nullptr;
-  switch (algo) {
-    case Algo::kOneShot: fn = oneShotKernel(dtype, wide); break;
-    case Algo::kTwoShot: fn = twoShotKernel(dtype, wide); break;
-    case Algo::kStaged: fn = stagedKernel(dtype, wide); break;
-    case Algo::kHier: fn = hierKernel(dtype, wide); break;
-    case Algo::kOneShotPull: fn = oneShotPullKernel(dtype, wide); break;
-    case Algo::kTwoShotPull: fn = twoShotPullKernel(dtype, wide); break;
-    case Algo::kPipelined: fn = pipelinedKernel(dtype, wide); break;
-    case Algo::kTwoShotLL: fn = twoShotLLKernel(dtype, wide); break;
-  }
+cudaError_t launchAllReduce(const void* fn, const AllReduceArgs& args, int blocks, int threads,
+                            bool overlap, cudaStream_t stream) {
   if (fn == nullptr) return cudaErrorInvalidValue;
   void* params[] = {const_cast<AllReduceArgs*>(&args)};
   if (!overlap) return cudaLaunchKernel(fn, dim3(blocks), dim3(threads), params, 0, stream);
@@ -72,29 +38,37 @@ cudaError_t launchAllReduce(Algo algo, tparDataType_t dtype, const AllReduceArgs
   return cudaLaunchKernelExC(&config, fn, params);
 }
 
+template <typename F>
+cudaError_t forEachKernel(const KernelSet* const* sets, int nsets, F&& f) {
+  cudaError_t result = cudaSuccess;
+  for (int i = 0; i < nsets; ++i)
+    for (const auto& per_dtype : sets[i]->fn)
+      for (const void* fn : per_dtype)
+        if (result == cudaSuccess) result = f(fn);
+  return result;
+}
+
 // NOTE [preload]
 // Under lazy module loading (the CUDA 12+ default) a kernel's module is loaded at its first
 // launch, and loading waits for the device to go idle. A rank whose first kernel spins waiting
 // for a peer on another stream then blocks that peer's first launch: a deadlock (seen on an
 // H200: two streams, spin/set, hangs under LAZY, fine under EAGER). Touching every kernel with
 // cudaFuncGetAttributes at communicator init loads them all up front.
-cudaError_t preloadKernels() {
-  cudaError_t result = cudaSuccess;
-  forEachKernel([&](const void* fn) {
+cudaError_t preloadKernels(const KernelSet* const* sets, int nsets) {
+  return forEachKernel(sets, nsets, [](const void* fn) {
     cudaFuncAttributes attr;
-    if (result == cudaSuccess) result = cudaFuncGetAttributes(&attr, fn);
+    return cudaFuncGetAttributes(&attr, fn);
   });
-  return result;
 }
 
-cudaError_t maxActiveBlocksPerSm(int threads, int* blocks) {
+cudaError_t maxActiveBlocksPerSm(const KernelSet* const* sets, int nsets, int threads,
+                                 int* blocks) {
   int best = 1 << 30;
-  cudaError_t result = cudaSuccess;
-  forEachKernel([&](const void* fn) {
+  const cudaError_t result = forEachKernel(sets, nsets, [&](const void* fn) {
     int b = 0;
-    if (result == cudaSuccess)
-      result = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, fn, threads, 0);
-    if (result == cudaSuccess && b < best) best = b;
+    const cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, fn, threads, 0);
+    if (e == cudaSuccess && b < best) best = b;
+    return e;
   });
   *blocks = best;
   return result;

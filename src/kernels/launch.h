@@ -86,10 +86,6 @@ struct WorkspaceLayout {
     // Two lines per vector, laid out in groups of 32 vectors.
     return (pullHalf(pull_bytes) / kVecBytes / 32 * 32 - 32) * kVecBytes;
   }
-  uint64_t twoShotPullMaxBytes(int nranks) const {
-    // The result area holds one chunk of ceil(vecs / nranks) vectors.
-    return (pullHalf(pull_bytes) / kVecBytes - uint64_t(nranks)) * kVecBytes;
-  }
   uint64_t twoShotLLMaxBytes(int nranks) const {
     // Each half holds two 16-byte lines per vector of nranks chunks, in groups of 32 vectors.
     const uint64_t lines = pullHalf(pull_bytes) / kVecBytes / 2;
@@ -162,22 +158,29 @@ struct AllReduceArgs {
   uint8_t hier_rank[kMaxRanks];
 };
 
+// The kernels of one schedule: fn[dtype][wide], wide = the 16-rank variant. Each schedule file
+// defines one (makeKernelSet in prims/call.cuh); the algorithm registry names them.
+struct KernelSet {
+  const void* fn[tparNumDataTypes][2];
+  const void* get(tparDataType_t dtype, bool wide) const {
+    return dtype >= 0 && dtype < tparNumDataTypes ? fn[dtype][wide ? 1 : 0] : nullptr;
+  }
+};
+
 // The header word every rank puts into its first packet of a call.
 uint32_t makeCallMeta(tparDataType_t dtype, tparRedOp_t op, Algo algo, uint64_t total_count);
 
-// Enqueues one all-reduce launch. `max_ranks` is 8 or 16 (kernel variant).
-// `overlap`: launch with programmatic stream serialization (NOTE [launch overlap]).
-cudaError_t launchAllReduce(Algo algo, tparDataType_t dtype, const AllReduceArgs& args,
-                            int blocks, int threads, bool overlap, cudaStream_t stream);
+// Enqueues one launch of kernel `fn`. `overlap`: launch with programmatic stream serialization
+// (NOTE [launch overlap]).
+cudaError_t launchAllReduce(const void* fn, const AllReduceArgs& args, int blocks, int threads,
+                            bool overlap, cudaStream_t stream);
 
-// Loads every kernel into the current device's context now (NOTE [preload]).
-cudaError_t preloadKernels();
+// Loads every kernel of `sets` into the current device's context now (NOTE [preload]).
+cudaError_t preloadKernels(const KernelSet* const* sets, int nsets);
 
-// Resident blocks per SM of the largest-footprint kernel at `threads` threads.
-cudaError_t maxActiveBlocksPerSm(int threads, int* blocks);
-
-// Vectors one launch moves per rank: the grid is sized from this.
-uint64_t workVectors(Algo algo, uint64_t count, size_t elem_bytes, int nranks);
+// Resident blocks per SM of the largest-footprint kernel of `sets` at `threads` threads.
+cudaError_t maxActiveBlocksPerSm(const KernelSet* const* sets, int nsets, int threads,
+                                 int* blocks);
 
 // Threads per block for a launch of `blocks` blocks over `work` vectors: the work is spread
 // over every block (more multiprocessors issue stores and polls), with at least 64 and at most

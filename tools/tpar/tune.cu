@@ -12,6 +12,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "core/algorithms.h"
 #include "core/comm.h"
 #include "core/env.h"
 #include "tools/tpar/cli_options.h"
@@ -228,14 +229,15 @@ std::vector<size_t> tuneSizes(const TuneOptions& opt) {
 
 std::vector<Plan> tuneCandidates(const tpar::TunerContext& ctx, int blocks, bool shapes,
                                  bool nccl) {
-  std::vector<kernels::Algo> algos = {kernels::Algo::kOneShot, kernels::Algo::kTwoShot};
-  if (ctx.nranks > 2) algos.push_back(kernels::Algo::kStaged);  // with 2 it is two-shot
-  if (ctx.hierarchical_ok) algos.push_back(kernels::Algo::kHier);
-  // Pull wins only where reads cost less than writes: a measurement decides, never a default.
-  algos.push_back(kernels::Algo::kOneShotPull);
-  algos.push_back(kernels::Algo::kTwoShotPull);
-  algos.push_back(kernels::Algo::kTwoShotLL);
-  if (!ctx.host_transport) algos.push_back(kernels::Algo::kPipelined);
+  // Every algorithm the group can run (pull wins only where reads cost less than writes: a
+  // measurement decides, never a default); host-memory grids of their own below.
+  std::vector<kernels::Algo> algos;
+  for (const tpar::Algorithm& a : tpar::algorithms()) {
+    if (ctx.nranks < a.min_ranks || (a.needs_islands && !ctx.hierarchical_ok) ||
+        (a.host_grid && ctx.host_transport))
+      continue;
+    algos.push_back(a.id);
+  }
   std::vector<int> active = {0};
   if (shapes && blocks >= 2) active.push_back(blocks / 2);
   std::vector<Plan> out;

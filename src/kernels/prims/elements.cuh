@@ -1,0 +1,193 @@
+// Element types, the reduction op, the fp32 accumulator, the caller's buffers, and the two
+// slots an algorithm is templated on besides its mailbox: the codec (what travels) and the
+// epilogue (what the owner of a reduced chunk does with it).
+#ifndef TPAR_KERNELS_PRIMS_ELEMENTS_CUH_
+#define TPAR_KERNELS_PRIMS_ELEMENTS_CUH_
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include "kernels/launch.h"
+#include "kernels/prims/ptx.cuh"
+
+namespace tpar {
+namespace kernels {
+
+template <typename T>
+struct ElemTraits;
+
+struct Bf16Tag {};
+struct F16Tag {};
+
+template <>
+struct ElemTraits<float> {
+  static constexpr int kPerVec = 4;
+  static constexpr int kBytes = 4;
+  __device__ static float toFloat(const Vec& v, int i) { return __uint_as_float(v.w[i]); }
+  __device__ static void fromFloat(Vec& v, int i, float x) { v.w[i] = __float_as_uint(x); }
+};
+
+template <>
+struct ElemTraits<Bf16Tag> {
+  static constexpr int kPerVec = 8;
+  static constexpr int kBytes = 2;
+  __device__ static float toFloat(const Vec& v, int i) {
+    uint32_t bits = (v.w[i >> 1] >> ((i & 1) * 16)) & 0xFFFFu;
+    return __uint_as_float(bits << 16);
+  }
+  __device__ static void fromFloat(Vec& v, int i, float x) {
+    const uint32_t h = __bfloat16_as_ushort(__float2bfloat16_rn(x));
+    const int shift = (i & 1) * 16;
+    v.w[i >> 1] = (v.w[i >> 1] & ~(0xFFFFu << shift)) | (h << shift);
+  }
+};
+
+template <>
+struct ElemTraits<F16Tag> {
+  static constexpr int kPerVec = 8;
+  static constexpr int kBytes = 2;
+  __device__ static float toFloat(const Vec& v, int i) {
+    const uint16_t bits = static_cast<uint16_t>((v.w[i >> 1] >> ((i & 1) * 16)) & 0xFFFFu);
+    return __half2float(__ushort_as_half(bits));
+  }
+  __device__ static void fromFloat(Vec& v, int i, float x) {
+    const uint16_t bits = __half_as_ushort(__float2half_rn(x));
+    const int shift = (i & 1) * 16;
+    v.w[i >> 1] = (v.w[i >> 1] & ~(0xFFFFu << shift)) | (uint32_t(bits) << shift);
+  }
+};
+
+// The reduction op as a type: a kernel per op would triple the kernels (and init's preload),
+// so the kernels use RuntimeOp, whose select compiles to two predicated instructions per
+// element; a fused kernel that knows its op can pass a fixed one.
+struct RuntimeOp {
+  int op;  // tparRedOp_t
+  __device__ __forceinline__ float operator()(float x, float y) const {
+    return op == tparSum ? x + y : (op == tparMax ? fmaxf(x, y) : fminf(x, y));
+  }
+};
+
+// fp32 accumulator of one vector. Accumulation order is fixed (rank 0 first) on every rank, and
+// the result is rounded once at the end (principle 6).
+template <typename T, typename Op = RuntimeOp>
+struct Acc {
+  static constexpr int kN = ElemTraits<T>::kPerVec;
+  float x[kN];
+
+  __device__ __forceinline__ void init(const Vec& v) {
+#pragma unroll
+    for (int i = 0; i < kN; ++i) x[i] = ElemTraits<T>::toFloat(v, i);
+  }
+  __device__ __forceinline__ void add(const Vec& v, Op op) {
+#pragma unroll
+    for (int i = 0; i < kN; ++i) x[i] = op(x[i], ElemTraits<T>::toFloat(v, i));
+  }
+  // Rank s's contribution in rank order: the first initializes.
+  __device__ __forceinline__ void take(int s, const Vec& v, Op op) {
+    if (s == 0) {
+      init(v);
+    } else {
+      add(v, op);
+    }
+  }
+  __device__ __forceinline__ Vec round() const {
+    Vec v{{0, 0, 0, 0}};
+#pragma unroll
+    for (int i = 0; i < kN; ++i) ElemTraits<T>::fromFloat(v, i, x[i]);
+    return v;
+  }
+};
+
+// ---- the caller's buffers: any element-aligned pointer, any count -------------------------
+
+// Loads vector `v` of the caller's buffer; elements past `count` read as zero (never a sentinel
+// word, since a zero half makes the word differ from 0xFFFFFFFF).
+template <typename T>
+__device__ __forceinline__ Vec loadUser(const void* base, uint64_t v, uint64_t count,
+                                        bool aligned) {
+  constexpr int kN = ElemTraits<T>::kPerVec;
+  constexpr int kB = ElemTraits<T>::kBytes;
+  const uint64_t e0 = v * kN;
+  if (aligned && e0 + kN <= count) {
+    return *reinterpret_cast<const Vec*>(static_cast<const char*>(base) + v * kVecBytes);
+  }
+  Vec out{{0, 0, 0, 0}};
+  for (int i = 0; i < kN; ++i) {
+    if (e0 + i < count) {
+      const char* p = static_cast<const char*>(base) + (e0 + i) * kB;
+      uint32_t bits = kB == 4 ? *reinterpret_cast<const uint32_t*>(p)
+                              : uint32_t(*reinterpret_cast<const uint16_t*>(p));
+      if (kB == 4) {
+        out.w[i] = bits;
+      } else {
+        out.w[i >> 1] |= bits << ((i & 1) * 16);
+      }
+    }
+  }
+  return out;
+}
+
+template <typename T>
+__device__ __forceinline__ void storeUser(void* base, uint64_t v, uint64_t count, bool aligned,
+                                          const Vec& val) {
+  constexpr int kN = ElemTraits<T>::kPerVec;
+  constexpr int kB = ElemTraits<T>::kBytes;
+  const uint64_t e0 = v * kN;
+  if (aligned && e0 + kN <= count) {
+    *reinterpret_cast<Vec*>(static_cast<char*>(base) + v * kVecBytes) = val;
+    return;
+  }
+  for (int i = 0; i < kN; ++i) {
+    if (e0 + i < count) {
+      char* p = static_cast<char*>(base) + (e0 + i) * kB;
+      if (kB == 4) {
+        *reinterpret_cast<uint32_t*>(p) = val.w[i];
+      } else {
+        *reinterpret_cast<uint16_t*>(p) =
+            static_cast<uint16_t>((val.w[i >> 1] >> ((i & 1) * 16)) & 0xFFFFu);
+      }
+    }
+  }
+}
+
+// ---- codec: what travels ----------------------------------------------------------------------
+
+constexpr uint32_t kSentinel = 0xFFFFFFFFu;
+constexpr uint32_t kEscaped = 0xFFBFFFFFu;
+
+__device__ __forceinline__ uint32_t escapeWord(uint32_t x) { return x == kSentinel ? kEscaped : x; }
+
+// Wire format of the payload. encode() runs on every vector a rank contributes (its own too,
+// so every rank reduces the same bits) and on a reduced vector before it leaves; decode() on
+// every vector read back. When the mailbox reserves a word (kReservesWord: the sentinel
+// protocol), encode escapes it after the conversion, so a reserved word can never be data
+// (NOTE [sentinel protocol]). A lossy codec (FP8, INT8 with block scales) must keep an escaped
+// NaN a NaN through decode: the escape may only change NaN payload bits.
+struct IdentityCodec {
+  template <bool kReservesWord>
+  __device__ __forceinline__ static Vec encode(Vec v) {
+    if (kReservesWord) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) v.w[i] = escapeWord(v.w[i]);
+    }
+    return v;
+  }
+  __device__ __forceinline__ static Vec decode(const Vec& v) { return v; }
+};
+
+// ---- epilogue: what the owner of a reduced chunk does with it ----------------------------------
+
+// Runs once per reduced vector, on the fp32 accumulator of the rank that owns it, before the
+// result is rounded, stored and sent to the peers (so every rank holds the epilogue's bits).
+// kRowVecs > 1 asks the schedule to align every chunk to rows of that many vectors, so that a
+// row-wise epilogue (residual + RMSNorm) sees whole rows; chunkVecs() in prims/schedule.h does it.
+struct IdentityEpilogue {
+  static constexpr uint64_t kRowVecs = 1;
+  template <typename A>
+  __device__ __forceinline__ static void apply(const AllReduceArgs&, uint64_t /*v*/, A& /*acc*/) {}
+};
+
+}  // namespace kernels
+}  // namespace tpar
+
+#endif  // TPAR_KERNELS_PRIMS_ELEMENTS_CUH_
