@@ -53,6 +53,8 @@ def demangle(names):
 
 # Schedule instantiation (allReduceKernel<Schedule, T, kMax>) -> algorithm name.
 SCHEDULES = [
+    (r"CrossIslands", "hier"),
+    (r"AllRanks, true", "staged"),
     (r"OneShot<[^<>]*SentinelBox", "oneshot"),
     (r"OneShot<[^<>]*LineBox", "oneshot-pull"),
     (r"TwoShot<[^<>]*SentinelBox", "twoshot"),

@@ -63,6 +63,17 @@ const Algorithm& algorithm(kernels::Algo id);
 const Algorithm* findAlgorithm(tparAlgo_t pub);
 const Algorithm* findAlgorithm(const std::string& name);
 
+// The largest piece of algorithm `id` in workspace `l` (Algorithm::max_bytes).
+inline uint64_t maxPieceBytes(kernels::Algo id, const kernels::WorkspaceLayout& l, int nranks,
+                              int hier_m = 1, int hier_k = 1, size_t elem_bytes = 2) {
+  AlgoShape s;
+  s.nranks = nranks;
+  s.hier_m = hier_m;
+  s.hier_k = hier_k;
+  s.elem_bytes = elem_bytes;
+  return algorithm(id).max_bytes(l, s);
+}
+
 // tparAlgoName: a registry name, "auto", "nccl", or "unknown".
 const char* publicAlgoName(tparAlgo_t pub);
 // Every public name in tparAlgo_t order, '|'-separated (TPAR_ALGO's choices).

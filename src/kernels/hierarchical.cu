@@ -1,19 +1,20 @@
 // Island-hierarchical all-reduce over k islands of m ranks (2 x 4, 4 x 2, 2 x 2, ...), for
-// machines where the links between islands (CPU sockets) are the bottleneck.
+// machines where the links between islands (CPU sockets) are the bottleneck: the two-shot
+// schedule (two_shot.cuh) over the ranks of our island, with the exchange across islands as
+// the epilogue of each reduced position.
 //   1. Reduce-scatter inside the island: the rank at island position p owns chunk p (1/m of
 //      the message) and sums it over its island, in island-position order.
-//   2. Exchange across islands: the ranks at position p of every island (one per island) send
-//      each other their island's partial sum of chunk p and add the k partials in island
-//      order. Only 1/m of the message per rank crosses between islands, where flat two-shot
-//      sends half of everything it sends to the other island.
+//   2. Exchange across islands (CrossIslands): the ranks at position p of every island (one per
+//      island) send each other their island's partial sum of chunk p and add the k partials in
+//      island order. Only 1/m of the message per rank crosses between islands, where flat
+//      two-shot sends half of everything it sends to the other island.
 //   3. All-gather inside the island.
 // Partial sums cross in fp32, so the result is still rounded once (principle 6); that doubles
 // the bytes of step 2 for 16-bit types. The order of additions is fixed and the same on every
 // rank (islands in order, ranks in island order within each), so every rank gets the same
 // bits; it differs from the flat rank order of the other algorithms, so the bits may differ
 // from theirs in the last place.
-#include "kernels/prims/mailbox.cuh"
-#include "kernels/prims/schedule.h"
+#include "kernels/two_shot.cuh"
 
 namespace tpar {
 namespace kernels {
@@ -42,115 +43,53 @@ struct Partial {
   }
 };
 
-struct Hierarchical {
-  using Box = SentinelBox;
-  using Codec = IdentityCodec;
-
-  template <typename T, int kMax>
-  __device__ static void run(const AllReduceArgs& a, const CallContext& ctx) {
-    constexpr int kPer = ElemTraits<T>::kPerVec;
+// Step 2 as an epilogue: the k partials of each position of chunk p sit between the two
+// phases' areas, slot (island i, position j) of the owner at position p of every island.
+struct CrossIslands {
+  static constexpr uint64_t kRowVecs = 1;
+  template <typename T>
+  __device__ static uint64_t scratchBytes(const AllReduceArgs& a, uint64_t chunk) {
+    return uint64_t(a.hier_k) * chunk * Partial<T>::kVecs * kVecBytes;
+  }
+  template <typename T, class Call>
+  __device__ __forceinline__ static bool apply(const Call& c, uint64_t j, Acc<T>& acc, Waiter& w) {
     constexpr int kCrossVecs = Partial<T>::kVecs;
-    const int m = a.hier_m;
+    const AllReduceArgs& a = c.a;
     const int k = a.hier_k;
     const int isl = a.hier_island;
-    const int pos = a.hier_pos;
-    const bool aligned = a.vec_aligned != 0;
-    const RuntimeOp op{a.op};
-    const uint64_t vecs = (a.count + kPer - 1) / kPer;
-    const uint64_t chunk = chunkVecs(vecs, m, 1);  // vectors per island position
-    const Box box(a, ctx);
-    // Areas of a region: reduce-scatter slots (position p, j) at p * chunk + j, then the k
-    // partials of each position, then the all-gather slots.
-    const uint64_t cross_off = uint64_t(m) * chunk * kVecBytes;
-    const uint64_t ag_off = cross_off + uint64_t(k) * chunk * kCrossVecs * kVecBytes;
-    auto region = [&](int i, int p) { return box.area(a.hier_rank[i * m + p]); };
-    char* own = box.area(a.rank);
-    const int grid = activeBlocks(a);
-    const uint32_t t = blockIdx.x * blockDim.x + threadIdx.x;
-    const uint32_t nt = uint32_t(grid) * blockDim.x;
-    const PeerPositions pp{m, pos, 0, static_cast<uint32_t>(chunk)};
-
-    sendHeaders(a, ctx);
-    // 1. Reduce-scatter push inside the island, one thread per (island peer, position).
-    for (uint32_t u = t; u < pp.pairs(); u += nt) {
-      uint64_t j;
-      const int p = pp.peer(u, &j);
-      const uint64_t v = uint64_t(p) * chunk + j;
-      if (v < vecs) {
-        const Vec x = Codec::encode<Box::kReservesWord>(loadUser<T>(a.send, v, a.count, aligned));
-        if (ctx.failed) break;
-        box.put(region(isl, p), uint64_t(pos) * chunk + j, x);
-      }
+    const uint64_t off = c.box.gatherOffset(c.chunk, c.n);
+    const Partial<T> mine = Partial<T>::of(acc);
+    for (int i = 1; i < k; ++i) {
+      char* dst = c.box.area(a.hier_rank[ahead(isl, i, k) * a.hier_m + a.hier_pos]) + off;
+#pragma unroll
+      for (int h = 0; h < kCrossVecs; ++h)
+        c.box.put(dst, (uint64_t(isl) * c.chunk + j) * kCrossVecs + h, mine.v[h]);
     }
-
-    Waiter w(a);
-    if (!checkHeaders(a, ctx, w)) return;
-
-    // 2. Our chunk: island partial, exchange with the other islands, global sum, broadcast.
-    for (uint64_t j = spreadIndex(threadIdx.x, blockIdx.x, grid); j < chunk; j += nt) {
-      const uint64_t v = uint64_t(pos) * chunk + j;
-      if (v >= vecs) break;
-      auto src = [&](int p) { return At{own, uint64_t(p) * chunk + j}; };
-      Box::Line in[kMax];
+    // Sum the islands' partials in island order.
+    char* own = c.own + off;
+    for (int i = 0; i < k; ++i) {
+      Partial<T> p;
+      if (i == isl) {
+        p = mine;
+      } else {
 #pragma unroll
-      for (int p = 0; p < kMax; ++p) {
-        if (p < m && p != pos) in[p] = box.fetch(own, src(p).i);
-      }
-      const Vec mine = Codec::encode<Box::kReservesWord>(loadUser<T>(a.send, v, a.count, aligned));
-      Acc<T> island;
-      if (!reduceArrived<T, kMax, Codec>(box, m, pos, mine, in, src, op, w, &island)) return;
-      const Partial<T> partial = Partial<T>::of(island);
-      for (int i = 1; i < k; ++i) {
-        char* dst = region(ahead(isl, i, k), pos) + cross_off;
-#pragma unroll
-        for (int h = 0; h < kCrossVecs; ++h) box.put(dst, (uint64_t(isl) * chunk + j) * kCrossVecs + h, partial.v[h]);
-      }
-      // Sum the islands' partials in island order.
-      Acc<T> total;
-      for (int i = 0; i < k; ++i) {
-        Partial<T> p;
-        if (i == isl) {
-          p = partial;
-        } else {
-#pragma unroll
-          for (int h = 0; h < kCrossVecs; ++h) {
-            const uint64_t ci = (uint64_t(i) * chunk + j) * kCrossVecs + h;
-            p.v[h] = box.fetch(own + cross_off, ci);
-            if (!settle(box, own + cross_off, ci, p.v[h], w)) return;
-            box.release(own + cross_off, ci);
-          }
+        for (int h = 0; h < kCrossVecs; ++h) {
+          const uint64_t ci = (uint64_t(i) * c.chunk + j) * kCrossVecs + h;
+          p.v[h] = c.box.fetch(own, ci);
+          if (!settle(c.box, own, ci, p.v[h], w)) return false;
+          c.box.release(own, ci);
         }
-        p.addTo(&total, op, i == 0);
       }
-      const Vec r = Codec::encode<Box::kReservesWord>(total.round());
-      for (int i = 1; i < m; ++i) box.put(region(isl, ahead(pos, i, m)) + ag_off, v, r);
-      storeUser<T>(a.recv, v, a.count, aligned, r);
-#pragma unroll
-      for (int p = 0; p < kMax; ++p) {
-        if (p < m && p != pos) box.release(own, src(p).i);
-      }
+      p.addTo(&acc, RuntimeOp{a.op}, i == 0);
     }
-
-    // 3. All-gather inside the island, one thread per (owner, position). In place, the
-    // position written here was read by the push of step 1 in another thread; the owner's
-    // result depends on that read, so the read came first.
-    for (uint32_t u = t; u < pp.pairs(); u += nt) {
-      uint64_t j;
-      const int o = pp.peer(u, &j);
-      const uint64_t v = uint64_t(o) * chunk + j;
-      if (v < vecs) {
-        Box::Line x = box.fetch(own + ag_off, v);
-        if (!settle(box, own + ag_off, v, x, w)) return;
-        storeUser<T>(a.recv, v, a.count, aligned, Codec::decode(x));
-        box.release(own + ag_off, v);
-      }
-    }
+    return true;
   }
 };
 
 }  // namespace
 
-extern const KernelSet hierKernels = makeKernelSet<Hierarchical>();
+extern const KernelSet hierKernels =
+    makeKernelSet<TwoShot<SentinelBox, Push, IdentityCodec, CrossIslands, IslandRanks>>();
 
 }  // namespace kernels
 }  // namespace tpar

@@ -77,45 +77,19 @@ struct WorkspaceLayout {
   }
   uint64_t totalBytes() const { return kDataOffset + 2 * data_bytes + 2 * pull_bytes; }
   uint64_t pullBase() const { return kDataOffset + 2 * data_bytes; }
-  // Pull payload: one-shot pull's lines fill all of it; two-shot pull puts the published
-  // input in the first half and the reduced chunk in the second.
+  // Pull payload: one-shot pull's lines fill all of it; the two-shots put the scatter phase's
+  // data in the first half and the gather phase's in the second. Each algorithm's largest
+  // piece is in its registry row (src/core/algorithms.cc).
   TPAR_HOST_DEVICE static uint64_t pullHalf(uint64_t pull_bytes) {
     return ((pull_bytes - kPullFlagBytes) / 2) / kVecBytes * kVecBytes;
   }
-  uint64_t oneShotPullMaxBytes() const {
-    // Two lines per vector, laid out in groups of 32 vectors.
-    return (pullHalf(pull_bytes) / kVecBytes / 32 * 32 - 32) * kVecBytes;
-  }
-  uint64_t twoShotLLMaxBytes(int nranks) const {
-    // Each half holds two 16-byte lines per vector of nranks chunks, in groups of 32 vectors.
-    const uint64_t lines = pullHalf(pull_bytes) / kVecBytes / 2;
-    return lines > uint64_t(nranks) + 64 ? (lines - nranks - 64) * kVecBytes : 0;
-  }
-  uint64_t pipelinedMaxBytes(int nranks) const {
-    // Each half holds one chunk of ceil(vecs / nranks) vectors per rank.
-    return (pullHalf(pull_bytes) / kVecBytes - uint64_t(nranks)) * kVecBytes;
-  }
+
+
+
   TPAR_HOST_DEVICE static uint64_t headerOffset(uint32_t parity, int sender) {
     return (static_cast<uint64_t>(parity) * kMaxRanks + sender) * kHeaderBytes;
   }
   uint64_t dataOffset(uint32_t parity) const { return kDataOffset + parity * data_bytes; }
-  // Largest message one launch of each algorithm handles, a multiple of 16 bytes.
-  uint64_t oneShotMaxBytes(int nranks) const {
-    return (data_bytes / nranks / kVecBytes - 1) * kVecBytes;
-  }
-  uint64_t twoShotMaxBytes(int nranks) const {
-    return ((data_bytes / 2 - uint64_t(nranks) * kVecBytes) / kVecBytes) * kVecBytes;
-  }
-  // Hierarchical over k islands of m ranks: reduce-scatter and all-gather areas of m chunks,
-  // plus k fp32 partial-sum slots of one chunk (2x the bytes of 16-bit data).
-  uint64_t hierMaxBytes(int m, int k, size_t elem_bytes) const {
-    const uint64_t cross = elem_bytes == 4 ? 1 : 2;  // fp32 partial bytes per input byte
-    const uint64_t slack = (2 * uint64_t(m) + k * cross) * kVecBytes;
-    if (data_bytes <= slack) return 0;
-    // 2 m Cv 16 + k Cv 16 cross <= data_bytes with Cv = ceil(V / m) <= V / m + 1.
-    const uint64_t vecs = (data_bytes - slack) * m / (2 * uint64_t(m) + k * cross) / kVecBytes;
-    return vecs * kVecBytes;
-  }
 };
 
 enum class Algo {

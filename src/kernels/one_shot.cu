@@ -66,7 +66,7 @@ struct OneShot {
       Acc<T> acc;
       if (!reduceArrived<T, kMax, Codec>(box, n, me, mine, in, src, RuntimeOp{a.op}, w, &acc))
         return;
-      Epi::apply(a, v, acc);
+      if (!Epi::apply(a, v, acc, w)) return;
       storeUser<T>(a.recv, v, a.count, aligned, acc.round());
 #pragma unroll
       for (int s = 0; s < kMax; ++s) {

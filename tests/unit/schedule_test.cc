@@ -24,11 +24,11 @@ TEST(WorkspaceLayout, EveryPieceFitsItsParityRegion) {
     const auto l = WorkspaceLayout::forMaxBytes(max & ~15ull);
     for (int n = 1; n <= kernels::kMaxRanks; ++n) {
       // One-shot: n slots of the padded message.
-      const uint64_t one = l.oneShotMaxBytes(n);
+      const uint64_t one = maxPieceBytes(Algo::kOneShot, l, n);
       EXPECT_EQ(0u, one % 16);
       EXPECT_LE(uint64_t(n) * ((one + 15) / 16) * 16, l.data_bytes);
       // Two-shot: reduce-scatter and all-gather areas of n chunks each.
-      const uint64_t two = l.twoShotMaxBytes(n);
+      const uint64_t two = maxPieceBytes(Algo::kTwoShot, l, n);
       EXPECT_GE(two, max & ~15ull) << "two-shot must carry a whole piece of maxBytesPerCall";
       const uint64_t vecs = (two + 15) / 16;
       const uint64_t chunk = (vecs + n - 1) / n;

@@ -74,29 +74,21 @@ __device__ __forceinline__ int activeBlocks(const AllReduceArgs& a) {
 // the wrap of the counter. A slot is initialized to epoch_start - 2 (same parity, never equal to
 // a live epoch in it).
 
-// Threads p < n store our call header {epoch, count, epoch, meta} at slot(p), a place in peer
-// p's region (nothing after an earlier failure).
-template <typename Slot>
-__device__ __forceinline__ void sendHeadersAt(const AllReduceArgs& a, const CallContext& ctx,
-                                              Slot slot) {
+// Threads p < n store our call header {epoch, count, epoch, meta} into peer p's region
+// (nothing after an earlier failure).
+__device__ __forceinline__ void sendHeaders(const AllReduceArgs& a, const CallContext& ctx) {
   const int p = threadIdx.x;
   if (p < a.nranks && p != a.rank && !ctx.failed) {
-    storeVolatile(slot(p), Vec{{ctx.epoch, static_cast<uint32_t>(a.count), ctx.epoch, a.meta}});
+    storeVolatile(a.peer_ws[p] + WorkspaceLayout::headerOffset(ctx.parity, a.rank),
+                  Vec{{ctx.epoch, static_cast<uint32_t>(a.count), ctx.epoch, a.meta}});
   }
 }
 
-__device__ __forceinline__ void sendHeaders(const AllReduceArgs& a, const CallContext& ctx) {
-  sendHeadersAt(a, ctx, [&](int p) {
-    return a.peer_ws[p] + WorkspaceLayout::headerOffset(ctx.parity, a.rank);
-  });
-}
-
-// Every block waits for the header each peer p stored at slot(p) in our own region and
-// compares it with ours. Returns false (after recording the error) on a mismatch or give-up,
-// or at once after an earlier failure; the result is the same for every thread.
-template <typename Slot>
-__device__ __forceinline__ bool checkHeadersAt(const AllReduceArgs& a, const CallContext& ctx,
-                                               Slot slot, Waiter& w) {
+// Every block waits for the header of each peer in our own region and compares it with ours.
+// Returns false (after recording the error) on a mismatch or give-up, or at once after an
+// earlier failure; the result is the same for every thread.
+__device__ __forceinline__ bool checkHeaders(const AllReduceArgs& a, const CallContext& ctx,
+                                             Waiter& w) {
   // Thread 0's view of `failed` decides for the whole block, so that every thread takes the
   // same path through the barriers.
   __shared__ uint32_t s_bad;
@@ -104,7 +96,7 @@ __device__ __forceinline__ bool checkHeadersAt(const AllReduceArgs& a, const Cal
   __syncthreads();
   const int p = threadIdx.x;
   if (s_bad == 0 && p < a.nranks && p != a.rank) {
-    const char* src = slot(p);
+    const char* src = a.peer_ws[a.rank] + WorkspaceLayout::headerOffset(ctx.parity, p);
     Vec h = loadVolatile(src);
     bool ok = true;
     while (h.w[0] != ctx.epoch || h.w[2] != ctx.epoch) {
@@ -122,16 +114,6 @@ __device__ __forceinline__ bool checkHeadersAt(const AllReduceArgs& a, const Cal
   }
   __syncthreads();
   return s_bad == 0;
-}
-
-__device__ __forceinline__ bool checkHeaders(const AllReduceArgs& a, const CallContext& ctx,
-                                             Waiter& w) {
-  return checkHeadersAt(
-      a, ctx,
-      [&](int p) -> const char* {
-        return a.peer_ws[a.rank] + WorkspaceLayout::headerOffset(ctx.parity, p);
-      },
-      w);
 }
 
 // The kernel of every algorithm: the call prologue, Schedule::run<T, kMax>(args, ctx) on the

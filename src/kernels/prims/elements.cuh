@@ -27,35 +27,33 @@ struct ElemTraits<float> {
   __device__ static void fromFloat(Vec& v, int i, float x) { v.w[i] = __float_as_uint(x); }
 };
 
-template <>
-struct ElemTraits<Bf16Tag> {
+// Two 16-bit elements per 32-bit word; Conv converts one to and from fp32.
+template <class Conv>
+struct Elem16Traits {
   static constexpr int kPerVec = 8;
   static constexpr int kBytes = 2;
   __device__ static float toFloat(const Vec& v, int i) {
-    uint32_t bits = (v.w[i >> 1] >> ((i & 1) * 16)) & 0xFFFFu;
-    return __uint_as_float(bits << 16);
+    return Conv::toFloat(static_cast<uint16_t>((v.w[i >> 1] >> ((i & 1) * 16)) & 0xFFFFu));
   }
   __device__ static void fromFloat(Vec& v, int i, float x) {
-    const uint32_t h = __bfloat16_as_ushort(__float2bfloat16_rn(x));
+    const uint32_t h = Conv::fromFloat(x);
     const int shift = (i & 1) * 16;
     v.w[i >> 1] = (v.w[i >> 1] & ~(0xFFFFu << shift)) | (h << shift);
   }
 };
 
-template <>
-struct ElemTraits<F16Tag> {
-  static constexpr int kPerVec = 8;
-  static constexpr int kBytes = 2;
-  __device__ static float toFloat(const Vec& v, int i) {
-    const uint16_t bits = static_cast<uint16_t>((v.w[i >> 1] >> ((i & 1) * 16)) & 0xFFFFu);
-    return __half2float(__ushort_as_half(bits));
-  }
-  __device__ static void fromFloat(Vec& v, int i, float x) {
-    const uint16_t bits = __half_as_ushort(__float2half_rn(x));
-    const int shift = (i & 1) * 16;
-    v.w[i >> 1] = (v.w[i >> 1] & ~(0xFFFFu << shift)) | (uint32_t(bits) << shift);
-  }
+struct Bf16Conv {
+  __device__ static float toFloat(uint16_t b) { return __uint_as_float(uint32_t(b) << 16); }
+  __device__ static uint32_t fromFloat(float x) { return __bfloat16_as_ushort(__float2bfloat16_rn(x)); }
 };
+struct F16Conv {
+  __device__ static float toFloat(uint16_t b) { return __half2float(__ushort_as_half(b)); }
+  __device__ static uint32_t fromFloat(float x) { return __half_as_ushort(__float2half_rn(x)); }
+};
+template <>
+struct ElemTraits<Bf16Tag> : Elem16Traits<Bf16Conv> {};
+template <>
+struct ElemTraits<F16Tag> : Elem16Traits<F16Conv> {};
 
 // The reduction op as a type: a kernel per op would triple the kernels (and init's preload),
 // so the kernels use RuntimeOp, whose select compiles to two predicated instructions per
@@ -178,13 +176,21 @@ struct IdentityCodec {
 // ---- epilogue: what the owner of a reduced chunk does with it ----------------------------------
 
 // Runs once per reduced vector, on the fp32 accumulator of the rank that owns it, before the
-// result is rounded, stored and sent to the peers (so every rank holds the epilogue's bits).
-// kRowVecs > 1 asks the schedule to align every chunk to rows of that many vectors, so that a
-// row-wise epilogue (residual + RMSNorm) sees whole rows; chunkVecs() in prims/schedule.h does it.
+// result is rounded, stored and sent to the peers (so every rank holds the epilogue's bits);
+// false gives up (a wait of its own timed out). kRowVecs > 1 asks the schedule to align every
+// chunk to rows of that many vectors, so that a row-wise epilogue (residual + RMSNorm) sees
+// whole rows (chunkVecs in prims/schedule.h). scratchBytes: workspace it needs per chunk, placed
+// between the two phases' areas (the hierarchical schedule's cross-island partials).
 struct IdentityEpilogue {
   static constexpr uint64_t kRowVecs = 1;
-  template <typename A>
-  __device__ __forceinline__ static void apply(const AllReduceArgs&, uint64_t /*v*/, A& /*acc*/) {}
+  template <typename T>
+  __device__ static uint64_t scratchBytes(const AllReduceArgs&, uint64_t /*chunk*/) {
+    return 0;
+  }
+  template <typename T, class Call, class W>
+  __device__ __forceinline__ static bool apply(const Call&, uint64_t /*j*/, Acc<T>&, W&) {
+    return true;
+  }
 };
 
 }  // namespace kernels

@@ -36,6 +36,11 @@ struct Group {
       groupBarrier(bar, threads);
     }
   }
+  // The same answer on every thread of the group: true when no thread of it set `bad`.
+  __device__ __forceinline__ bool agree() const {
+    sync();
+    return *bad == 0;
+  }
 };
 
 // Base of the pull area of this call's parity in a region, and its payload.
@@ -80,8 +85,8 @@ struct SentinelBox {
   __device__ __forceinline__ char* area(int r) const {
     return a.peer_ws[r] + WorkspaceLayout::kDataOffset + ctx.parity * a.data_bytes;
   }
-  __device__ __forceinline__ uint64_t gatherOffset(uint64_t chunk) const {
-    return uint64_t(a.nranks) * chunk * kVecBytes;
+  __device__ __forceinline__ uint64_t gatherOffset(uint64_t chunk, int n) const {
+    return uint64_t(n) * chunk * kVecBytes;
   }
   __device__ __forceinline__ void put(char* area, uint64_t i, const Vec& x) const {
     storeVolatile(area + i * kVecBytes, x);
@@ -126,27 +131,128 @@ struct SentinelBox {
 // peer finished epoch e (NOTE [epochs and parity]). Every word starts at epoch_start - 2, which
 // no live epoch of the area equals (as for call headers). Nothing is escaped: the data never
 // has to differ from a marker, so NaN payloads pass unchanged.
-struct LineBox {
+// The pull areas of a region (LineBox, FlagBox), and what every peer must agree on before it
+// reads them: the call header (datatype, op, algorithm, count) and the plan's blocks, steps
+// and direction, hashed into the `check` word of its flag lines.
+struct PullAreas {
+  const AllReduceArgs& a;
+  const CallContext& ctx;
+  uint32_t check;
+  __device__ PullAreas(const AllReduceArgs& args, const CallContext& c, int grid = 0,
+                       int steps = 0, bool pull = false)
+      : a(args), ctx(c) {
+    check = a.meta ^ (static_cast<uint32_t>(a.count) * 0x9E3779B1u) ^
+            ((static_cast<uint32_t>(steps) << 16 | static_cast<uint32_t>(grid) |
+              (pull ? 0x80000000u : 0u)) *
+             0x85EBCA77u);
+  }
+  __device__ __forceinline__ char* area(int r) const {
+    return pullPayload(pullArea(a, a.peer_ws[r], ctx.parity));
+  }
+  __device__ __forceinline__ uint64_t gatherOffset(uint64_t, int) const {
+    return WorkspaceLayout::pullHalf(a.pull_bytes);
+  }
+  __device__ __forceinline__ void release(char*, uint64_t) const {}
+  __device__ __forceinline__ void begin() const {}
+};
+
+// NOTE [flag lines]
+// Flags that live in the receiver's region: for each (phase, block) the receiver owns one line
+// of 16-byte slots, one per sender, and one warp of the receiver polls that line (two-shot LL
+// rings the same slots as doorbells). Measured on an H200 with 8 virtual ranks and regions in
+// host memory (bench/experiments/host_sync.cu, bench/results/2026-11-29-h200-host-sync-*.txt):
+// an all-to-all hand-off took 2.3-2.5 us when each rank polled one such line, 11 us when each
+// rank polled one word in each of its 7 peers' regions (the flags two-shot pull used before it
+// became a FlagBox schedule), and 12 us with eight polling blocks per rank: every poll is a
+// read across the link, and reads queue behind each other. So: one polling warp per group,
+// one request per poll, and nothing but the receiver's own region polled.
+//  * A slot is {epoch, steps done, epoch, check}: the sender stores it after its data, behind a
+//    system-scope fence, once per step; the receiver accepts it when both epoch words equal the
+//    call's epoch (a torn 16-byte store is polled again; only 8-byte atomicity is relied on) and
+//    the step count has reached the one it waits for. `check` (PullAreas) hashes the call
+//    header (datatype, op, algorithm, count) and the plan's blocks, steps and direction: a peer
+//    that disagrees is reported as tparInvalidUsage instead of read. The slots carry the call
+//    header this way, so these schedules send no separate one (NOTE [call header]).
+//  * The receiver's acquire is a 4-byte ld.acquire.sys of the slot once its poll saw it. A
+//    fence.acq_rel.sys there instead added about 2 us to each hand-off (same experiment: 3.9 us
+//    with the sender's fence alone, 6.0 with a reader fence too, 4.0 with the acquire load).
+//  * Each fenced hand-off is expensive: on the H200 with virtual ranks every further step of
+//    the pipelined kernel (two fenced hand-offs per rank) cost 4.4-4.6 us with 2 ranks, 6.4-7.3
+//    with 4 and 11.5-12.8 with 8, which is why plans use few steps.
+//  * Slots sit in the pull area of the call's parity, which starts at epoch_start - 2 in every
+//    word (NOTE [pull protocol]); a slot of parity p is rewritten in epoch e+2 only after every
+//    peer finished epoch e (NOTE [epochs and parity]). Steps only grow within an epoch, so a
+//    slot that already shows a later step satisfies an earlier wait.
+//  * The data areas are per parity too; a sender writes a position once per call.
+//  * A flag written after its data is what principle 2 warns against; docs/PROTOCOL.md ("Fenced
+//    flags in host memory") says why these kernels do it, and what backs it.
+__device__ __forceinline__ char* lineSlot(char* area, int phase, int block, int sender) {
+  return area + WorkspaceLayout::kLineFlagOffset +
+         ((uint64_t(phase) * WorkspaceLayout::kLineBlocks + block) * kMaxRanks + sender) *
+             kVecBytes;
+}
+
+// After every thread of the group stored its data for `phase` up to step `done`: lanes p < n
+// of the group's first warp store our slot into peer p's line (behind a system-scope fence
+// when kFenced). Nothing after an earlier failure.
+template <bool kFenced>
+__device__ __forceinline__ void commitLine(const PullAreas& b, int phase, uint32_t done,
+                                           const Group& g) {
+  g.sync();
+  const AllReduceArgs& a = b.a;
+  const int p = g.t;
+  if (p < a.nranks && p != a.rank && !b.ctx.failed) {
+    if (kFenced) __threadfence_system();
+    storeVolatile(lineSlot(pullArea(a, a.peer_ws[p], b.ctx.parity), phase, blockIdx.x, a.rank),
+                  Vec{{b.ctx.epoch, done, b.ctx.epoch, b.check}});
+  }
+}
+
+// Lanes p < n of the group's first warp poll peer p's slot in our own line of `phase` until it
+// reaches step `want` (then, when kFenced, acquire it). The same answer on every thread of the
+// group: false once an error is recorded, or at once after an earlier failure (thread 0's view
+// of it decides, so that every thread takes the same path through the barriers).
+template <bool kFenced>
+__device__ __forceinline__ bool awaitLine(const PullAreas& b, int phase, uint32_t want,
+                                          const Group& g, Waiter& w) {
+  const AllReduceArgs& a = b.a;
+  const int p = g.t;
+  if (p == 0 && b.ctx.failed) *g.bad = 1u;
+  if (p < a.nranks && p != a.rank && !b.ctx.failed) {
+    const char* slot = lineSlot(pullArea(a, a.peer_ws[a.rank], b.ctx.parity), phase, blockIdx.x, p);
+    for (;;) {
+      const Vec f = loadVolatile(slot);
+      if (f.w[0] == b.ctx.epoch && f.w[2] == b.ctx.epoch) {
+        if (f.w[3] != b.check) {
+          recordError(a, tparInvalidUsage);
+          *g.bad = 1u;
+          break;
+        }
+        if (f.w[1] >= want) {
+          if (kFenced) (void)loadAcquireSys(slot);
+          break;
+        }
+      }
+      if (!w.keepWaiting()) {
+        *g.bad = 1u;
+        break;
+      }
+    }
+  }
+  return g.agree();
+}
+
+struct LineBox : PullAreas {
   static constexpr bool kReservesWord = false;
   static constexpr bool kPerVector = false;  // block-sliced, with doorbells (below)
   static constexpr int kGatherDepth = 2;
   struct Line {
     Vec lo, hi;
   };
-
-  const AllReduceArgs& a;
-  const CallContext& ctx;
-  __device__ LineBox(const AllReduceArgs& args, const CallContext& c, int = 0, int = 0, bool = false)
-      : a(args), ctx(c) {}
+  using PullAreas::PullAreas;
 
   __device__ __forceinline__ static char* lo(const char* base, uint64_t i) {
     return const_cast<char*>(base) + ((i / 32) * 64 + i % 32) * kVecBytes;
-  }
-  __device__ __forceinline__ char* area(int r) const {
-    return pullPayload(pullArea(a, a.peer_ws[r], ctx.parity));
-  }
-  __device__ __forceinline__ uint64_t gatherOffset(uint64_t) const {
-    return WorkspaceLayout::pullHalf(a.pull_bytes);
   }
   __device__ __forceinline__ void put(char* area, uint64_t i, const Vec& x) const {
     const uint32_t e = ctx.epoch;
@@ -168,86 +274,24 @@ struct LineBox {
   __device__ __forceinline__ static Vec payload(const Line& l) {
     return Vec{{l.lo.w[0], l.lo.w[2], l.hi.w[0], l.hi.w[2]}};
   }
-  __device__ __forceinline__ void release(char*, uint64_t) const {}
-
-  // Doorbells: after a phase's lines, a block stores the call header into every peer's slot of
-  // its flag line of (phase, block) (NOTE [flag lines]), without a fence: the doorbell only
-  // says when to start reading, the lines themselves say whether they arrived. The receiving
-  // block polls the one line, so its threads need not poll lines that have not been sent.
-  __device__ __forceinline__ void begin() const {}
-  __device__ __forceinline__ void commit(int phase, uint32_t, const Group& g) const {
-    g.sync();
-    sendHeadersAt(a, ctx, [&](int p) {
-      return lineSlot(pullArea(a, a.peer_ws[p], ctx.parity), phase, blockIdx.x, a.rank);
-    });
+  // Doorbells: after a phase's lines a block rings every peer's flag line of (phase, block)
+  // without a fence: the doorbell only says when to start reading, the lines themselves say
+  // whether they arrived. The receiving block polls its one line before its threads read.
+  __device__ __forceinline__ void commit(int phase, uint32_t done, const Group& g) const {
+    commitLine<false>(*this, phase, done, g);
   }
-  __device__ __forceinline__ bool await(int phase, uint32_t, const Group&, Waiter& w) const {
-    return checkHeadersAt(
-        a, ctx,
-        [&](int p) -> const char* {
-          return lineSlot(pullArea(a, a.peer_ws[a.rank], ctx.parity), phase, blockIdx.x, p);
-        },
-        w);
-  }
-  __device__ __forceinline__ static char* lineSlot(char* area, int phase, int block, int sender) {
-    return area + WorkspaceLayout::kLineFlagOffset +
-           ((uint64_t(phase) * WorkspaceLayout::kLineBlocks + block) * kMaxRanks + sender) *
-               kVecBytes;
+  __device__ __forceinline__ bool await(int phase, uint32_t want, const Group& g, Waiter& w) const {
+    return awaitLine<false>(*this, phase, want, g, w);
   }
 };
 
-// NOTE [flag lines]
-// Flags that live in the receiver's region: for each (phase, block) the receiver owns one line
-// of 16-byte slots, one per sender, and one warp of the receiver polls that line (two-shot LL
-// rings the same slots as doorbells). Measured on an H200 with 8 virtual ranks and regions in
-// host memory (bench/experiments/host_sync.cu, bench/results/2026-11-29-h200-host-sync-*.txt):
-// an all-to-all hand-off took 2.3-2.5 us when each rank polled one such line, 11 us when each
-// rank polled one word in each of its 7 peers' regions (the flags two-shot pull used before it
-// became a FlagBox schedule), and 12 us with eight polling blocks per rank: every poll is a
-// read across the link, and reads queue behind each other. So: one polling warp per group,
-// one request per poll, and nothing but the receiver's own region polled.
-//  * A slot is {epoch, steps done, epoch, check}: the sender stores it after its data, behind a
-//    system-scope fence, once per step; the receiver accepts it when both epoch words equal the
-//    call's epoch (a torn 16-byte store is polled again; only 8-byte atomicity is relied on) and
-//    the step count has reached the one it waits for. `check` hashes the call header (datatype,
-//    op, algorithm, count) and the plan's blocks, steps and mode: a peer that disagrees is
-//    reported as tparInvalidUsage instead of read.
-//  * The receiver's acquire is a 4-byte ld.acquire.sys of the slot once its poll saw it. A
-//    fence.acq_rel.sys there instead added about 2 us to each hand-off (same experiment: 3.9 us
-//    with the sender's fence alone, 6.0 with a reader fence too, 4.0 with the acquire load).
-//  * Each fenced hand-off is expensive: on the H200 with virtual ranks every further step of
-//    the pipelined kernel (two fenced hand-offs per rank) cost 4.4-4.6 us with 2 ranks, 6.4-7.3
-//    with 4 and 11.5-12.8 with 8, which is why plans use few steps.
-//  * Slots sit in the pull area of the call's parity, which starts at epoch_start - 2 in every
-//    word (NOTE [pull protocol]); a slot of parity p is rewritten in epoch e+2 only after every
-//    peer finished epoch e (NOTE [epochs and parity]). Steps only grow within an epoch, so a
-//    slot that already shows a later step satisfies an earlier wait.
-//  * The data areas are per parity too; a sender writes a position once per call.
-//  * A flag written after its data is what principle 2 warns against; docs/PROTOCOL.md ("Fenced
-//    flags in host memory") says why these kernels do it, and what backs it.
-struct FlagBox {
+struct FlagBox : PullAreas {
   static constexpr bool kReservesWord = false;
   static constexpr bool kPerVector = false;
   static constexpr int kGatherDepth = 4;  // each load is a round trip when the source is host memory
   using Line = Vec;
+  using PullAreas::PullAreas;
 
-  const AllReduceArgs& a;
-  const CallContext& ctx;
-  uint32_t check;  // what every peer must agree on
-  __device__ FlagBox(const AllReduceArgs& args, const CallContext& c, int grid, int steps, bool pull)
-      : a(args), ctx(c) {
-    check = a.meta ^ (static_cast<uint32_t>(a.count) * 0x9E3779B1u) ^
-            ((static_cast<uint32_t>(steps) << 16 | static_cast<uint32_t>(grid) |
-              (pull ? 0x80000000u : 0u)) *
-             0x85EBCA77u);
-  }
-
-  __device__ __forceinline__ char* area(int r) const {
-    return pullPayload(pullArea(a, a.peer_ws[r], ctx.parity));
-  }
-  __device__ __forceinline__ uint64_t gatherOffset(uint64_t) const {
-    return WorkspaceLayout::pullHalf(a.pull_bytes);
-  }
   __device__ __forceinline__ void put(char* area, uint64_t i, const Vec& x) const {
     storeVolatile(area + i * kVecBytes, x);
   }
@@ -257,50 +301,11 @@ struct FlagBox {
   __device__ __forceinline__ void refetch(const char*, uint64_t, Line&) const {}
   __device__ __forceinline__ static bool arrived(const Line&) { return true; }  // after await
   __device__ __forceinline__ static Vec payload(const Line& l) { return l; }
-  __device__ __forceinline__ void release(char*, uint64_t) const {}
-  __device__ __forceinline__ void begin() const {}
-
-  // After every thread of the group stored its data for `phase` up to step `done`: lanes p < n
-  // of the group's first warp fence at system scope and store our slot into peer p's line.
   __device__ __forceinline__ void commit(int phase, uint32_t done, const Group& g) const {
-    g.sync();
-    const int p = g.t;
-    if (p < a.nranks && p != a.rank && !ctx.failed) {
-      __threadfence_system();
-      storeVolatile(LineBox::lineSlot(pullArea(a, a.peer_ws[p], ctx.parity), phase, blockIdx.x,
-                                      a.rank),
-                    Vec{{ctx.epoch, done, ctx.epoch, check}});
-    }
+    commitLine<true>(*this, phase, done, g);
   }
-  // Lanes p < n of the group's first warp poll peer p's slot in our own line of `phase` until
-  // it reaches step `want`. The same answer on every thread of the group: false once an error
-  // is recorded.
-  __device__ __forceinline__ bool await(int phase, uint32_t want, const Group& g,
-                                        Waiter& w) const {
-    const int p = g.t;
-    if (p < a.nranks && p != a.rank) {
-      const char* slot = LineBox::lineSlot(pullArea(a, a.peer_ws[a.rank], ctx.parity), phase,
-                                           blockIdx.x, p);
-      for (;;) {
-        const Vec f = loadVolatile(slot);
-        if (f.w[0] == ctx.epoch && f.w[2] == ctx.epoch) {
-          if (f.w[3] != check) {
-            recordError(a, tparInvalidUsage);
-            *g.bad = 1u;
-            break;
-          }
-          if (f.w[1] >= want) {
-            (void)loadAcquireSys(slot);
-            break;
-          }
-        }
-        if (!w.keepWaiting()) {
-          *g.bad = 1u;
-          break;
-        }
-      }
-    }
-    return groupAgrees(g.bad, g.bar, g.threads);
+  __device__ __forceinline__ bool await(int phase, uint32_t want, const Group& g, Waiter& w) const {
+    return awaitLine<true>(*this, phase, want, g, w);
   }
 };
 

@@ -50,13 +50,6 @@ class Waiter {
   uint32_t spins_ = 0;
 };
 
-// The same answer on every thread of a group: true when no thread of it set `*bad`. `bar` and
-// `threads` name the group's barrier (0 and blockDim.x: the whole block).
-__device__ __forceinline__ bool groupAgrees(volatile uint32_t* bad, int bar, int threads) {
-  groupBarrier(bar, threads);
-  return *bad == 0;
-}
-
 }  // namespace kernels
 }  // namespace tpar
 
