@@ -59,8 +59,8 @@ SCHEDULES = [
     (r"OneShot<[^<>]*LineBox", "oneshot-pull"),
     (r"TwoShot<[^<>]*SentinelBox", "twoshot"),
     (r"TwoShot<[^<>]*LineBox", "twoshot-ll"),
-    (r"TwoShot<[^<>]*FlagBox[^<>]*PlannedDirection", "pipelined"),
-    (r"TwoShot<[^<>]*FlagBox[^<>]*Pull\b", "twoshot-pull"),
+    (r"TwoShot<[^<>]*FlagBox, \(tpar::kernels::Direction\)2", "pipelined"),
+    (r"TwoShot<[^<>]*FlagBox, \(tpar::kernels::Direction\)1", "twoshot-pull"),
     (r"Staged\b", "staged"),
     (r"Hierarchical\b", "hier"),
 ]

@@ -10,6 +10,7 @@
 #include <unordered_set>
 
 #include "core/algorithms.h"
+#include "core/launch.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "tuner/select.h"

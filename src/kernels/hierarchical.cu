@@ -20,67 +20,53 @@ namespace tpar {
 namespace kernels {
 namespace {
 
-// fp32 partial sums of one vector position: kPer floats in kPer/4 16-byte vectors, escaped like
-// any data of the sentinel protocol.
-template <typename T>
-struct Partial {
-  static constexpr int kVecs = ElemTraits<T>::kPerVec / 4;
-  Vec v[kVecs];
-
-  __device__ __forceinline__ static Partial of(const Acc<T>& acc) {
-    Partial p;
-#pragma unroll
-    for (int i = 0; i < ElemTraits<T>::kPerVec; ++i)
-      p.v[i / 4].w[i % 4] = escapeWord(__float_as_uint(acc.x[i]));
-    return p;
-  }
-  __device__ __forceinline__ void addTo(Acc<T>* acc, RuntimeOp op, bool first) const {
-#pragma unroll
-    for (int i = 0; i < ElemTraits<T>::kPerVec; ++i) {
-      const float y = __uint_as_float(v[i / 4].w[i % 4]);
-      acc->x[i] = first ? y : op(acc->x[i], y);
-    }
-  }
-};
-
 // Step 2 as an epilogue: the k partials of each position of chunk p sit between the two
 // phases' areas, slot (island i, position j) of the owner at position p of every island.
 struct CrossIslands {
   static constexpr uint64_t kRowVecs = 1;
+  // fp32 partial sums of one position: kPer floats in kPer/4 vectors.
+  template <typename T>
+  __device__ static constexpr int crossVecs() { return ElemTraits<T>::kPerVec / 4; }
   template <typename T>
   __device__ static uint64_t scratchBytes(const AllReduceArgs& a, uint64_t chunk) {
-    return uint64_t(a.hier_k) * chunk * Partial<T>::kVecs * kVecBytes;
+    return uint64_t(a.hier_k) * chunk * crossVecs<T>() * kVecBytes;
   }
   template <typename T, class Call>
   __device__ __forceinline__ static bool apply(const Call& c, uint64_t j, Acc<T>& acc, Waiter& w) {
-    constexpr int kCrossVecs = Partial<T>::kVecs;
+    constexpr int kVecs = crossVecs<T>();
     const AllReduceArgs& a = c.a;
     const int k = a.hier_k;
     const int isl = a.hier_island;
     const uint64_t off = c.box.gatherOffset(c.chunk, c.n);
-    const Partial<T> mine = Partial<T>::of(acc);
+    // Our island's partial, escaped like any data of the sentinel protocol.
+    Vec mine[kVecs];
+#pragma unroll
+    for (int e = 0; e < ElemTraits<T>::kPerVec; ++e)
+      mine[e / 4].w[e % 4] = escapeWord(__float_as_uint(acc.x[e]));
     for (int i = 1; i < k; ++i) {
       char* dst = c.box.area(a.hier_rank[ahead(isl, i, k) * a.hier_m + a.hier_pos]) + off;
 #pragma unroll
-      for (int h = 0; h < kCrossVecs; ++h)
-        c.box.put(dst, (uint64_t(isl) * c.chunk + j) * kCrossVecs + h, mine.v[h]);
+      for (int h = 0; h < kVecs; ++h) c.box.put(dst, (uint64_t(isl) * c.chunk + j) * kVecs + h, mine[h]);
     }
     // Sum the islands' partials in island order.
     char* own = c.own + off;
     for (int i = 0; i < k; ++i) {
-      Partial<T> p;
-      if (i == isl) {
-        p = mine;
-      } else {
+      Vec p[kVecs];
 #pragma unroll
-        for (int h = 0; h < kCrossVecs; ++h) {
-          const uint64_t ci = (uint64_t(i) * c.chunk + j) * kCrossVecs + h;
-          p.v[h] = c.box.fetch(own, ci);
-          if (!settle(c.box, own, ci, p.v[h], w)) return false;
+      for (int h = 0; h < kVecs; ++h) {
+        p[h] = mine[h];
+        if (i != isl) {
+          const uint64_t ci = (uint64_t(i) * c.chunk + j) * kVecs + h;
+          p[h] = c.box.fetch(own, ci);
+          if (!settle(c.box, own, ci, p[h], w)) return false;
           c.box.release(own, ci);
         }
       }
-      p.addTo(&acc, RuntimeOp{a.op}, i == 0);
+#pragma unroll
+      for (int e = 0; e < ElemTraits<T>::kPerVec; ++e) {
+        const float y = __uint_as_float(p[e / 4].w[e % 4]);
+        acc.x[e] = i == 0 ? y : RuntimeOp{a.op}(acc.x[e], y);
+      }
     }
     return true;
   }
@@ -89,7 +75,7 @@ struct CrossIslands {
 }  // namespace
 
 extern const KernelSet hierKernels =
-    makeKernelSet<TwoShot<SentinelBox, Push, IdentityCodec, CrossIslands, IslandRanks>>();
+    makeKernelSet<TwoShot<SentinelBox, kPush, IdentityCodec, CrossIslands, IslandRanks>>();
 
 }  // namespace kernels
 }  // namespace tpar

@@ -1,7 +1,9 @@
-// The one header between host code and the all-reduce kernels.
+// The one header between host code and the all-reduce kernels: the workspace layout, the
+// arguments of every kernel, and the kernel sets the registry names (the host side that
+// launches them: src/core/launch.h).
 //
 // Kernels know nothing of transports, environment variables or policy: the host passes every
-// pointer and number in AllReduceArgs. Launchers return cudaError_t.
+// pointer and number in AllReduceArgs.
 #ifndef TPAR_KERNELS_LAUNCH_H_
 #define TPAR_KERNELS_LAUNCH_H_
 
@@ -25,7 +27,7 @@ constexpr int kMaxRanks = TPAR_MAX_RANKS;
 constexpr int kVecBytes = 16;  // the wire unit: one 16-byte vector per thread and step
 // Launch bound of every kernel: leaves 128 registers per thread for the per-peer vectors.
 constexpr int kMaxThreads = 512;
-// The pipelined two-shot splits a block into groups of whole warps: at least 4 warps.
+// FlagBox schedules split a block into groups of whole warps: at least 4 warps.
 constexpr int kMinPipelinedThreads = 128;
 
 // The largest grid of one launch (TPAR_MAX_BLOCKS is bounded by it).
@@ -50,13 +52,10 @@ struct WorkspaceLayout {
   static constexpr uint64_t kStateOffset = 2048;   // DeviceState
   static constexpr uint64_t kEpochsOffset = 4096;  // uint32_t epoch per block index
   static constexpr uint64_t kDataOffset = kEpochsOffset + 4 * kMaxBlocks;
-  // Pull area (NOTE [pull protocol]): one flag word per block for each of the two phases of
-  // two-shot pull, then the flag lines of the pipelined two-shot (NOTE [flag lines]), then the
-  // payload, which the pull variants and the pipelined two-shot share.
-  static constexpr int kLineBlocks = 64;  // blocks of a pipelined launch, at most
-  static constexpr uint64_t kLineFlagOffset = 2 * 4 * kMaxBlocks;
-  static constexpr uint64_t kLineFlagBytes = 2 * kLineBlocks * kMaxRanks * kVecBytes;
-  static constexpr uint64_t kPullFlagBytes = kLineFlagOffset + kLineFlagBytes;
+  // Pull area (NOTE [pull protocol]): the flag lines of two phases (NOTE [flag lines]), then
+  // the payload, which every LineBox and FlagBox schedule uses.
+  static constexpr int kLineBlocks = 64;  // blocks of a launch with flag lines, at most
+  static constexpr uint64_t kPullFlagBytes = 2 * kLineBlocks * kMaxRanks * kVecBytes;
   // Largest pull message with receive regions in GPU memory, where the pull variants serve
   // small messages only (in host memory they carry everything).
   static constexpr uint64_t kDevicePullMaxBytes = 256u << 10;
@@ -140,27 +139,6 @@ struct KernelSet {
     return dtype >= 0 && dtype < tparNumDataTypes ? fn[dtype][wide ? 1 : 0] : nullptr;
   }
 };
-
-// The header word every rank puts into its first packet of a call.
-uint32_t makeCallMeta(tparDataType_t dtype, tparRedOp_t op, Algo algo, uint64_t total_count);
-
-// Enqueues one launch of kernel `fn`. `overlap`: launch with programmatic stream serialization
-// (NOTE [launch overlap]).
-cudaError_t launchAllReduce(const void* fn, const AllReduceArgs& args, int blocks, int threads,
-                            bool overlap, cudaStream_t stream);
-
-// Loads every kernel of `sets` into the current device's context now (NOTE [preload]).
-cudaError_t preloadKernels(const KernelSet* const* sets, int nsets);
-
-// Resident blocks per SM of the largest-footprint kernel of `sets` at `threads` threads.
-cudaError_t maxActiveBlocksPerSm(const KernelSet* const* sets, int nsets, int threads,
-                                 int* blocks);
-
-// Threads per block for a launch of `blocks` blocks over `work` vectors: the work is spread
-// over every block (more multiprocessors issue stores and polls), with at least 64 and at most
-// `max_threads` threads per block. Every launch of a communicator uses the same block count
-// (NOTE [epochs and parity]).
-int threadsFor(uint64_t work, int blocks, int max_threads);
 
 }  // namespace kernels
 }  // namespace tpar

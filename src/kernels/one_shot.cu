@@ -56,22 +56,18 @@ struct OneShot {
       auto src = [&](int s) {
         return kPull ? At{box.area(s), v} : At{own, uint64_t(s) * vecs + v};
       };
-      typename Box::Line in[kMax];
-#pragma unroll
-      for (int s = 0; s < kMax; ++s) {
-        if (s < n && s != me) in[s] = box.fetch(src(s).area, src(s).i);
-      }
-      const Vec mine =
-          Codec::template encode<Box::kReservesWord>(loadUser<T>(a.send, v, a.count, aligned));
       Acc<T> acc;
-      if (!reduceArrived<T, kMax, Codec>(box, n, me, mine, in, src, RuntimeOp{a.op}, w, &acc))
+      if (!reduceFrom<T, kMax, Codec>(
+              box, n, me, src,
+              [&] {
+                return Codec::template encode<Box::kReservesWord>(
+                    loadUser<T>(a.send, v, a.count, aligned));
+              },
+              RuntimeOp{a.op}, w, &acc))
         return;
       if (!Epi::apply(a, v, acc, w)) return;
       storeUser<T>(a.recv, v, a.count, aligned, acc.round());
-#pragma unroll
-      for (int s = 0; s < kMax; ++s) {
-        if (s < n && s != me) box.release(src(s).area, src(s).i);
-      }
+      releaseFrom<kMax>(box, n, me, src);
     }
   }
 };

@@ -8,7 +8,7 @@ namespace tpar {
 namespace kernels {
 
 extern const KernelSet stagedKernels =
-    makeKernelSet<TwoShot<SentinelBox, Push, IdentityCodec, IdentityEpilogue, AllRanks, true>>();
+    makeKernelSet<TwoShot<SentinelBox, kPush, IdentityCodec, IdentityEpilogue, AllRanks, true>>();
 
 }  // namespace kernels
 }  // namespace tpar

@@ -5,10 +5,10 @@
 namespace tpar {
 namespace kernels {
 
-extern const KernelSet twoShotKernels = makeKernelSet<TwoShot<SentinelBox, Push>>();
-extern const KernelSet twoShotLLKernels = makeKernelSet<TwoShot<LineBox, Push>>();
-extern const KernelSet pipelinedKernels = makeKernelSet<TwoShot<FlagBox, PlannedDirection>>();
-extern const KernelSet twoShotPullKernels = makeKernelSet<TwoShot<FlagBox, Pull>>();
+extern const KernelSet twoShotKernels = makeKernelSet<TwoShot<SentinelBox, kPush>>();
+extern const KernelSet twoShotLLKernels = makeKernelSet<TwoShot<LineBox, kPush>>();
+extern const KernelSet pipelinedKernels = makeKernelSet<TwoShot<FlagBox, kPlanned>>();
+extern const KernelSet twoShotPullKernels = makeKernelSet<TwoShot<FlagBox, kPull>>();
 
 }  // namespace kernels
 }  // namespace tpar

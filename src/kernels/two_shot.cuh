@@ -1,22 +1,15 @@
-// The two-shot schedule: reduce-scatter then all-gather. Rank r owns chunk r of the message;
-// every rank sends its part of chunk c to rank c, rank r reduces chunk r in rank order and sends
-// the result to every peer. Each rank sends 2(n-1)/n of the message instead of n-1 times it, at
-// the cost of a second hand-off. One schedule, templated on the mailbox (prims/mailbox.cuh),
-// the direction, the codec and the epilogue:
-//   twoshot       SentinelBox, push: every vector its own flag; (peer, position) pairs spread
-//                 over the whole grid; no hand-off between the phases.
-//   twoshot-ll    LineBox, push: epoch-tagged lines, no fences, twice the bytes; block-sliced,
-//                 with a doorbell per phase so that a block polls one line before its reads.
-//                 Small messages with receive regions in host memory.
-//   pipelined     FlagBox, push or pull as planned (a.pull): plain data, fenced flag lines per
-//   twoshot-pull  step; FlagBox, pull. Block-sliced, in `steps` steps, the three phases in
-//                 three groups of warps that run at once (writes in one direction of the link
-//                 overlap reads in the other). Receive regions in host memory.
-// Where the data goes: push stores into the receivers' regions (every load is local); pull
-// stores once into our own region and the peers read it there (per rank the message written
-// once and 2(n-1)/n read: fewer bytes on the link, which won from 48 KiB up with 4 and 8
-// virtual ranks on an H200 with host memory, docs/PERFORMANCE.md). Either way a position is
-// written once per call, in the area of the call's parity.
+// The two-shot schedule: reduce-scatter then all-gather. Rank r owns chunk r; every rank sends
+// its part of chunk c to rank c, rank r reduces chunk r in rank order and sends the result to
+// every peer: 2(n-1)/n of the message per rank instead of n-1 times it, at the cost of a
+// second hand-off. Templated on the mailbox (prims/mailbox.cuh), direction, codec, epilogue,
+// peers and order. With a per-vector mailbox (sentinel) its (peer, position) pairs spread over
+// the whole grid and the phases need no hand-off; otherwise block b of every rank owns the same
+// slice of every chunk, in `steps` steps, and hands off to the peers' block b per phase and
+// step (doorbells for LL lines; fenced flag lines, with the phases in three groups of warps
+// that run at once, for plain data). Pull (fewer bytes on the link: the message written once,
+// 2(n-1)/n read) won from 48 KiB up with 4 and 8 virtual ranks on an H200 with host memory
+// (docs/PERFORMANCE.md). Either way a position is written once per call, in the area of the
+// call's parity.
 // In place, an output position written by the gather was read by some thread's scatter before
 // the value it receives could exist (the owner reduced it from that read).
 #ifndef TPAR_KERNELS_TWO_SHOT_CUH_
@@ -28,15 +21,9 @@
 namespace tpar {
 namespace kernels {
 
-struct Push {
-  __device__ static bool pull(const AllReduceArgs&) { return false; }
-};
-struct Pull {
-  __device__ static bool pull(const AllReduceArgs&) { return true; }
-};
-struct PlannedDirection {
-  __device__ static bool pull(const AllReduceArgs& a) { return a.pull != 0; }
-};
+// Push: into the readers' regions; pull: once into our own, the readers fetch it; planned:
+// as the plan says (a.pull).
+enum Direction { kPush, kPull, kPlanned };
 
 // The peers of the schedule: every rank, or the ranks of our island (hierarchical).
 struct AllRanks {
@@ -61,12 +48,10 @@ constexpr int kGatherRole = 2;
 // so that each position has one outbound and one inbound peer per step. All-to-all writes
 // collapse at a PCIe root complex; this keeps each step's traffic to one stream in and one out
 // per rank, at the cost of n-1 dependent steps per phase. Same workspace and bits as two-shot.
-template <class Box, class Dir, class Codec = IdentityCodec, class Epi = IdentityEpilogue,
+template <class Box, Direction kDir, class Codec = IdentityCodec, class Epi = IdentityEpilogue,
           class Ranks = AllRanks, bool kRotation = false>
 struct TwoShot {
-  // Fenced flags are dear: their schedule overlaps the phases in groups of warps.
-  static constexpr bool kGroups = !Box::kPerVector && Box::kGatherDepth > 2;
-
+  
   struct Call {
     const AllReduceArgs& a;
     const Box& box;
@@ -127,15 +112,12 @@ struct TwoShot {
       auto src = [&](int s) {
         return c.pull ? At{c.area(s), v} : At{c.own, uint64_t(s) * c.chunk + j};
       };
-      typename Box::Line in[kMax];
-#pragma unroll
-      for (int s = 0; s < kMax; ++s) {
-        if (s < n && s != me) in[s] = c.box.fetch(src(s).area, src(s).i);
-      }
-      const Vec mine = Codec::template encode<Box::kReservesWord>(
-          loadUser<T>(c.a.send, v, c.a.count, c.aligned));
       Acc<T> acc;
-      if (!reduceArrived<T, kMax, Codec>(c.box, n, me, mine, in, src, RuntimeOp{c.a.op}, w, &acc))
+      auto mine = [&] {
+        return Codec::template encode<Box::kReservesWord>(
+            loadUser<T>(c.a.send, v, c.a.count, c.aligned));
+      };
+      if (!reduceFrom<T, kMax, Codec>(c.box, n, me, src, mine, RuntimeOp{c.a.op}, w, &acc))
         return false;
       if (!Epi::apply(c, j, acc, w)) return false;
       // Peers receive the encoded bits; keep the same bits here so all ranks agree.
@@ -149,10 +131,7 @@ struct TwoShot {
         }
       }
       storeUser<T>(c.a.recv, v, c.a.count, c.aligned, r);
-#pragma unroll
-      for (int s = 0; s < kMax; ++s) {
-        if (s < n && s != me) c.box.release(c.own, uint64_t(s) * c.chunk + j);
-      }
+      releaseFrom<kMax>(c.box, n, me, src);
     }
     return true;
   }
@@ -239,7 +218,7 @@ struct TwoShot {
       // A thread that gives up stops working but still reaches the group's barrier, where the
       // group gives up as one.
       if (!reduce<T, kMax>(c, s0 + g.t, s1, g.threads, w)) *g.bad = 1u;
-      if (!kGroups && !g.agree()) return false;
+      if (!Box::kOverlapPhases && !g.agree()) return false;
       c.box.commit(kGatherPhase, done, g);
       return true;
     }
@@ -252,7 +231,7 @@ struct TwoShot {
     constexpr int kPer = ElemTraits<T>::kPerVec;
     const int grid = activeBlocks(a);
     const int steps = a.steps > 1 ? a.steps : 1;
-    const bool pull = Dir::pull(a);
+    const bool pull = kDir == kPlanned ? a.pull != 0 : kDir == kPull;
     const Box box(a, ctx, grid, steps, pull);
     const uint64_t vecs = (a.count + kPer - 1) / kPer;
     Call c{a, box, Ranks::count(a), Ranks::self(a), pull, a.vec_aligned != 0, vecs, 0, 0,
@@ -286,7 +265,7 @@ struct TwoShot {
     // Nothing to send or read: the same on every rank that agrees on the call, and block 0,
     // which always has a slice, catches ranks that do not (their header or check differs).
     __shared__ uint32_t s_bad[3];
-    if (!kGroups) {
+    if (!Box::kOverlapPhases) {
       if (s.width() == 0) return;
       if (threadIdx.x == 0) s_bad[0] = 0;
       const Group whole{0, static_cast<int>(blockDim.x), static_cast<int>(threadIdx.x), s_bad};

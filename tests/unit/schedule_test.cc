@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "core/algorithms.h"
+#include "core/launch.h"
 #include "kernels/launch.h"
 #include "tuner/select.h"
 

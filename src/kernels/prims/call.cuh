@@ -1,15 +1,57 @@
-// One call of one block: its epoch, the call header every peer must agree on, and the kernel
-// wrapper every algorithm runs in.
+// One call of one block: bounded waits (principle 7: every spin of every kernel goes through
+// Waiter), its epoch, the call header every peer must agree on, and the kernel wrapper every
+// algorithm runs in.
 #ifndef TPAR_KERNELS_PRIMS_CALL_CUH_
 #define TPAR_KERNELS_PRIMS_CALL_CUH_
 
 #include "kernels/launch.h"
 #include "kernels/prims/elements.cuh"
 #include "kernels/prims/ptx.cuh"
-#include "kernels/prims/wait.cuh"
 
 namespace tpar {
 namespace kernels {
+
+// Records the first error of this rank: device word for later kernels, host mirror for
+// tparCommGetAsyncError.
+__device__ __forceinline__ void recordError(const AllReduceArgs& a, uint32_t code) {
+  if (atomicCAS(&a.state->error, 0u, code) == 0u) {
+    *reinterpret_cast<volatile uint32_t*>(&a.host_state->error) = code;
+    __threadfence_system();
+  }
+}
+
+// Bounds every spin. Polls cost a few hundred cycles; the clock, the abort word in host memory
+// and the error word are read only every kCheckEvery unsuccessful polls.
+class Waiter {
+ public:
+  __device__ explicit Waiter(const AllReduceArgs& a) : a_(a) {}
+
+  // Returns false when the caller must give up (error already recorded).
+  __device__ __forceinline__ bool keepWaiting() {
+    if ((++spins_ & (kCheckEvery - 1)) != 0) return true;
+    if (*reinterpret_cast<volatile uint32_t*>(&a_.state->error) != 0) return false;
+    if (*reinterpret_cast<volatile uint32_t*>(&a_.host_state->abort) != 0) {
+      recordError(a_, tparRemoteError);
+      return false;
+    }
+    // The clock starts at the first check: a wait that ends within kCheckEvery polls (nearly
+    // all of them) never reads it.
+    const uint64_t now = globalTimerNs();
+    if (start_ == 0) start_ = now;
+    if (now - start_ > a_.timeout_ns) {
+      recordError(a_, tparTimeout);
+      return false;
+    }
+    if (spins_ > 4 * kCheckEvery) __nanosleep(64);
+    return true;
+  }
+
+ private:
+  static constexpr uint32_t kCheckEvery = 256;
+  const AllReduceArgs& a_;
+  uint64_t start_ = 0;
+  uint32_t spins_ = 0;
+};
 
 // NOTE [epochs and parity]
 // The epoch counts kernels of this rank; every rank runs the same sequence of kernels, so all
@@ -120,7 +162,7 @@ __device__ __forceinline__ bool checkHeaders(const AllReduceArgs& a, const CallC
 // blocks this launch uses, and the epilogue, which every block runs (NOTE [epochs and parity]:
 // inactive blocks keep their epoch in step).
 template <class Schedule, typename T, int kMax>
-__global__ void __launch_bounds__(kMaxThreads) allReduceKernel(const __grid_constant__ AllReduceArgs a) {
+__global__ void __launch_bounds__(kMaxThreads, 1) allReduceKernel(const __grid_constant__ AllReduceArgs a) {
   CallContext ctx;
   beginCall(a, &ctx);
   if (static_cast<int>(blockIdx.x) < activeBlocks(a)) Schedule::template run<T, kMax>(a, ctx);

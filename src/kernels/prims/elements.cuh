@@ -66,26 +66,19 @@ struct RuntimeOp {
 };
 
 // fp32 accumulator of one vector. Accumulation order is fixed (rank 0 first) on every rank, and
-// the result is rounded once at the end (principle 6).
+// the result is rounded once at the end (principle 6). Every codec accumulates in it: what
+// travels may be narrower, the sum never is.
 template <typename T, typename Op = RuntimeOp>
 struct Acc {
   static constexpr int kN = ElemTraits<T>::kPerVec;
   float x[kN];
 
-  __device__ __forceinline__ void init(const Vec& v) {
-#pragma unroll
-    for (int i = 0; i < kN; ++i) x[i] = ElemTraits<T>::toFloat(v, i);
-  }
-  __device__ __forceinline__ void add(const Vec& v, Op op) {
-#pragma unroll
-    for (int i = 0; i < kN; ++i) x[i] = op(x[i], ElemTraits<T>::toFloat(v, i));
-  }
-  // Rank s's contribution in rank order: the first initializes.
+  // Rank s's contribution, in rank order: rank 0's initializes.
   __device__ __forceinline__ void take(int s, const Vec& v, Op op) {
-    if (s == 0) {
-      init(v);
-    } else {
-      add(v, op);
+#pragma unroll
+    for (int i = 0; i < kN; ++i) {
+      const float y = ElemTraits<T>::toFloat(v, i);
+      x[i] = s == 0 ? y : op(x[i], y);
     }
   }
   __device__ __forceinline__ Vec round() const {

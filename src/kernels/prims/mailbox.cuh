@@ -51,6 +51,18 @@ __device__ __forceinline__ char* pullPayload(char* area) {
   return area + WorkspaceLayout::kPullFlagBytes;
 }
 
+// Slots that hold the 16-byte vector itself (SentinelBox, FlagBox).
+struct PlainSlots {
+  using Line = Vec;
+  __device__ __forceinline__ static void put(char* area, uint64_t i, const Vec& x) {
+    storeVolatile(area + i * kVecBytes, x);
+  }
+  __device__ __forceinline__ static Line fetch(const char* area, uint64_t i) {
+    return loadVolatile(area + i * kVecBytes);
+  }
+  __device__ __forceinline__ static Vec payload(const Line& l) { return l; }
+};
+
 // NOTE [sentinel protocol]
 // Data moves as 16-byte vectors that the sender stores straight into the receiver's workspace
 // (stores cross links; loads stay local). There is no separate flag: a workspace word holds
@@ -69,13 +81,13 @@ __device__ __forceinline__ char* pullPayload(char* area) {
 //    is ordered before it by the kernel boundary.
 //  * After a kernel fails (timeout, mismatch) slots may hold stale data; the communicator is
 //    then unusable (its error is sticky) and must be destroyed.
-struct SentinelBox {
+struct SentinelBox : PlainSlots {
   static constexpr bool kReservesWord = true;
   // Every vector carries its own flag: schedules spread pairs over the whole grid and need no
   // hand-off between phases (only the call header before the first read).
   static constexpr bool kPerVector = true;
+  static constexpr bool kOverlapPhases = false;
   static constexpr int kGatherDepth = 1;
-  using Line = Vec;
 
   const AllReduceArgs& a;
   const CallContext& ctx;
@@ -88,22 +100,15 @@ struct SentinelBox {
   __device__ __forceinline__ uint64_t gatherOffset(uint64_t chunk, int n) const {
     return uint64_t(n) * chunk * kVecBytes;
   }
-  __device__ __forceinline__ void put(char* area, uint64_t i, const Vec& x) const {
-    storeVolatile(area + i * kVecBytes, x);
-  }
-  __device__ __forceinline__ Line fetch(const char* area, uint64_t i) const {
-    return loadVolatile(area + i * kVecBytes);
-  }
   __device__ __forceinline__ void refetch(const char* area, uint64_t i, Line& l) const {
-    l = loadVolatile(area + i * kVecBytes);
+    l = fetch(area, i);
   }
   __device__ __forceinline__ static bool arrived(const Line& v) {
     return v.w[0] != kSentinel && v.w[1] != kSentinel && v.w[2] != kSentinel &&
            v.w[3] != kSentinel;
   }
-  __device__ __forceinline__ static Vec payload(const Line& l) { return l; }
   __device__ __forceinline__ void release(char* area, uint64_t i) const {
-    storeVolatile(area + i * kVecBytes, Vec{{kSentinel, kSentinel, kSentinel, kSentinel}});
+    put(area, i, Vec{{kSentinel, kSentinel, kSentinel, kSentinel}});
   }
   __device__ __forceinline__ void begin() const { sendHeaders(a, ctx); }
   __device__ __forceinline__ void commit(int, uint32_t, const Group&) const {}
@@ -187,8 +192,7 @@ struct PullAreas {
 //  * A flag written after its data is what principle 2 warns against; docs/PROTOCOL.md ("Fenced
 //    flags in host memory") says why these kernels do it, and what backs it.
 __device__ __forceinline__ char* lineSlot(char* area, int phase, int block, int sender) {
-  return area + WorkspaceLayout::kLineFlagOffset +
-         ((uint64_t(phase) * WorkspaceLayout::kLineBlocks + block) * kMaxRanks + sender) *
+  return area + ((uint64_t(phase) * WorkspaceLayout::kLineBlocks + block) * kMaxRanks + sender) *
              kVecBytes;
 }
 
@@ -245,6 +249,7 @@ __device__ __forceinline__ bool awaitLine(const PullAreas& b, int phase, uint32_
 struct LineBox : PullAreas {
   static constexpr bool kReservesWord = false;
   static constexpr bool kPerVector = false;  // block-sliced, with doorbells (below)
+  static constexpr bool kOverlapPhases = false;
   static constexpr int kGatherDepth = 2;
   struct Line {
     Vec lo, hi;
@@ -285,22 +290,17 @@ struct LineBox : PullAreas {
   }
 };
 
-struct FlagBox : PullAreas {
+struct FlagBox : PullAreas, PlainSlots {
   static constexpr bool kReservesWord = false;
   static constexpr bool kPerVector = false;
+  // Fenced hand-offs are dear: the schedule overlaps its phases in groups of warps, writes in
+  // one direction of the link with reads in the other.
+  static constexpr bool kOverlapPhases = true;
   static constexpr int kGatherDepth = 4;  // each load is a round trip when the source is host memory
-  using Line = Vec;
   using PullAreas::PullAreas;
 
-  __device__ __forceinline__ void put(char* area, uint64_t i, const Vec& x) const {
-    storeVolatile(area + i * kVecBytes, x);
-  }
-  __device__ __forceinline__ Line fetch(const char* area, uint64_t i) const {
-    return loadVolatile(area + i * kVecBytes);
-  }
   __device__ __forceinline__ void refetch(const char*, uint64_t, Line&) const {}
   __device__ __forceinline__ static bool arrived(const Line&) { return true; }  // after await
-  __device__ __forceinline__ static Vec payload(const Line& l) { return l; }
   __device__ __forceinline__ void commit(int phase, uint32_t done, const Group& g) const {
     commitLine<true>(*this, phase, done, g);
   }
@@ -326,22 +326,36 @@ __device__ __forceinline__ bool settle(const Box& box, const char* area, uint64_
   return true;
 }
 
-// The sum (or max, min) of every rank's vector in rank order, rounded once: `mine` at our own
-// rank, the line in[s] of every other s < n once it has arrived (polled again through
-// src(s) = {area, index} until then). The loads of every peer were issued before, so the waits
-// overlap; each is taken as its turn in rank order comes (principle 6). False on give-up.
-template <typename T, int kMax, class Codec, class Box, typename Src>
-__device__ __forceinline__ bool reduceArrived(const Box& box, int n, int me, const Vec& mine,
-                                              typename Box::Line* in, Src src, RuntimeOp op,
-                                              Waiter& w, Acc<T>* acc) {
+// The sum (or max, min) of every rank's vector in rank order, into *acc: mine() at our own
+// rank, slot src(s) = {area, index} of every other s < n once it has arrived. Every peer's load
+// is issued first (and our own input's after them), so the waits overlap; each is taken as its
+// turn in rank order comes (principle 6). False on give-up.
+template <typename T, int kMax, class Codec, class Box, typename Src, typename Mine>
+__device__ __forceinline__ bool reduceFrom(const Box& box, int n, int me, Src src, Mine mine,
+                                           RuntimeOp op, Waiter& w, Acc<T>* acc) {
+  typename Box::Line in[kMax];
+#pragma unroll
+  for (int s = 0; s < kMax; ++s) {
+    if (s < n && s != me) in[s] = box.fetch(src(s).area, src(s).i);
+  }
+  const Vec own = mine();
 #pragma unroll
   for (int s = 0; s < kMax; ++s) {
     if (s < n) {
       if (s != me && !settle(box, src(s).area, src(s).i, in[s], w)) return false;
-      acc->take(s, s == me ? mine : Codec::decode(Box::payload(in[s])), op);
+      acc->take(s, s == me ? own : Codec::decode(Box::payload(in[s])), op);
     }
   }
   return true;
+}
+
+// Makes the slots src(s) of every peer s < n reusable (Box::release).
+template <int kMax, class Box, typename Src>
+__device__ __forceinline__ void releaseFrom(const Box& box, int n, int me, Src src) {
+#pragma unroll
+  for (int s = 0; s < kMax; ++s) {
+    if (s < n && s != me) box.release(src(s).area, src(s).i);
+  }
 }
 
 }  // namespace kernels

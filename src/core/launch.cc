@@ -1,4 +1,4 @@
-#include "kernels/launch.h"
+#include "core/launch.h"
 
 namespace tpar {
 namespace kernels {
