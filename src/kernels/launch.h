@@ -65,10 +65,8 @@ struct WorkspaceLayout {
   // `host`: receive regions in pinned host memory, where the pull variants carry messages up
   // to the piece size.
   static WorkspaceLayout forMaxBytes(uint64_t max_bytes_per_call, bool host = false) {
-    // Two-shot needs a reduce-scatter and an all-gather area, each one message plus per-rank
-    // rounding; one-shot needs nranks messages (so its pieces are smaller at high rank counts).
-    // Pull: one-shot's lines carry 8 payload bytes in 16, two-shot needs one message plus one
-    // chunk; both fit in twice the largest pull message.
+    // Two-shot needs two areas of one message plus rounding, one-shot n messages (smaller pieces
+    // at high rank counts); the pull areas need twice the largest pull message.
     const uint64_t pull_max =
         host || max_bytes_per_call < kDevicePullMaxBytes ? max_bytes_per_call
                                                           : kDevicePullMaxBytes;
@@ -82,25 +80,14 @@ struct WorkspaceLayout {
   TPAR_HOST_DEVICE static uint64_t pullHalf(uint64_t pull_bytes) {
     return ((pull_bytes - kPullFlagBytes) / 2) / kVecBytes * kVecBytes;
   }
-
-
-
   TPAR_HOST_DEVICE static uint64_t headerOffset(uint32_t parity, int sender) {
     return (static_cast<uint64_t>(parity) * kMaxRanks + sender) * kHeaderBytes;
   }
-  uint64_t dataOffset(uint32_t parity) const { return kDataOffset + parity * data_bytes; }
 };
 
-enum class Algo {
-  kOneShot = 0,
-  kTwoShot = 1,
-  kStaged = 2,
-  kHier = 3,
-  kOneShotPull = 4,
-  kTwoShotPull = 5,
-  kPipelined = 6,
-  kTwoShotLL = 7
-};
+// The registry's key for an algorithm (src/core/algorithms.h); the call header carries it in 3
+// bits, so the values stay below 8 and never change meaning.
+enum class Algo { kOneShot, kTwoShot, kStaged, kHier, kOneShotPull, kTwoShotPull, kPipelined, kTwoShotLL };
 
 struct AllReduceArgs {
   const void* send;
@@ -124,10 +111,7 @@ struct AllReduceArgs {
   int pull;                       // pipelined: publish in our own region, peers read it there
   // Hierarchical: k islands of m ranks. hier_rank[i * m + p] is the rank at position p of
   // island i; this rank is at (hier_island, hier_pos).
-  int hier_k;
-  int hier_m;
-  int hier_island;
-  int hier_pos;
+  int hier_k, hier_m, hier_island, hier_pos;
   uint8_t hier_rank[kMaxRanks];
 };
 

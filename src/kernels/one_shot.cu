@@ -1,14 +1,9 @@
 // One-shot all-reduce: every rank's whole input reaches every peer, and every rank reduces all
-// ranks' copies itself. One hand-off; n-1 times the message leaves each rank (push) or is read
-// by it (pull), so it wins for small messages where latency dominates. One schedule, templated
-// on the mailbox and the direction:
-//   oneshot       SentinelBox, push: each thread pushes its vector to every peer (rank+1 first,
-//                 so that at each step every rank has a different target), then reduces that
-//                 position from every rank. In place, the thread's own read precedes its write.
-//   oneshot-pull  LineBox, pull: each rank publishes its input once, as epoch-tagged lines in its
-//                 own region, and reads its peers' there. One write per rank instead of n-1:
-//                 with regions in host memory every reader shares that one copy. One round trip
-//                 per vector, at half the payload efficiency.
+// ranks' copies itself: one hand-off, n-1 times the message sent (push) or read (pull) per rank.
+// oneshot (SentinelBox, push): each thread pushes its vector to every peer, rank+1 first (every
+// rank a different target at each step), then reduces that position; in place, the thread's own
+// read precedes its write. oneshot-pull (LineBox, pull): each rank publishes its input once, as
+// lines in its own region, which every reader shares (host memory); one round trip per vector.
 #include "kernels/prims/mailbox.cuh"
 #include "kernels/prims/schedule.h"
 

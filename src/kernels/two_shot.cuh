@@ -1,17 +1,12 @@
-// The two-shot schedule: reduce-scatter then all-gather. Rank r owns chunk r; every rank sends
-// its part of chunk c to rank c, rank r reduces chunk r in rank order and sends the result to
-// every peer: 2(n-1)/n of the message per rank instead of n-1 times it, at the cost of a
-// second hand-off. Templated on the mailbox (prims/mailbox.cuh), direction, codec, epilogue,
-// peers and order. With a per-vector mailbox (sentinel) its (peer, position) pairs spread over
-// the whole grid and the phases need no hand-off; otherwise block b of every rank owns the same
-// slice of every chunk, in `steps` steps, and hands off to the peers' block b per phase and
-// step (doorbells for LL lines; fenced flag lines, with the phases in three groups of warps
-// that run at once, for plain data). Pull (fewer bytes on the link: the message written once,
-// 2(n-1)/n read) won from 48 KiB up with 4 and 8 virtual ranks on an H200 with host memory
-// (docs/PERFORMANCE.md). Either way a position is written once per call, in the area of the
-// call's parity.
-// In place, an output position written by the gather was read by some thread's scatter before
-// the value it receives could exist (the owner reduced it from that read).
+// The two-shot schedule: rank r owns chunk r; every rank sends its part of chunk c to rank c,
+// rank r reduces chunk r in rank order and sends the result to every peer (2(n-1)/n of the
+// message per rank, two hand-offs). With a per-vector mailbox its (peer, position) pairs spread
+// over the whole grid; otherwise block b of every rank owns the same slice of every chunk, in
+// `steps` steps, and hands off to the peers' block b per phase and step (the flag-line mailbox
+// runs the phases in three groups of warps at once). Pull writes the message once and reads
+// 2(n-1)/n of it: fewer bytes on a host link (docs/PERFORMANCE.md). A position is written once
+// per call. In place, an output position the gather writes was read by some thread's scatter
+// before the value it receives could exist (the owner reduced it from that read).
 #ifndef TPAR_KERNELS_TWO_SHOT_CUH_
 #define TPAR_KERNELS_TWO_SHOT_CUH_
 
@@ -39,19 +34,14 @@ struct IslandRanks {
   }
 };
 
-constexpr int kPushRole = 0;
-constexpr int kReduceRole = 1;
-constexpr int kGatherRole = 2;
+enum Role { kPushRole, kReduceRole, kGatherRole };
 
-// kRotation (staged): each position's pushes in steps s = 1..n-1, to stagedTarget and from
-// stagedSource (prims/schedule.h), each step waiting for its inbound vector before the next,
-// so that each position has one outbound and one inbound peer per step. All-to-all writes
-// collapse at a PCIe root complex; this keeps each step's traffic to one stream in and one out
-// per rank, at the cost of n-1 dependent steps per phase. Same workspace and bits as two-shot.
+// kRotation (staged): each position's pushes in n-1 steps, to stagedTarget, each waiting for the
+// vector from stagedSource before the next: one stream in and one out per rank and step (all-to-
+// all writes collapse at a PCIe root complex), at n-1 dependent steps per phase. Same bits.
 template <class Box, Direction kDir, class Codec = IdentityCodec, class Epi = IdentityEpilogue,
           class Ranks = AllRanks, bool kRotation = false>
 struct TwoShot {
-  
   struct Call {
     const AllReduceArgs& a;
     const Box& box;
@@ -93,10 +83,11 @@ struct TwoShot {
 #pragma unroll
       for (int s = 1; s < (kRotation ? kMax : 1); ++s) {
         if (s < n) {
-          const uint64_t vs = uint64_t(stagedTarget(me, s, n)) * c.chunk + j;
+          const int p = stagedTarget(me, s, n);
+          const uint64_t vs = uint64_t(p) * c.chunk + j;
           if (vs < c.vecs) {
-            c.box.put(c.area(stagedTarget(me, s, n)), v,
-                      Codec::template encode<Box::kReservesWord>(loadUser<T>(c.a.send, vs, c.a.count, c.aligned)));
+            const Vec x = loadUser<T>(c.a.send, vs, c.a.count, c.aligned);
+            c.box.put(c.area(p), v, Codec::template encode<Box::kReservesWord>(x));
           }
           if (v < c.vecs) {
             const uint64_t i = uint64_t(stagedSource(me, s, n)) * c.chunk + j;

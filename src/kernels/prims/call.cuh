@@ -159,20 +159,14 @@ __device__ __forceinline__ bool checkHeaders(const AllReduceArgs& a, const CallC
 }
 
 // NOTE [spills]
-// Only 16-rank variants spill (scripts/kernel-report.py; the list and sizes are in
-// bench/results/2026-11-30-ptxas-issue13.txt). The 8-rank variants, which run every group of up
-// to 8 ranks, spill nothing.
-//  * LineBox schedules (one-shot pull, two-shot LL), 0.4-1.3 KB: a peer's two lines are 8
-//    registers, and all 15 peers' loads stay in flight so that their round trips overlap (120
-//    registers for them alone). A spilled line is reloaded from L1 in tens of cycles; issuing the
-//    peers in two batches of 8 instead would put a whole round trip over the link (2-4.5 us
-//    over PCIe) between the batches, once per vector.
-//  * Staged, hierarchical, two-shot and the flag-line two-shots, 8-250 bytes: per-peer values
-//    of the 16-way unrolled loops (slot addresses, loop bounds) reloaded from L1, in loops
-//    whose every iteration waits for a peer's data.
-// __launch_bounds__(kMaxThreads, 1): one resident block of 512 threads may use all 128
-// registers; without the minimum, ptxas gave some 16-rank LL kernels 32 registers and 3.5 KB of
-// spills.
+// Only 16-rank variants spill (sizes: bench/results/2026-11-30-ptxas-issue13.txt); the 8-rank
+// ones, which run every group of up to 8 ranks, spill nothing. LineBox schedules, 0.4-1.3 KB: a
+// peer's two lines are 8 registers and all 15 peers' loads stay in flight (120 registers), so
+// their round trips overlap; a spilled line comes back from L1 in tens of cycles, where two
+// batches of 8 peers would add a link round trip (2-4.5 us over PCIe) per vector. The others,
+// 8-250 bytes: per-peer values of the 16-way unrolled loops, reloaded from L1 in loops whose
+// every iteration waits for a peer. __launch_bounds__(kMaxThreads, 1) lets one 512-thread block
+// use all 128 registers; without it ptxas gave 16-rank LL kernels 32 and 3.5 KB of spills.
 
 // The kernel of every algorithm: the call prologue, Schedule::run<T, kMax>(args, ctx) on the
 // blocks this launch uses, and the epilogue, which every block runs (NOTE [epochs and parity]:
@@ -185,8 +179,7 @@ __global__ void __launch_bounds__(kMaxThreads, 1) allReduceKernel(const __grid_c
   endCall(a, ctx);
 }
 
-// The kernels of one schedule, one per datatype and rank-count variant (8 or 16 ranks at most:
-// the per-peer arrays are sized by it).
+// The kernels of one schedule: per datatype, the 8- and 16-rank variants (kMax sizes the arrays).
 template <class Schedule>
 KernelSet makeKernelSet() {
   auto k = [](auto* fn) { return reinterpret_cast<const void*>(fn); };

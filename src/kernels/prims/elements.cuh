@@ -55,9 +55,8 @@ struct ElemTraits<Bf16Tag> : Elem16Traits<Bf16Conv> {};
 template <>
 struct ElemTraits<F16Tag> : Elem16Traits<F16Conv> {};
 
-// The reduction op as a type: a kernel per op would triple the kernels (and init's preload),
-// so the kernels use RuntimeOp, whose select compiles to two predicated instructions per
-// element; a fused kernel that knows its op can pass a fixed one.
+// The reduction op as a type. RuntimeOp, a select per element, keeps one kernel for all three
+// ops (a kernel per op would triple the kernels and init's preload).
 struct RuntimeOp {
   int op;  // tparRedOp_t
   __device__ __forceinline__ float operator()(float x, float y) const {
@@ -89,8 +88,7 @@ struct Acc {
   }
 };
 
-// ---- the caller's buffers: any element-aligned pointer, any count -------------------------
-
+// The caller's buffers: any element-aligned pointer, any count.
 // Loads vector `v` of the caller's buffer; elements past `count` read as zero (never a sentinel
 // word, since a zero half makes the word differ from 0xFFFFFFFF).
 template <typename T>
@@ -141,19 +139,16 @@ __device__ __forceinline__ void storeUser(void* base, uint64_t v, uint64_t count
   }
 }
 
-// ---- codec: what travels ----------------------------------------------------------------------
-
+// Codec: what travels.
 constexpr uint32_t kSentinel = 0xFFFFFFFFu;
 constexpr uint32_t kEscaped = 0xFFBFFFFFu;
 
 __device__ __forceinline__ uint32_t escapeWord(uint32_t x) { return x == kSentinel ? kEscaped : x; }
 
-// Wire format of the payload. encode() runs on every vector a rank contributes (its own too,
-// so every rank reduces the same bits) and on a reduced vector before it leaves; decode() on
-// every vector read back. When the mailbox reserves a word (kReservesWord: the sentinel
-// protocol), encode escapes it after the conversion, so a reserved word can never be data
-// (NOTE [sentinel protocol]). A lossy codec (FP8, INT8 with block scales) must keep an escaped
-// NaN a NaN through decode: the escape may only change NaN payload bits.
+// encode() runs on every vector a rank contributes (its own too, so every rank reduces the same
+// bits) and on a reduced vector before it leaves; decode() on every vector read. Where the
+// mailbox reserves a word (NOTE [sentinel protocol]) encode escapes it after converting; a lossy
+// codec (FP8, INT8) must keep an escaped NaN a NaN: the escape may only change NaN payload bits.
 struct IdentityCodec {
   template <bool kReservesWord>
   __device__ __forceinline__ static Vec encode(Vec v) {
@@ -166,14 +161,10 @@ struct IdentityCodec {
   __device__ __forceinline__ static Vec decode(const Vec& v) { return v; }
 };
 
-// ---- epilogue: what the owner of a reduced chunk does with it ----------------------------------
-
-// Runs once per reduced vector, on the fp32 accumulator of the rank that owns it, before the
-// result is rounded, stored and sent to the peers (so every rank holds the epilogue's bits);
-// false gives up (a wait of its own timed out). kRowVecs > 1 asks the schedule to align every
-// chunk to rows of that many vectors, so that a row-wise epilogue (residual + RMSNorm) sees
-// whole rows (chunkVecs in prims/schedule.h). scratchBytes: workspace it needs per chunk, placed
-// between the two phases' areas (the hierarchical schedule's cross-island partials).
+// Epilogue: runs on the fp32 accumulator of each reduced vector, on the rank that owns it,
+// before the result is rounded, stored and sent (so every rank holds its bits); false gives up.
+// kRowVecs > 1 aligns chunks to rows of that many vectors for a row-wise epilogue (residual +
+// RMSNorm); scratchBytes: workspace per chunk, between the two phases' areas (hierarchical).
 struct IdentityEpilogue {
   static constexpr uint64_t kRowVecs = 1;
   template <typename T>

@@ -1,15 +1,8 @@
-// Mailboxes: how a 16-byte vector travels from one rank to a slot another rank reads, and how
-// the reader knows it has arrived. Three protocols behind one interface, so a schedule is
-// written once and templated on the protocol:
-//   put(area, i, x)       store vector x into slot i of `area` (a peer's region or our own)
-//   fetch(area, i)        issue the load of slot i (a Line: what one poll returns)
-//   refetch(area, i, l)   load again what of `l` has not arrived
-//   arrived(l), payload(l)
-//   release(area, i)      make slot i reusable (a local store, or nothing)
-//   area(r), gatherOffset(chunk)   the rank-r region this protocol uses, and where its second
-//                                  phase's slots start
-// and three hand-offs that a block-sliced schedule calls between phases: begin(), commit(phase,
-// step, group), await(phase, step, group, waiter) (NOTE [flag lines]).
+// Mailboxes: how a 16-byte vector travels to a slot another rank reads, and how the reader knows
+// it arrived. Three protocols behind one interface, so a schedule is written once: put(area, i,
+// x), fetch(area, i) (a Line: what one poll returns), refetch (what has not arrived), arrived,
+// payload, release (make the slot reusable), area(rank), gatherOffset(chunk, n), and the
+// hand-offs a block-sliced schedule calls between phases: begin, commit, await.
 #ifndef TPAR_KERNELS_PRIMS_MAILBOX_CUH_
 #define TPAR_KERNELS_PRIMS_MAILBOX_CUH_
 
@@ -30,11 +23,8 @@ struct Group {
   int t;        // this thread within the group
   volatile uint32_t* bad;
   __device__ __forceinline__ void sync() const {
-    if (bar == 0) {
-      __syncthreads();
-    } else {
-      groupBarrier(bar, threads);
-    }
+    if (bar == 0) __syncthreads();
+    else groupBarrier(bar, threads);
   }
   // The same answer on every thread of the group: true when no thread of it set `bad`.
   __device__ __forceinline__ bool agree() const {
@@ -42,14 +32,6 @@ struct Group {
     return *bad == 0;
   }
 };
-
-// Base of the pull area of this call's parity in a region, and its payload.
-__device__ __forceinline__ char* pullArea(const AllReduceArgs& a, char* region, uint32_t parity) {
-  return region + a.pull_base + parity * a.pull_bytes;
-}
-__device__ __forceinline__ char* pullPayload(char* area) {
-  return area + WorkspaceLayout::kPullFlagBytes;
-}
 
 // Slots that hold the 16-byte vector itself (SentinelBox, FlagBox).
 struct PlainSlots {
@@ -136,9 +118,8 @@ struct SentinelBox : PlainSlots {
 // peer finished epoch e (NOTE [epochs and parity]). Every word starts at epoch_start - 2, which
 // no live epoch of the area equals (as for call headers). Nothing is escaped: the data never
 // has to differ from a marker, so NaN payloads pass unchanged.
-// The pull areas of a region (LineBox, FlagBox), and what every peer must agree on before it
-// reads them: the call header (datatype, op, algorithm, count) and the plan's blocks, steps
-// and direction, hashed into the `check` word of its flag lines.
+// Pull areas (LineBox, FlagBox), and `check`: what a peer must agree on before it reads them (the
+// call header, and the plan's blocks, steps and direction), carried in the flag lines.
 struct PullAreas {
   const AllReduceArgs& a;
   const CallContext& ctx;
@@ -151,8 +132,12 @@ struct PullAreas {
               (pull ? 0x80000000u : 0u)) *
              0x85EBCA77u);
   }
+  // Rank r's pull area of this call's parity: its flag lines, then the payload.
+  __device__ __forceinline__ char* lines(int r) const {
+    return a.peer_ws[r] + a.pull_base + ctx.parity * a.pull_bytes;
+  }
   __device__ __forceinline__ char* area(int r) const {
-    return pullPayload(pullArea(a, a.peer_ws[r], ctx.parity));
+    return lines(r) + WorkspaceLayout::kPullFlagBytes;
   }
   __device__ __forceinline__ uint64_t gatherOffset(uint64_t, int) const {
     return WorkspaceLayout::pullHalf(a.pull_bytes);
@@ -207,7 +192,7 @@ __device__ __forceinline__ void commitLine(const PullAreas& b, int phase, uint32
   const int p = g.t;
   if (p < a.nranks && p != a.rank && !b.ctx.failed) {
     if (kFenced) __threadfence_system();
-    storeVolatile(lineSlot(pullArea(a, a.peer_ws[p], b.ctx.parity), phase, blockIdx.x, a.rank),
+    storeVolatile(lineSlot(b.lines(p), phase, blockIdx.x, a.rank),
                   Vec{{b.ctx.epoch, done, b.ctx.epoch, b.check}});
   }
 }
@@ -223,7 +208,7 @@ __device__ __forceinline__ bool awaitLine(const PullAreas& b, int phase, uint32_
   const int p = g.t;
   if (p == 0 && b.ctx.failed) *g.bad = 1u;
   if (p < a.nranks && p != a.rank && !b.ctx.failed) {
-    const char* slot = lineSlot(pullArea(a, a.peer_ws[a.rank], b.ctx.parity), phase, blockIdx.x, p);
+    const char* slot = lineSlot(b.lines(a.rank), phase, blockIdx.x, p);
     for (;;) {
       const Vec f = loadVolatile(slot);
       if (f.w[0] == b.ctx.epoch && f.w[2] == b.ctx.epoch) {

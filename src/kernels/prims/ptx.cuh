@@ -1,5 +1,4 @@
-// The PTX the kernels use, each wrapped once: volatile and acquire accesses, the clock, named
-// barriers, programmatic dependent launch.
+// The PTX the kernels use, each wrapped once.
 #ifndef TPAR_KERNELS_PRIMS_PTX_CUH_
 #define TPAR_KERNELS_PRIMS_PTX_CUH_
 
@@ -9,9 +8,7 @@ namespace tpar {
 namespace kernels {
 
 // The wire unit: one 16-byte vector per thread and step.
-struct Vec {
-  uint32_t w[4];
-};
+struct Vec { uint32_t w[4]; };
 
 // Volatile accesses: never cached in L1, never merged or elided by the compiler.
 __device__ __forceinline__ Vec loadVolatile(const void* p) {

@@ -11,14 +11,9 @@
 namespace tpar {
 namespace kernels {
 
-// (me + i) mod n for 0 <= i < 2n, and (me - i) mod n for 0 <= i < n, without a division.
+// (me + i) mod n for 0 <= me, i < n, without a division.
 TPAR_HOST_DEVICE inline int ahead(int me, int i, int n) {
-  const int p = me + i;
-  return p >= n ? p - n : p;
-}
-TPAR_HOST_DEVICE inline int behind(int me, int i, int n) {
-  const int p = me - i;
-  return p < 0 ? p + n : p;
+  return me + i >= n ? me + i - n : me + i;
 }
 
 // Vectors per rank's chunk: ceil(vecs / n), rounded up to whole rows of `row_vecs` vectors
@@ -56,11 +51,9 @@ TPAR_HOST_DEVICE inline void stepRange(const Slice& s, int steps, int k, uint64_
   if (*s0 > *s1) *s0 = *s1;
 }
 
-// The (peer, position) pairs of a phase: every peer but `me`, in rotation order from me+1 (at
-// each step every rank has a different target), times `width` positions from `s0`. Pair u is
-// peer ahead(me, 1 + u / width), position s0 + u % width. 32-bit arithmetic: a piece has fewer
-// than 2^27 vectors (TPAR_MAX_BYTES_PER_CALL <= 1G), and a 64-bit division costs several times
-// more on the critical path of every pair.
+// The (peer, position) pairs of a phase: pair u is peer ahead(me, 1 + u / width) (rotation: at
+// each step every rank a different target), position s0 + u % width. 32-bit: a piece has fewer
+// than 2^27 vectors, and a 64-bit division costs several times more on every pair's path.
 struct PeerPositions {
   int n, me;
   uint64_t s0;
@@ -74,14 +67,12 @@ struct PeerPositions {
 };
 
 // Staged two-shot, step s (1..n-1) of either phase: rank me sends to ahead(me, s, n) and
-// receives from behind(me, s, n): one inbound and one outbound peer per rank and step.
+// receives from me - s (mod n): one inbound and one outbound peer per rank and step.
 TPAR_HOST_DEVICE inline int stagedTarget(int me, int s, int n) { return ahead(me, s, n); }
-TPAR_HOST_DEVICE inline int stagedSource(int me, int s, int n) { return behind(me, s, n); }
+TPAR_HOST_DEVICE inline int stagedSource(int me, int s, int n) { return ahead(me, n - s, n); }
 
-// A thread index over `grid` blocks of `threads` in which consecutive warps lie in different
-// blocks: a loop over fewer items than the grid has threads then spreads them over every
-// multiprocessor instead of filling the first blocks, and each warp still covers 32
-// consecutive items (coalesced).
+// A grid-wide thread index in which consecutive warps lie in different blocks: few items still
+// reach every multiprocessor, and each warp covers 32 consecutive items (coalesced).
 TPAR_HOST_DEVICE inline uint64_t spreadIndex(uint32_t thread, uint32_t block, int grid) {
   return (uint64_t(thread / 32) * grid + block) * 32 + thread % 32;
 }
