@@ -47,9 +47,15 @@ const std::vector<EnvVarSpec>& envRegistry() {
        "hwloc XML file to use instead of the live machine's topology, for tests and for "
        "machines that hide it."},
       {"TPAR_NCCL_LIBRARY", EnvType::kString, "", nullptr,
-       "NCCL library (path or file name) to load for tparCommSetNcclComm and the tpar command; "
-       "empty: libnccl.so.2 (the copy already loaded in the process, if any), then known "
-       "install locations."},
+       "NCCL library (path or file name) to load for tparCommSetNcclComm, the tpar command and "
+       "the calls libtpar_nccl.so forwards; empty: the copy already loaded in the process, if "
+       "any, then known install locations (docs/nccl_shim.md)."},
+      {"TPAR_SHIM_DISABLE", EnvType::kBool, "0", nullptr,
+       "libtpar_nccl.so: forward every call to the real NCCL unchanged (no tpar communicator, no "
+       "setup collectives); set it alike on every rank."},
+      {"TPAR_SHIM_MAX_BYTES", EnvType::kBytes, "8M", nullptr,
+       "libtpar_nccl.so: largest all-reduce (bytes) it offers to tpar; larger ones go to NCCL. "
+       "0: none (every all-reduce to NCCL, communicators still set up)."},
   };
   return kRegistry;
 }
@@ -189,6 +195,13 @@ tparResult_t parseEnv(const EnvGetter& get, Env* out) {
       env.topo_file = value;
     } else if (name == "TPAR_NCCL_LIBRARY") {
       env.nccl_library = value;  // loaded (and checked) only when NCCL is needed
+    } else if (name == "TPAR_SHIM_DISABLE") {
+      if (!parseBool(value, &flag)) return badValue(spec, value, "a boolean (0/1)");
+      env.shim_disable = flag;
+    } else if (name == "TPAR_SHIM_MAX_BYTES") {
+      if (!parseBytes(value, &b) || b > (1ull << 40))
+        return badValue(spec, value, "a size up to 1T");
+      env.shim_max_bytes = b;
     } else {
       return setError(tparInternalError, "environment variable %s has no parser", spec.name);
     }
