@@ -35,6 +35,11 @@ struct ShimComm {
   std::set<uint64_t> logged;  // decisions already logged (TPAR_DEBUG=info)
 };
 
+// "rank/nranks", or "?" for a non-blocking communicator (not queried while it initializes).
+inline std::string rankText(const ShimComm& c) {
+  return c.nranks > 0 ? std::to_string(c.rank) + "/" + std::to_string(c.nranks) : "?";
+}
+
 class CommTable {
  public:
   // Registers a communicator (replacing a stale entry of a reused address).

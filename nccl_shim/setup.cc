@@ -38,13 +38,18 @@ SetupResult fatal(const std::string& step, const std::string& why) {
 
 }  // namespace
 
-SetupResult runSetup(SetupChannel& channel, const TparOps& ops, const SetupInput& in) {
-  if (in.nranks < 2) return passThrough("a group of one rank has nothing to exchange");
-  if (in.nranks > TPAR_MAX_RANKS) {
-    return passThrough(std::to_string(in.nranks) + " ranks; tpar connects at most " +
-                       std::to_string(TPAR_MAX_RANKS));
+std::string withoutSetup(int nranks) {
+  if (nranks < 2) return "a group of one rank has nothing to exchange";
+  if (nranks > TPAR_MAX_RANKS) {
+    return std::to_string(nranks) + " ranks; tpar connects at most " +
+           std::to_string(TPAR_MAX_RANKS);
   }
-  std::string why;
+  return "";
+}
+
+SetupResult runSetup(SetupChannel& channel, const TparOps& ops, const SetupInput& in) {
+  std::string why = withoutSetup(in.nranks);
+  if (!why.empty()) return passThrough(why);
 
   // 1. Votes.
   Vote mine{in.host_id, in.can_join ? 1 : 0, 0};

@@ -68,6 +68,10 @@ struct SetupResult {
 // others' collective runs past its bound and they fail instead of hanging).
 SetupResult runSetup(SetupChannel& channel, const TparOps& ops, const SetupInput& in);
 
+// Why a group of `nranks` gets no tpar communicator whatever its ranks say (then runSetup
+// issues no collective and the caller need not make a channel); empty when it may get one.
+std::string withoutSetup(int nranks);
+
 // Host identity for the vote: tpar's host hash (hostname and boot id) mixed with this
 // process's network namespace.
 uint64_t hostIdentity();

@@ -49,17 +49,18 @@ TparOps productionOps(ncclComm_t comm) {
 }
 
 void logAdopted(const char* api, ncclComm_t comm, const ShimComm& c) {
+  const std::string rank = rankText(c);
   if (c.tpar != nullptr) {
     tparCommInfo_t info;
     const bool known = tparCommQuery(c.tpar, &info) == tparSuccess;
-    TPAR_INFO("libtpar_nccl.so: %s: comm %p rank %d/%d: tpar communicator made (transport %s, "
+    TPAR_INFO("libtpar_nccl.so: %s: comm %p rank %s: tpar communicator made (transport %s, "
               "tuning table %s); all-reduces up to TPAR_SHIM_MAX_BYTES go to tpar",
-              api, static_cast<void*>(comm), c.rank, c.nranks,
+              api, static_cast<void*>(comm), rank.c_str(),
               known ? tparTransportName(info.transport) : "?",
               known && info.tuningTableLoaded ? "loaded" : "none");
   } else {
-    TPAR_INFO("libtpar_nccl.so: %s: comm %p rank %d/%d: every call goes to NCCL: %s", api,
-              static_cast<void*>(comm), c.rank, c.nranks, c.why.c_str());
+    TPAR_INFO("libtpar_nccl.so: %s: comm %p rank %s: every call goes to NCCL: %s", api,
+              static_cast<void*>(comm), rank.c_str(), c.why.c_str());
   }
 }
 
@@ -85,6 +86,8 @@ std::string cannotSetUp(ncclComm_t comm, bool blocking, ShimComm* c) {
 // Runs the setup on the communicator's GPU. A failure that leaves the NCCL communicator
 // unusable aborts it and returns the error; else the entry is filled.
 ncclResult_t setUp(ncclComm_t comm, ShimComm* c) {
+  c->why = withoutSetup(c->nranks);
+  if (!c->why.empty()) return ncclSuccess;
   auto device_of = TPAR_REAL(ncclCommCuDevice);
   int device = -1;
   if (device_of == nullptr || device_of(comm, &device) != ncclSuccess) {
