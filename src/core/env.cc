@@ -200,7 +200,7 @@ tparResult_t parseEnv(const EnvGetter& get, Env* out) {
       env.shim_disable = flag;
     } else if (name == "TPAR_SHIM_MAX_BYTES") {
       if (!parseBytes(value, &b) || b > (1ull << 40))
-        return badValue(spec, value, "a size up to 1T");
+        return badValue(spec, value, "a size up to 1024G");
       env.shim_max_bytes = b;
     } else {
       return setError(tparInternalError, "environment variable %s has no parser", spec.name);
