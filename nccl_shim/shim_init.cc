@@ -64,36 +64,49 @@ void logAdopted(const char* api, ncclComm_t comm, const ShimComm& c) {
   }
 }
 
-// Why a just-made communicator cannot take part in a setup now; empty when it can.
-std::string cannotSetUp(ncclComm_t comm, bool blocking, ShimComm* c) {
+// Why a just-made communicator passes through whatever its ranks could do; empty when the
+// setup runs. Every rank of it sees the same: its config, the program's group structure.
+std::string withoutSetupHere(bool blocking) {
   if (!blocking) return "non-blocking communicator (config->blocking = 0)";
   if (groupDepth() > 0) return "created inside ncclGroupStart/ncclGroupEnd";
-  auto count = TPAR_REAL(ncclCommCount);
-  auto rank = TPAR_REAL(ncclCommUserRank);
-  auto async = TPAR_REAL(ncclCommGetAsyncError);
-  ncclResult_t state = ncclSuccess;
-  if (count == nullptr || rank == nullptr || async == nullptr ||
-      count(comm, &c->nranks) != ncclSuccess || rank(comm, &c->rank) != ncclSuccess ||
-      async(comm, &state) != ncclSuccess) {
-    return "the NCCL communicator cannot be queried";
-  }
-  // NCCL_COMM_BLOCKING=0 makes a communicator without a config non-blocking too.
-  if (state == ncclInProgress) return "non-blocking communicator, still initializing";
-  if (state != ncclSuccess) return "the NCCL communicator reports an error";
   return "";
 }
 
-// Runs the setup on the communicator's GPU. A failure that leaves the NCCL communicator
-// unusable aborts it and returns the error; else the entry is filled.
+// This rank cannot follow the setup that the other ranks run, and they would wait for it:
+// abort the communicator and fail, as the other ranks will when their wait runs out.
+ncclResult_t abandon(ncclComm_t comm, const ShimComm& c, ncclResult_t code, const std::string& why) {
+  if (auto abort = TPAR_REAL(ncclCommAbort)) abort(comm);
+  TPAR_WARN("libtpar_nccl.so: rank %s: setting up tpar failed, NCCL communicator aborted: %s",
+            rankText(c).c_str(), why.c_str());
+  return shimFail(code, "libtpar_nccl.so: rank " + rankText(c) +
+                            ": setting up tpar on the new communicator failed, and the "
+                            "communicator was aborted: " + why);
+}
+
+// Runs the setup on the communicator's GPU and fills the entry; a failure that leaves the NCCL
+// communicator unusable aborts it and returns the error.
 ncclResult_t setUp(ncclComm_t comm, ShimComm* c) {
-  c->why = withoutSetup(c->nranks);
-  if (!c->why.empty()) return ncclSuccess;
+  auto count = TPAR_REAL(ncclCommCount);
+  auto rank = TPAR_REAL(ncclCommUserRank);
+  auto async = TPAR_REAL(ncclCommGetAsyncError);
   auto device_of = TPAR_REAL(ncclCommCuDevice);
+  ncclResult_t state = ncclSuccess;
   int device = -1;
-  if (device_of == nullptr || device_of(comm, &device) != ncclSuccess) {
-    c->why = "ncclCommCuDevice failed";
+  if (count == nullptr || rank == nullptr || async == nullptr || device_of == nullptr ||
+      count(comm, &c->nranks) != ncclSuccess || rank(comm, &c->rank) != ncclSuccess ||
+      device_of(comm, &device) != ncclSuccess || async(comm, &state) != ncclSuccess) {
+    return abandon(comm, *c, ncclInternalError, "the NCCL communicator cannot be queried");
+  }
+  // NCCL_COMM_BLOCKING=0 makes a communicator without a config non-blocking too.
+  if (state == ncclInProgress) {
+    c->why = "non-blocking communicator, still initializing";
     return ncclSuccess;
   }
+  if (state != ncclSuccess) {
+    return abandon(comm, *c, state, "the NCCL communicator reports an error");
+  }
+  c->why = withoutSetup(c->nranks);
+  if (!c->why.empty()) return ncclSuccess;
   DeviceGuard guard;
   std::string why;
   std::unique_ptr<NcclSetupChannel> channel;
@@ -104,32 +117,22 @@ ncclResult_t setUp(ncclComm_t comm, ShimComm* c) {
   } else {
     channel = NcclSetupChannel::create(comm, c->rank, shimSettings().setup_timeout_ms, &why);
   }
-  ncclResult_t failure = ncclUnhandledCudaError;
-  if (channel != nullptr) {
-    SetupInput in;
-    in.rank = c->rank;
-    in.nranks = c->nranks;
-    in.host_id = hostIdentity();
-    const SetupResult r = runSetup(*channel, productionOps(comm), in);
-    if (!r.fatal) {
-      c->tpar = r.comm;
-      c->why = r.why;
-      return ncclSuccess;
-    }
-    why = r.why;
-    failure = ncclRemoteError;
+  if (channel == nullptr) return abandon(comm, *c, ncclUnhandledCudaError, why);
+  SetupInput in;
+  in.rank = c->rank;
+  in.nranks = c->nranks;
+  in.host_id = hostIdentity();
+  const SetupResult r = runSetup(*channel, productionOps(comm), in);
+  if (r.fatal) {
+    // Abort before freeing the channel: freeing waits for the device, where the collective
+    // may still wait.
+    const ncclResult_t rc = abandon(comm, *c, ncclRemoteError, r.why);
+    channel.reset();
+    return rc;
   }
-  // This rank cannot follow the setup that the other ranks run: they would wait for it. Abort
-  // the communicator (before freeing the channel: that waits for the device) and fail, as the
-  // other ranks will when their wait runs out.
-  if (auto abort = TPAR_REAL(ncclCommAbort)) abort(comm);
-  channel.reset();
-  TPAR_WARN("libtpar_nccl.so: rank %d/%d: setting up tpar failed, NCCL communicator aborted: %s",
-            c->rank, c->nranks, why.c_str());
-  return shimFail(failure, "libtpar_nccl.so: rank " + std::to_string(c->rank) + " of " +
-                               std::to_string(c->nranks) +
-                               ": setting up tpar on the new communicator failed, and the "
-                               "communicator was aborted: " + why);
+  c->tpar = r.comm;
+  c->why = r.why;
+  return ncclSuccess;
 }
 
 // After NCCL made `comm` (returned through `*slot`) for the caller's `api`: registers it, with
@@ -137,7 +140,7 @@ ncclResult_t setUp(ncclComm_t comm, ShimComm* c) {
 ncclResult_t adopt(const char* api, ncclComm_t comm, ncclComm_t* slot, bool blocking) {
   auto c = std::make_unique<ShimComm>();
   c->blocking = blocking;
-  c->why = cannotSetUp(comm, blocking, c.get());
+  c->why = withoutSetupHere(blocking);
   if (c->why.empty()) {
     const ncclResult_t rc = setUp(comm, c.get());
     if (rc != ncclSuccess) {
@@ -172,7 +175,7 @@ ncclResult_t afterCreate(const char* api, ncclResult_t rc, ncclComm_t* slot, boo
 
 #if TPAR_NCCL_HAS_CONFIG
 // NCCL's default (NCCL_CONFIG_UNDEF_INT) is blocking unless NCCL_COMM_BLOCKING says otherwise,
-// which cannotSetUp sees as a communicator still in progress.
+// which setUp sees as a communicator still in progress.
 bool blockingOf(const ncclConfig_t* config, bool inherited) {
   if (config == nullptr) return inherited;
   return config->blocking != 0;
