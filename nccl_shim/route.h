@@ -22,7 +22,7 @@ enum class Route : int {
   kOp = 5,           // not sum, max or min (prod, avg, pre-multiplied sums)
   kEmpty = 6,        // count 0: NCCL's own no-op
   kTooLarge = 7,     // above TPAR_SHIM_MAX_BYTES
-  kTunedNccl = 8,    // tpar's plan for the size is NCCL (a tuning table measured it faster)
+  kTunedNccl = 8,    // tpar's plan for the size is NCCL (a tuning table, or TPAR_ALGO=nccl)
   kCount = 9
 };
 

@@ -371,18 +371,44 @@ TEST(ShimGpuChild, DISABLED_DisabledMakesNoTparCommunicator) {
   destroyAll(comms);
 }
 
-TEST(ShimGpu, DisabledMakesNoTparCommunicator) {
+// Run in a child with TPAR_ALGO=nccl (below): tpar's plan names NCCL for every size, so the
+// shim hands every call to NCCL itself, through the communicator it attached.
+TEST(ShimGpuChild, DISABLED_PlanNamingNcclSendsCallsToNccl) {
   REQUIRE_SHIM_AND_GPUS(2);
+  const std::vector<ncclComm_t> comms = initRanks(2);
+  ASSERT_TRUE(hasTpar(comms[0]) && hasTpar(comms[1]));
+  std::vector<RankBuffers> b(2);
+  for (int r = 0; r < 2; ++r) b[r].alloc(r, 1 << 20);
+  for (size_t count : {size_t(1), size_t(4096), size_t(100000)}) {
+    const tparShimStats_t d = allReduceOnAll(comms, b, count, ncclBfloat16, ncclSum, false);
+    EXPECT_EQ(2u, d.calls[tparShimRouteTunedNccl]) << count;
+    expectExact(b, count, ncclBfloat16, ncclSum, "planned NCCL");
+  }
+  destroyAll(comms);
+}
+
+// Runs ShimGpuChild.DISABLED_<name> in a child process with `env` added.
+void expectChildPasses(const std::string& name, const std::string& env) {
   char exe[4096];
   const ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
   ASSERT_GT(n, 0);
   exe[n] = '\0';
   std::string out;
   const int rc = tpar_test::runProcess(
-      {exe, "--gtest_filter=ShimGpuChild.*", "--gtest_also_run_disabled_tests"},
-      {"TPAR_SHIM_DISABLE=1"}, 300, &out);
+      {exe, "--gtest_filter=ShimGpuChild.DISABLED_" + name, "--gtest_also_run_disabled_tests"},
+      {env}, 300, &out);
   EXPECT_EQ(0, rc) << out;
   EXPECT_NE(std::string::npos, out.find("[  PASSED  ] 1 test")) << out;
+}
+
+TEST(ShimGpu, DisabledMakesNoTparCommunicator) {
+  REQUIRE_SHIM_AND_GPUS(2);
+  expectChildPasses("DisabledMakesNoTparCommunicator", "TPAR_SHIM_DISABLE=1");
+}
+
+TEST(ShimGpu, PlanNamingNcclSendsCallsToNccl) {
+  REQUIRE_SHIM_AND_GPUS(2);
+  expectChildPasses("PlanNamingNcclSendsCallsToNccl", "TPAR_ALGO=nccl");
 }
 
 }  // namespace
