@@ -75,13 +75,11 @@ for engine in vllm sglang; do
 done
 fi
 
-runs=()
 if want 5; then
 echo "== 5. torch.distributed.all_reduce latency, bf16, 1 KiB .. 64 MiB, without and with the shim"
 run_torch "$out/bench-nccl.txt" $tests/torch_shim_bench.py --label nccl --json "$out/bench-nccl.json" || status=1
 LD_PRELOAD=$shim run_torch "$out/bench-shim.txt" $tests/torch_shim_bench.py --label shim --shim "$shim" \
   --json "$out/bench-shim.json" || status=1
-runs=("$out/bench-nccl.json" "$out/bench-shim.json")
 fi
 if want 6 && [ -x "$build/tools/tpar/tpar" ]; then
   echo "== 6. tpar tune with NCCL as a candidate ($n GPUs), then the shim with that table"
@@ -90,14 +88,19 @@ if want 6 && [ -x "$build/tools/tpar/tpar" ]; then
   tail -8 "$out/tune.txt"
   if [ -f "$out/tuning.json" ]; then
     LD_PRELOAD=$shim TPAR_TUNING_FILE=$out/tuning.json run_torch "$out/bench-shim-tuned.txt" \
-      $tests/torch_shim_bench.py --label shim-tuned --shim "$shim" --json "$out/bench-shim-tuned.json" || status=1
+      $tests/torch_shim_bench.py --label shim-tuned --shim "$shim" \
+      --json "$out/bench-shim-tuned.json" || status=1
     LD_PRELOAD=$shim TPAR_TUNING_FILE=$out/tuning.json run_torch "$out/torch-shim-check-tuned.txt" \
       $tests/torch_shim_check.py --shim "$shim" || status=1
     grep -E "^FAILED|torch_shim_check:" "$out/torch-shim-check-tuned.txt" | head -20
   fi
 fi
-if want 5; then
-  [ -f "$out/bench-shim-tuned.json" ] && [ ${#runs[@]} -eq 2 ] && runs+=("$out/bench-shim-tuned.json")
+# The runs side by side, from whatever runs OUTDIR holds (also when 5 and 6 ran separately).
+runs=()
+for r in nccl shim shim-tuned; do
+  [ -f "$out/bench-$r.json" ] && runs+=("$out/bench-$r.json")
+done
+if [ ${#runs[@]} -ge 2 ] && [ -f "$out/bench-nccl.json" ]; then
   "$py" $tests/torch_shim_bench.py --merge "${runs[@]}" -o "$out/shim-bench.json" |
     tee "$out/shim-bench.txt" || status=1
 fi
