@@ -50,6 +50,12 @@ const std::vector<EnvVarSpec>& envRegistry() {
        "NCCL library (path or file name) to load for tparCommSetNcclComm and the tpar command; "
        "empty: libnccl.so.2 (the copy already loaded in the process, if any), then known "
        "install locations."},
+      {"TPAR_ENGINE_PLUGIN", EnvType::kBool, "0", nullptr,
+       "Read by the Python package's vLLM and SGLang plugins: 1 makes tpar the engine's custom "
+       "all-reduce (docs/integration.md); the library itself ignores it."},
+      {"TPAR_ENGINE_MAX_BYTES", EnvType::kBytes, "8M", nullptr,
+       "Read by the Python engine plugins: largest message the engine hands to tpar (larger "
+       "ones stay on NCCL)."},
   };
   return kRegistry;
 }
@@ -189,6 +195,12 @@ tparResult_t parseEnv(const EnvGetter& get, Env* out) {
       env.topo_file = value;
     } else if (name == "TPAR_NCCL_LIBRARY") {
       env.nccl_library = value;  // loaded (and checked) only when NCCL is needed
+    } else if (name == "TPAR_ENGINE_PLUGIN") {
+      // Used by python/tpar/integrations; checked here so that a typo fails loudly.
+      if (!parseBool(value, &flag)) return badValue(spec, value, "a boolean (0/1)");
+    } else if (name == "TPAR_ENGINE_MAX_BYTES") {
+      if (!parseBytes(value, &b) || b == 0 || b > (1ull << 30))
+        return badValue(spec, value, "a size between 1 and 1G");
     } else {
       return setError(tparInternalError, "environment variable %s has no parser", spec.name);
     }
