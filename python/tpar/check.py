@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import datetime
 import os
 import platform
 import statistics
@@ -44,7 +45,7 @@ class World:
         self.local = int(os.environ["LOCAL_RANK"])
         self.device = torch.device("cuda", self.local)
         torch.cuda.set_device(self.device)
-        dist.init_process_group("nccl", device_id=self.device)
+        dist.init_process_group("nccl", device_id=self.device, timeout=datetime.timedelta(seconds=120))
         self.gloo = dist.new_group(backend="gloo")
 
     def log(self, *args):

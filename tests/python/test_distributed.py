@@ -5,6 +5,7 @@
 Every process runs the same tests in the same order (each test is collective). Results are
 checked bitwise against the fp32 rank-order reference built from every rank's input, compared
 with torch.distributed.all_reduce (NCCL) within rounding, and compared bitwise across ranks."""
+import datetime
 import os
 
 import pytest
@@ -28,7 +29,7 @@ class World:
         self.local = int(os.environ["LOCAL_RANK"])
         self.device = torch.device("cuda", self.local)
         torch.cuda.set_device(self.device)
-        dist.init_process_group("nccl", device_id=self.device)
+        dist.init_process_group("nccl", device_id=self.device, timeout=datetime.timedelta(seconds=120))
         self.gloo = dist.new_group(backend="gloo")
 
     def gather(self, t):
