@@ -29,7 +29,7 @@ cd "$(dirname "$0")/.."
 status=0
 ngpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
 ranks=${ranks:-$ngpus}
-commit=${TPAR_COMMIT:-$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)}
+commit=${TPAR_COMMIT:-$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)}  # the device copy's git may be stale: pass TPAR_COMMIT
 export TPAR_GIT_COMMIT=$commit
 archs=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | tr -d . | sort -u | paste -sd';')
 archs=${archs:-90}
