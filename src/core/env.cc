@@ -56,6 +56,12 @@ const std::vector<EnvVarSpec>& envRegistry() {
       {"TPAR_SHIM_MAX_BYTES", EnvType::kBytes, "8M", nullptr,
        "libtpar_nccl.so: largest all-reduce (bytes) it offers to tpar; larger ones go to NCCL. "
        "0: none (every all-reduce to NCCL, communicators still set up)."},
+      {"TPAR_ENGINE_PLUGIN", EnvType::kBool, "0", nullptr,
+       "Read by the Python package's vLLM and SGLang plugins: 1 makes tpar the engine's custom "
+       "all-reduce (docs/integration.md); the library itself ignores it."},
+      {"TPAR_ENGINE_MAX_BYTES", EnvType::kBytes, "8M", nullptr,
+       "Read by the Python engine plugins: largest message the engine hands to tpar (larger "
+       "ones stay on NCCL)."},
   };
   return kRegistry;
 }
@@ -202,6 +208,12 @@ tparResult_t parseEnv(const EnvGetter& get, Env* out) {
       if (!parseBytes(value, &b) || b > (1ull << 40))
         return badValue(spec, value, "a size up to 1024G");
       env.shim_max_bytes = b;
+    } else if (name == "TPAR_ENGINE_PLUGIN") {
+      // Used by python/tpar/integrations; checked here so that a typo fails loudly.
+      if (!parseBool(value, &flag)) return badValue(spec, value, "a boolean (0/1)");
+    } else if (name == "TPAR_ENGINE_MAX_BYTES") {
+      if (!parseBytes(value, &b) || b == 0 || b > (1ull << 30))
+        return badValue(spec, value, "a size between 1 and 1G");
     } else {
       return setError(tparInternalError, "environment variable %s has no parser", spec.name);
     }
