@@ -47,9 +47,15 @@ const std::vector<EnvVarSpec>& envRegistry() {
        "hwloc XML file to use instead of the live machine's topology, for tests and for "
        "machines that hide it."},
       {"TPAR_NCCL_LIBRARY", EnvType::kString, "", nullptr,
-       "NCCL library (path or file name) to load for tparCommSetNcclComm and the tpar command; "
-       "empty: libnccl.so.2 (the copy already loaded in the process, if any), then known "
-       "install locations."},
+       "NCCL library (path or file name) to load for tparCommSetNcclComm, the tpar command and "
+       "the calls libtpar_nccl.so forwards; empty: the copy already loaded in the process, if "
+       "any, then known install locations (docs/nccl_shim.md)."},
+      {"TPAR_SHIM_DISABLE", EnvType::kBool, "0", nullptr,
+       "libtpar_nccl.so: forward every call to the real NCCL unchanged (no tpar communicator, no "
+       "setup collectives); set it alike on every rank."},
+      {"TPAR_SHIM_MAX_BYTES", EnvType::kBytes, "8M", nullptr,
+       "libtpar_nccl.so: largest all-reduce (bytes) it offers to tpar; larger ones go to NCCL. "
+       "0: none (every all-reduce to NCCL, communicators still set up)."},
       {"TPAR_ENGINE_PLUGIN", EnvType::kBool, "0", nullptr,
        "Read by the Python package's vLLM and SGLang plugins: 1 makes tpar the engine's custom "
        "all-reduce (docs/integration.md); the library itself ignores it."},
@@ -195,6 +201,13 @@ tparResult_t parseEnv(const EnvGetter& get, Env* out) {
       env.topo_file = value;
     } else if (name == "TPAR_NCCL_LIBRARY") {
       env.nccl_library = value;  // loaded (and checked) only when NCCL is needed
+    } else if (name == "TPAR_SHIM_DISABLE") {
+      if (!parseBool(value, &flag)) return badValue(spec, value, "a boolean (0/1)");
+      env.shim_disable = flag;
+    } else if (name == "TPAR_SHIM_MAX_BYTES") {
+      if (!parseBytes(value, &b) || b > (1ull << 40))
+        return badValue(spec, value, "a size up to 1024G");
+      env.shim_max_bytes = b;
     } else if (name == "TPAR_ENGINE_PLUGIN") {
       // Used by python/tpar/integrations; checked here so that a typo fails loudly.
       if (!parseBool(value, &flag)) return badValue(spec, value, "a boolean (0/1)");
