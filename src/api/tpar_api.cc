@@ -72,32 +72,32 @@ tparResult_t commInitRank(tparComm_t* out, int nranks, const tparUniqueId& id, i
   TPAR_TRY(resolve(config, &cfg));
 
   std::unique_ptr<Bootstrap> boot;
-  TPAR_TRY(connectBootstrap(id, rank, nranks, cfg.bootstrap_timeout_ms, &boot));
+  BootstrapPeers peers;
+  peers.allow_other_users = cfg.bootstrap_allow_other_users;
+  TPAR_TRY(connectBootstrap(id, rank, nranks, cfg.bootstrap_timeout_ms, &boot, peers));
 
   // Round 1: where is everyone? (needed before the local half: co-residency of virtual ranks)
   struct Where {
-    uint64_t host_hash;
-    int32_t pid;
+    ProcessIdentity process;  // NOTE [identity]
     char bus_id[32];
   };
   std::vector<Where> where(nranks);
   std::memset(where.data(), 0, sizeof(Where) * nranks);
   int device = 0;
   TPAR_CUDA_TRY(cudaGetDevice(&device));
-  where[rank].host_hash = hostHash();
-  where[rank].pid = static_cast<int32_t>(getpid());
+  TPAR_TRY(processIdentity(&where[rank].process));
   TPAR_TRY(busIdOf(device, where[rank].bus_id, sizeof(where[rank].bus_id)));
   TPAR_TRY(boot->allGather(where.data(), sizeof(Where)));
   int same_device_same_process = 0;
   bool shared = false;
   for (int r = 0; r < nranks; ++r) {
-    if (where[r].host_hash != where[rank].host_hash) {
+    if (!sameHost(where[r].process, where[rank].process)) {
       return setError(tparInvalidUsage,
                       "rank %d runs on another host; tpar connects the GPUs of one machine", r);
     }
     if (std::strcmp(where[r].bus_id, where[rank].bus_id) == 0) {
       if (r != rank) shared = true;
-      if (where[r].pid == where[rank].pid) ++same_device_same_process;
+      if (sameProcess(where[r].process, where[rank].process)) ++same_device_same_process;
     }
   }
   if (shared && !cfg.allow_shared_device) {
@@ -224,7 +224,7 @@ tparResult_t commInitRank(tparComm_t* out, int nranks, const tparUniqueId& id, i
   const std::string saved_error = lastError();
   if (res == tparSuccess) {
     bool one_process = true;
-    for (int r = 0; r < nranks; ++r) one_process &= infos[r].pid == infos[rank].pid;
+    for (int r = 0; r < nranks; ++r) one_process &= sameProcess(infos[r].process, infos[rank].process);
     std::vector<int> devices(nranks, -1);
     bool all_visible = true;
     for (int r = 0; r < nranks; ++r) {
@@ -454,7 +454,9 @@ tparResult_t tparGetUniqueId(tparUniqueId* uniqueId) {
     if (uniqueId == nullptr) return setError(tparInvalidArgument, "uniqueId is NULL");
     const Env* env = nullptr;
     TPAR_TRY(processEnv(&env));
-    return createUniqueId(uniqueId, env->bootstrap_timeout_ms);
+    BootstrapPeers peers;
+    peers.allow_other_users = env->bootstrap_allow_other_users;
+    return createUniqueId(uniqueId, env->bootstrap_timeout_ms, peers);
   });
 }
 

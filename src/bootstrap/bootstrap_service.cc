@@ -2,7 +2,6 @@
 // calling process, listening on an abstract-namespace UNIX-domain socket. See
 // NOTE [bootstrap protocol] and NOTE [bootstrap deadlines] in socket_util.h.
 #include <poll.h>
-#include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -24,48 +23,47 @@
 
 #include "bootstrap/bootstrap.h"
 #include "bootstrap/socket_util.h"
+#include "bootstrap/sha256.h"
 #include "core/error.h"
+#include "core/identity.h"
 
 namespace tpar {
 namespace {
 
 using bootstrap_detail::deadlineAfter;
 using bootstrap_detail::errnoText;
-using bootstrap_detail::hostHash;
+using bootstrap_detail::helloMac;
 using bootstrap_detail::idChecksum;
 using bootstrap_detail::IdLayout;
 using bootstrap_detail::kAllGather;
+using bootstrap_detail::kAuthTimeoutMs;
 using bootstrap_detail::kBarrier;
 using bootstrap_detail::kHello;
 using bootstrap_detail::kIdlePollMs;
 using bootstrap_detail::kIdMagic;
 using bootstrap_detail::kIdVersion;
 using bootstrap_detail::kindName;
+using bootstrap_detail::kMacBytes;
+using bootstrap_detail::kMaxBlobBytes;
 using bootstrap_detail::kMaxErrorText;
+using bootstrap_detail::kMaxGatherBytes;
+using bootstrap_detail::kMaxPendingPeers;
 using bootstrap_detail::kMaxRanks;
 using bootstrap_detail::kNoDeadline;
+using bootstrap_detail::kNonceBytes;
 using bootstrap_detail::kWireMagic;
+using bootstrap_detail::Mac;
 using bootstrap_detail::nowMs;
+using bootstrap_detail::PeerCred;
+using bootstrap_detail::peerCred;
+using bootstrap_detail::randomBytes;
 using bootstrap_detail::Reply;
 using bootstrap_detail::Request;
+using bootstrap_detail::serviceMac;
 using bootstrap_detail::socketAddress;
 
 // How long a failing service keeps trying to deliver its error replies before closing anyway.
 constexpr int64_t kFlushMs = 1000;
-
-tparResult_t randomU64(uint64_t* out) {
-  unsigned char* p = reinterpret_cast<unsigned char*>(out);
-  size_t got = 0;
-  while (got < sizeof(*out)) {
-    ssize_t n = getrandom(p + got, sizeof(*out) - got, 0);
-    if (n > 0) {
-      got += static_cast<size_t>(n);
-    } else if (n < 0 && errno != EINTR) {
-      return setError(tparSystemError, "getrandom failed: %s", errnoText(errno).c_str());
-    }
-  }
-  return tparSuccess;
-}
 
 std::string rankList(const std::vector<int>& ranks) {
   std::string s;
@@ -85,11 +83,15 @@ std::string rankList(const std::vector<int>& ranks) {
 
 class RootService {
  public:
-  RootService(int listenFd, uint64_t token, int64_t timeoutMs)
+  RootService(int listenFd, const IdLayout& id, int64_t timeoutMs, uint32_t ownUid,
+              bool allowOtherUsers)
       : listenFd_(listenFd),
-        token_(token),
+        id_(id),
+        ownUid_(ownUid),
+        allowOtherUsers_(allowOtherUsers),
         idleDeadline_(deadlineAfter(nowMs(), timeoutMs)),
-        idleTimeoutMs_(timeoutMs) {}
+        idleTimeoutMs_(timeoutMs),
+        authTimeoutMs_(std::min(kAuthTimeoutMs, timeoutMs)) {}
   RootService(const RootService&) = delete;
   RootService& operator=(const RootService&) = delete;
   ~RootService() {
@@ -102,8 +104,9 @@ class RootService {
   void run() {
     try {
       loop();
-    } catch (const std::bad_alloc&) {
-      // Nothing sensible to send without memory; closing tells every rank the session is over.
+    } catch (...) {
+      // Only fail() itself can get here (per-peer failures are caught in loop()); without it
+      // there is nothing sensible to send, and closing tells every rank the session is over.
     }
   }
 
@@ -113,6 +116,10 @@ class RootService {
   struct Peer {
     int fd = -1;
     int rank = -1;  // -1 until a valid hello
+    bool proved = false;  // its hello proved the secret (NOTE [bootstrap authentication])
+    PeerCred cred;
+    uint8_t nonce[kNonceBytes] = {};  // our challenge to it
+    int64_t authDeadline = kNoDeadline;  // until it has proved itself
     int64_t timeoutMs = 0;
     Request header = {};
     size_t headerGot = 0;
@@ -158,13 +165,21 @@ class RootService {
       for (size_t i = 0; i < polled.size(); ++i) {
         Peer* peer = polled[i];
         short revents = fds[first + i].revents;
-        if ((revents & POLLOUT) && peer->fd >= 0) flush(peer);
-        if ((revents & (POLLIN | POLLHUP | POLLERR)) && peer->fd >= 0) {
-          if (failing_ || peer->rejected) {
-            if (revents & (POLLHUP | POLLERR)) closePeer(peer);
-          } else {
-            readFrom(peer);
+        // A bad peer ends its own connection (or, once it is a rank, the session), never the
+        // process: nothing a peer sends may throw out of here.
+        try {
+          if ((revents & POLLOUT) && peer->fd >= 0) flush(peer);
+          if ((revents & (POLLIN | POLLHUP | POLLERR)) && peer->fd >= 0) {
+            if (failing_ || peer->rejected) {
+              if (revents & (POLLHUP | POLLERR)) closePeer(peer);
+            } else {
+              readFrom(peer);
+            }
           }
+        } catch (const std::exception& e) {
+          onPeerException(peer, e.what());
+        } catch (...) {
+          onPeerException(peer, "unknown exception");
         }
       }
       reapClosedPeers();
@@ -180,9 +195,21 @@ class RootService {
 
   int64_t nextDeadline() const {
     if (failing_) return flushDeadline_;
-    if (nranks_ == 0) return idleDeadline_;
-    if (!started_) return helloDeadline_;
-    return postedCount_ > 0 ? roundDeadline_ : kNoDeadline;
+    int64_t next = nranks_ == 0    ? idleDeadline_
+                   : !started_     ? helloDeadline_
+                   : postedCount_ > 0 ? roundDeadline_
+                                   : kNoDeadline;
+    for (const auto& peer : peers_) next = std::min(next, peer->authDeadline);
+    return next;
+  }
+
+  void onPeerException(Peer* peer, const char* what) {
+    if (peer->rank < 0 || failing_) {
+      closePeer(peer);
+      return;
+    }
+    fail(tparInternalError, tparInternalError, "the bootstrap service failed serving rank %d: %s",
+         peer->rank, what);
   }
 
   void checkDeadlines() {
@@ -190,6 +217,10 @@ class RootService {
     if (failing_) {
       if (now >= flushDeadline_) done_ = true;
       return;
+    }
+    // A connection that has not proved itself in time is dropped; the session goes on.
+    for (auto& peer : peers_) {
+      if (peer->fd >= 0 && !peer->proved && now >= peer->authDeadline) closePeer(peer.get());
     }
     if (nranks_ == 0) {
       if (now >= idleDeadline_) {
@@ -222,15 +253,67 @@ class RootService {
     for (;;) {
       int fd = accept4(listenFd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
       if (fd >= 0) {
-        auto peer = std::make_unique<Peer>();
-        peer->fd = fd;
-        peers_.push_back(std::move(peer));
+        admit(fd);
         continue;
       }
       if (errno == EINTR || errno == ECONNABORTED) continue;
       // EMFILE and friends would make poll report the listener ready in a busy loop.
       if (errno != EAGAIN && errno != EWOULDBLOCK) acceptPausedUntil_ = nowMs() + 100;
       return;
+    }
+  }
+
+  // NOTE [bootstrap authentication]: a new connection gets a challenge, unless its user may
+  // not join (then a one-line refusal and a close).
+  void admit(int fd) {
+    PeerCred cred;
+    if (!peerCred(fd, &cred)) {
+      close(fd);
+      return;
+    }
+    if (!allowOtherUsers_ && cred.uid != ownUid_) {
+      char text[256];
+      snprintf(text, sizeof(text),
+               "the bootstrap service runs as uid %u and admits no other user (pid %d runs as "
+               "uid %u; TPAR_BOOTSTRAP_ALLOW_OTHER_USERS=1 on the creating process admits other "
+               "users that hold the uniqueId)",
+               ownUid_, cred.pid, cred.uid);
+      Bytes refusal = replyBytes(tparInvalidUsage, text, strlen(text));
+      // One attempt: the text fits an empty socket buffer; a stranger is owed nothing more.
+      (void)!send(fd, refusal->data(), refusal->size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+      close(fd);
+      return;
+    }
+    auto peer = std::make_unique<Peer>();
+    peer->fd = fd;
+    peer->cred = cred;
+    peer->authDeadline = deadlineAfter(nowMs(), authTimeoutMs_);
+    if (randomBytes(peer->nonce, sizeof(peer->nonce)) != tparSuccess) {
+      close(fd);
+      return;
+    }
+    dropOldestPendingBeyond(kMaxPendingPeers - 1);
+    Peer* p = peer.get();
+    peers_.push_back(std::move(peer));
+    queue(p, replyBytes(tparSuccess, reinterpret_cast<const char*>(p->nonce), kNonceBytes));
+  }
+
+  // Keeps at most `limit` connections that have not proved themselves, dropping the oldest:
+  // a flood of silent connections then costs the newest ones (a real rank proves itself
+  // within one round trip) nothing but their place in the queue.
+  void dropOldestPendingBeyond(int limit) {
+    int pending = 0;
+    for (const auto& peer : peers_) pending += peer->fd >= 0 && !peer->proved;
+    while (pending > limit) {
+      Peer* oldest = nullptr;
+      for (auto& peer : peers_) {
+        if (peer->fd >= 0 && !peer->proved &&
+            (oldest == nullptr || peer->authDeadline < oldest->authDeadline)) {
+          oldest = peer.get();
+        }
+      }
+      closePeer(oldest);
+      --pending;
     }
   }
 
@@ -275,24 +358,39 @@ class RootService {
     bool round = h.kind == kAllGather || h.kind == kBarrier;
     bool ok = h.magic == kWireMagic && (peer->rank < 0 ? hello : round) &&
               (h.kind == kAllGather || h.bytes == 0);
-    if (ok) return true;
-    if (peer->rank < 0) {
-      reject(peer, tparInvalidUsage, "expected a hello from a tpar rank");
-    } else {
-      fail(tparInternalError, tparInternalError,
-           "rank %d sent a malformed message (magic 0x%x, kind %u)", peer->rank, h.magic, h.kind);
+    if (!ok) {
+      if (peer->rank < 0) {
+        reject(peer, tparInvalidUsage, "expected a hello from a tpar rank");
+      } else {
+        fail(tparInternalError, tparInternalError,
+             "rank %d sent a malformed message (magic 0x%x, kind %u)", peer->rank, h.magic,
+             h.kind);
+      }
+      return false;
     }
-    return false;
+    if (h.bytes > kMaxBlobBytes || h.bytes * static_cast<uint64_t>(nranks_) > kMaxGatherBytes) {
+      fail(tparInvalidArgument, tparInvalidUsage,
+           "rank %d sent an allGather of %llu bytes; the bootstrap carries at most %llu bytes per "
+           "rank and %llu in all",
+           peer->rank, static_cast<unsigned long long>(h.bytes),
+           static_cast<unsigned long long>(kMaxBlobBytes),
+           static_cast<unsigned long long>(kMaxGatherBytes));
+      return false;
+    }
+    return true;
   }
 
   void onHello(Peer* peer) {
     const Request& h = peer->header;
-    if (h.token != token_) {
+    const Mac expected = helloMac(id_, peer->nonce, h);
+    if (!constantTimeEqual(expected.data(), h.mac, kMacBytes)) {
       reject(peer, tparInvalidUsage,
-             "the uniqueId's token does not match this service (an id from another "
-             "session?)");
+             "the hello does not prove knowledge of the uniqueId's secret (an id from another "
+             "session, or not a tpar rank)");
       return;
     }
+    peer->proved = true;
+    peer->authDeadline = kNoDeadline;
     if (h.nranks < 1 || h.nranks > kMaxRanks || h.rank < 0 || h.rank >= h.nranks ||
         h.timeoutMs <= 0) {
       reject(peer, tparInvalidArgument, "invalid hello (rank %d, nranks %d)", h.rank, h.nranks);
@@ -314,14 +412,20 @@ class RootService {
       return;
     }
     if (rankState_[h.rank] != kFree) {
-      fail(tparInvalidUsage, tparInvalidUsage, "duplicate rank: two ranks claim rank %d of %d",
-           h.rank, nranks_);
+      const Peer* first = byRank_[h.rank];
+      fail(tparInvalidUsage, tparInvalidUsage,
+           "duplicate rank: two ranks claim rank %d of %d (pid %d%s, then pid %d)", h.rank,
+           nranks_, first != nullptr ? first->cred.pid : 0,
+           started_ ? ", in the group that had formed" : "", peer->cred.pid);
       return;
     }
     peer->rank = h.rank;
     peer->timeoutMs = h.timeoutMs;
     rankState_[h.rank] = kPresent;
     byRank_[h.rank] = peer;
+    // Our proof goes out before anything else the rank will read (NOTE [bootstrap protocol]).
+    const Mac proof = serviceMac(id_, peer->nonce, h);
+    queue(peer, replyBytes(tparSuccess, reinterpret_cast<const char*>(proof.data()), kMacBytes));
     extendDeadline(&helloDeadline_, peer->timeoutMs);
     if (++helloCount_ < nranks_) return;
     started_ = true;
@@ -389,7 +493,7 @@ class RootService {
   }
 
   void onDisconnect(Peer* peer) {
-    int rank = peer->rank;
+    int rank = peer->rank;  // -1: never a rank, nothing of the session depends on it
     closePeer(peer);
     if (rank < 0 || failing_) return;
     byRank_[rank] = nullptr;
@@ -490,15 +594,22 @@ class RootService {
     Bytes other = replyBytes(otherCode, text, size);
     for (auto& peer : peers_) {
       if (peer->fd < 0 || peer->rejected) continue;
+      if (!peer->proved) {
+        closePeer(peer.get());  // a stranger is owed no explanation of the session
+        continue;
+      }
       bool isWaiting = !started_ || (peer->rank >= 0 && posted_[peer->rank]);
       queue(peer.get(), isWaiting ? waiting : other);
     }
   }
 
   int listenFd_;
-  uint64_t token_;
+  IdLayout id_;
+  uint32_t ownUid_;
+  bool allowOtherUsers_;
   int64_t idleDeadline_;
   int64_t idleTimeoutMs_;
+  int64_t authTimeoutMs_;
   std::vector<std::unique_ptr<Peer>> peers_;
   int64_t acceptPausedUntil_ = 0;
   bool done_ = false;
@@ -527,7 +638,7 @@ class RootService {
 
 }  // namespace
 
-tparResult_t createUniqueId(tparUniqueId* id, int64_t timeout_ms) {
+tparResult_t createUniqueId(tparUniqueId* id, int64_t timeout_ms, const BootstrapPeers& peers) {
   if (id == nullptr) return setError(tparInvalidArgument, "createUniqueId: uniqueId is NULL");
   if (timeout_ms <= 0) {
     return setError(tparInvalidArgument, "createUniqueId: timeout_ms=%lld must be positive",
@@ -537,11 +648,13 @@ tparResult_t createUniqueId(tparUniqueId* id, int64_t timeout_ms) {
   memset(&layout, 0, sizeof(layout));
   layout.magic = kIdMagic;
   layout.version = kIdVersion;
+  layout.serviceUid =
+      peers.trusted_uid >= 0 ? static_cast<uint32_t>(peers.trusted_uid) : geteuid();
+  TPAR_TRY(hostIdentity(&layout.hostHash));
+  TPAR_TRY(randomBytes(layout.secret, sizeof(layout.secret)));
+  // The name is public (/proc/net/unix): it carries nothing of the secret.
   uint64_t nonce;
-  TPAR_TRY(randomU64(&layout.token));
-  // The name is public (/proc/net/unix), so it must not carry the token.
-  TPAR_TRY(randomU64(&nonce));
-  layout.hostHash = hostHash();
+  TPAR_TRY(randomBytes(&nonce, sizeof(nonce)));
   snprintf(layout.socketName, sizeof(layout.socketName), "tpar-%d-%016llx",
            static_cast<int>(getpid()), static_cast<unsigned long long>(nonce));
   layout.checksum = idChecksum(layout);
@@ -562,7 +675,8 @@ tparResult_t createUniqueId(tparUniqueId* id, int64_t timeout_ms) {
   try {
     // The thread owns the service (and so the socket) from here; if the thread cannot start,
     // destroying its argument closes the socket.
-    auto service = std::make_shared<RootService>(fd, layout.token, timeout_ms);
+    auto service = std::make_shared<RootService>(fd, layout, timeout_ms, layout.serviceUid,
+                                                 peers.allow_other_users);
     fd = -1;
     std::thread([service]() { service->run(); }).detach();
   } catch (const std::system_error& e) {

@@ -141,8 +141,7 @@ void destroyComm(tparComm* comm) {
 tparResult_t describeSelf(const tparComm& comm, PeerInfo* out) {
   PeerInfo info;
   std::memset(&info, 0, sizeof(info));
-  info.host_hash = hostHash();
-  info.pid = static_cast<int32_t>(getpid());
+  TPAR_TRY(processIdentity(&info.process));
   info.cuda_device = comm.device;
   TPAR_TRY(busIdOf(comm.device, info.bus_id, sizeof(info.bus_id)));
   info.workspace_ptr = reinterpret_cast<uint64_t>(comm.workspace);
