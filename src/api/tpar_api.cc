@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "bootstrap/bootstrap.h"
+#include "core/agreement.h"
 #include "core/comm.h"
 #include "core/config.h"
 #include "core/env.h"
@@ -275,19 +276,11 @@ tparResult_t commInitRank(tparComm_t* out, int nranks, const tparUniqueId& id, i
   if (res == tparSuccess) setError(tparSuccess, "%s", saved_error.c_str());
   else if (!topo_error.empty()) setError(res, "%s", topo_error.c_str());
 
-  // Round 4: did every rank map every peer? A rank that failed must not leave the others
-  // believing the group is ready.
-  std::vector<int32_t> ok(nranks, 0);
-  ok[rank] = res == tparSuccess ? 1 : 0;
-  const std::string local_error = res == tparSuccess ? std::string() : lastError();
-  tparResult_t gather = boot->allGather(ok.data(), sizeof(int32_t));
-  if (res != tparSuccess) return cleanup(setError(res, "%s", local_error.c_str()));
-  if (gather != tparSuccess) return cleanup(gather);
-  for (int r = 0; r < nranks; ++r) {
-    if (!ok[r]) {
-      return cleanup(setError(tparRemoteError, "rank %d failed to set up its peers", r));
-    }
-  }
+  // Round 4: did every rank map every peer, and will all ranks shape every call alike
+  // (NOTE [agreement])? A rank that failed must not leave the others believing the group is
+  // ready.
+  res = checkGroupReady(*boot, comm, res);
+  if (res != tparSuccess) return cleanup(res);
   registerComm(comm);
   *out = comm;
   TPAR_INFO("rank %d/%d on GPU %s: %s transport, %llu bytes of workspace", rank, nranks,
@@ -402,6 +395,13 @@ tparResult_t commInitAll(tparComm_t* comms, int ndev, const int* devlist,
     tres = applyTopology(c, topo);
     if (tres != tparSuccess) return cleanup(tres);
   }
+  // NOTE [agreement]: one config, but GPUs of different sizes host different grids.
+  std::vector<CallShape> shapes;
+  for (tparComm* c : made) shapes.push_back(describeCallShape(*c));
+  int grid = 0;
+  tres = agreeOnCallShapes(shapes, &grid);
+  if (tres != tparSuccess) return cleanup(tres);
+  for (tparComm* c : made) c->max_blocks = grid;
   for (tparComm* c : made) {
     c->transport = kind;
     registerComm(c);
@@ -493,11 +493,7 @@ tparResult_t tparCommAbort(tparComm_t comm) {
     if (comm == nullptr) return tparSuccess;
     TPAR_TRY(checkComm(comm));
     unregisterComm(comm);
-    // Waiting kernels read this word between polls and give up (Waiter::keepWaiting).
-    reinterpret_cast<volatile uint32_t*>(&comm->host_state->abort)[0] = 1;
-    std::atomic_thread_fence(std::memory_order_seq_cst);
-    destroyComm(comm);
-    return tparSuccess;
+    return abortComm(comm);  // NOTE [bounded abort]
   });
 }
 

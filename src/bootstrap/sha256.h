@@ -1,6 +1,6 @@
 // SHA-256 (FIPS 180-4) and HMAC-SHA256 (RFC 2104), for the bootstrap's challenge-response
 // (NOTE [bootstrap authentication] in socket_util.h). Small and dependency-free; checked against
-// the published test vectors in tests/unit/bootstrap_auth_test.cc.
+// the published test vectors in tests/unit/bootstrap_trust_test.cc.
 #ifndef TPAR_BOOTSTRAP_SHA256_H_
 #define TPAR_BOOTSTRAP_SHA256_H_
 

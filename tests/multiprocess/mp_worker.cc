@@ -20,6 +20,11 @@
 //     Rank 1 of group 2: all-reduces back to back; after three it writes its pid to
 //     <dir>/victim-running and goes on until it is killed.
 //
+//   tpar_mp_worker init <id hex> <rank> <nranks> <seed> <result file>
+//     Like `check`, but a failed init is an outcome, not a failure: writes "init <code>" and
+//     "error <text>" to the result file, and exits 0 once it has (tests/multiprocess/
+//     agreement_test.cc: ranks configured differently must all fail init, naming the setting).
+//
 // Environment: TPAR_TRANSPORT=host makes every group use the host transport, checked through
 // tparCommQuery (otherwise two processes must use CUDA IPC). In `check` mode the timeout is
 // TPAR_TIMEOUT_MS when set (runs under compute-sanitizer), else 120 s.
@@ -187,6 +192,27 @@ int checkMode(int argc, char** argv) {
   result.close();
   if (tparCommDestroy(comm) != tparSuccess) return fail("destroy", tparGetLastError(nullptr));
   std::printf("mp_worker rank %d: ok\n", rank);
+  return 0;
+}
+
+int initMode(int argc, char** argv) {
+  if (argc != 7) return fail("usage", "init <id hex> <rank> <nranks> <seed> <result file>");
+  tparUniqueId id;
+  if (!parseId(argv[2], &id)) return fail("id", "wrong length");
+  const int rank = std::atoi(argv[3]);
+  const int nranks = std::atoi(argv[4]);
+  const uint64_t seed = std::strtoull(argv[5], nullptr, 10);
+  if (cudaSetDevice(0) != cudaSuccess) return fail("cudaSetDevice", "");
+  const int64_t timeout_ms = std::getenv("TPAR_TIMEOUT_MS") != nullptr ? 0 : 120000;
+  tparConfig_t cfg = workerConfig(timeout_ms);
+  tparComm_t comm = nullptr;
+  const tparResult_t res = tparCommInitRankConfig(&comm, nranks, id, rank, &cfg);
+  std::ostringstream text;
+  text << "init " << static_cast<int>(res) << "\nerror " << tparGetLastError(nullptr) << "\n";
+  writeFileAtomically(argv[6], text.str());
+  if (res != tparSuccess) return 0;
+  if (runCheckedCalls(comm, rank, nranks, seed, nullptr) != 0) return 1;
+  if (tparCommDestroy(comm) != tparSuccess) return fail("destroy", tparGetLastError(nullptr));
   return 0;
 }
 
@@ -374,6 +400,7 @@ int survivorMode(int argc, char** argv) {
 int main(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "";
   if (mode == "check") return checkMode(argc, argv);
+  if (mode == "init") return initMode(argc, argv);
   if (mode == "survivor") return survivorMode(argc, argv);
   if (mode == "victim") return victimMode(argc, argv);
   return fail("usage", "tpar_mp_worker check|survivor|victim ...");
