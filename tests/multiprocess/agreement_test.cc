@@ -100,7 +100,7 @@ std::string writeFixtureTuningTable() {
 // Attack row: ranks created with different TPAR_MAX_BLOCKS, TPAR_THREADS, forced algorithms,
 // one-shot thresholds or tuning tables sliced one call differently (wrong results or a hang).
 // Now every rank's init fails with tparInvalidUsage naming the setting.
-TEST(Agreement, RanksConfiguredDifferentlyAllFailInitNamingTheSetting) {
+TEST(AgreementAcrossProcesses, RanksConfiguredDifferentlyAllFailInitNamingTheSetting) {
   TPAR_REQUIRE_GPU();
   const std::string topo =
       "TPAR_TOPO_FILE=" + std::string(TPAR_SOURCE_DIR) + "/tests/fixtures/topology/two_gpu.xml";
