@@ -17,15 +17,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-int gpuCount() {
-  int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess) {
-    (void)cudaGetLastError();
-    return 0;
-  }
-  return n;
-}
-
 // A release flag in pinned host memory that a kernel polls.
 struct ReleaseFlag {
   uint32_t* host = nullptr;

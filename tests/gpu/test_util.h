@@ -30,6 +30,15 @@ bool gpuAvailable(std::string* why);
 
 size_t elemSize(tparDataType_t dtype);
 
+// CUDA devices of this process (0 when CUDA cannot say).
+int gpuCount();
+
+// A unique id as hex text (how the multi-process tests pass it to workers).
+std::string idHex(const tparUniqueId& id);
+
+// A whole file ("" when it cannot be read).
+std::string readFile(const std::string& path);
+
 // A seed nobody chose: fresh for every check (printed by the tests on failure).
 uint64_t freshSeed();
 

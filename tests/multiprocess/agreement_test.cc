@@ -19,23 +19,6 @@
 namespace tpar_test {
 namespace {
 
-std::string hexOf(const tparUniqueId& id) {
-  std::string hex;
-  char buf[3];
-  for (char c : id.internal) {
-    std::snprintf(buf, sizeof(buf), "%02x", static_cast<unsigned char>(c));
-    hex += buf;
-  }
-  return hex;
-}
-
-std::string slurp(const std::string& path) {
-  std::ifstream f(path);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
-
 struct InitOutcome {
   int exit_status = -2;
   int code = -1;  // tparResult_t of tparCommInitRankConfig, -1: none written
@@ -56,7 +39,7 @@ std::vector<InitOutcome> runInit(const std::vector<std::vector<std::string>>& en
   for (int r = 0; r < n; ++r) {
     files[r] = "/tmp/tpar_agree_" + std::to_string(getpid()) + "_" + std::to_string(r);
     std::vector<std::string> argv = prefix;
-    for (const std::string& a : {std::string(TPAR_MP_WORKER), std::string("init"), hexOf(id),
+    for (const std::string& a : {std::string(TPAR_MP_WORKER), std::string("init"), idHex(id),
                                  std::to_string(r), std::to_string(n), seed, files[r]}) {
       argv.push_back(a);
     }
@@ -68,7 +51,7 @@ std::vector<InitOutcome> runInit(const std::vector<std::vector<std::string>>& en
   for (int r = 0; r < n; ++r) {
     out[r].exit_status = procs[r].wait(300);
     out[r].output = procs[r].output();
-    std::istringstream lines(slurp(files[r]));
+    std::istringstream lines(readFile(files[r]));
     for (std::string line; std::getline(lines, line);) {
       if (line.rfind("init ", 0) == 0) out[r].code = std::atoi(line.c_str() + 5);
       if (line.rfind("error ", 0) == 0) out[r].error = line.substr(6);

@@ -175,20 +175,39 @@ int runCheckedCalls(tparComm_t comm, int rank, int nranks, uint64_t seed, std::o
   return 0;
 }
 
-int checkMode(int argc, char** argv) {
-  if (argc != 7) return fail("usage", "check <id hex> <rank> <nranks> <seed> <result file>");
+// The arguments of `check` and `init`: <id hex> <rank> <nranks> <seed> <result file>.
+struct RankArgs {
   tparUniqueId id;
-  if (!parseId(argv[2], &id)) return fail("id", "wrong length");
-  const int rank = std::atoi(argv[3]);
-  const int nranks = std::atoi(argv[4]);
-  const uint64_t seed = std::strtoull(argv[5], nullptr, 10);
+  int rank = 0;
+  int nranks = 0;
+  uint64_t seed = 0;
+  std::string result;
+  int64_t timeout_ms = 0;
+};
+
+int parseRankArgs(int argc, char** argv, RankArgs* a) {
+  if (argc != 7) {
+    return fail("usage", std::string(argv[1]) + " <id hex> <rank> <nranks> <seed> <result file>");
+  }
+  if (!parseId(argv[2], &a->id)) return fail("id", "wrong length");
+  a->rank = std::atoi(argv[3]);
+  a->nranks = std::atoi(argv[4]);
+  a->seed = std::strtoull(argv[5], nullptr, 10);
+  a->result = argv[6];
   if (cudaSetDevice(0) != cudaSuccess) return fail("cudaSetDevice", "");
   // Contexts on one GPU are time-sliced: hand-offs take milliseconds.
-  const int64_t timeout_ms = std::getenv("TPAR_TIMEOUT_MS") != nullptr ? 0 : 120000;
+  a->timeout_ms = std::getenv("TPAR_TIMEOUT_MS") != nullptr ? 0 : 120000;
+  return 0;
+}
+
+int checkMode(int argc, char** argv) {
+  RankArgs a;
+  if (parseRankArgs(argc, argv, &a) != 0) return 1;
+  const int rank = a.rank;
   tparComm_t comm = nullptr;
-  if (joinGroup(id, rank, nranks, workerConfig(timeout_ms), &comm) != 0) return 1;
-  std::ofstream result(argv[6]);
-  if (runCheckedCalls(comm, rank, nranks, seed, &result) != 0) return 1;
+  if (joinGroup(a.id, rank, a.nranks, workerConfig(a.timeout_ms), &comm) != 0) return 1;
+  std::ofstream result(a.result);
+  if (runCheckedCalls(comm, rank, a.nranks, a.seed, &result) != 0) return 1;
   result.close();
   if (tparCommDestroy(comm) != tparSuccess) return fail("destroy", tparGetLastError(nullptr));
   std::printf("mp_worker rank %d: ok\n", rank);
@@ -196,22 +215,16 @@ int checkMode(int argc, char** argv) {
 }
 
 int initMode(int argc, char** argv) {
-  if (argc != 7) return fail("usage", "init <id hex> <rank> <nranks> <seed> <result file>");
-  tparUniqueId id;
-  if (!parseId(argv[2], &id)) return fail("id", "wrong length");
-  const int rank = std::atoi(argv[3]);
-  const int nranks = std::atoi(argv[4]);
-  const uint64_t seed = std::strtoull(argv[5], nullptr, 10);
-  if (cudaSetDevice(0) != cudaSuccess) return fail("cudaSetDevice", "");
-  const int64_t timeout_ms = std::getenv("TPAR_TIMEOUT_MS") != nullptr ? 0 : 120000;
-  tparConfig_t cfg = workerConfig(timeout_ms);
+  RankArgs a;
+  if (parseRankArgs(argc, argv, &a) != 0) return 1;
+  tparConfig_t cfg = workerConfig(a.timeout_ms);
   tparComm_t comm = nullptr;
-  const tparResult_t res = tparCommInitRankConfig(&comm, nranks, id, rank, &cfg);
+  const tparResult_t res = tparCommInitRankConfig(&comm, a.nranks, a.id, a.rank, &cfg);
   std::ostringstream text;
   text << "init " << static_cast<int>(res) << "\nerror " << tparGetLastError(nullptr) << "\n";
-  writeFileAtomically(argv[6], text.str());
+  writeFileAtomically(a.result, text.str());
   if (res != tparSuccess) return 0;
-  if (runCheckedCalls(comm, rank, nranks, seed, nullptr) != 0) return 1;
+  if (runCheckedCalls(comm, a.rank, a.nranks, a.seed, nullptr) != 0) return 1;
   if (tparCommDestroy(comm) != tparSuccess) return fail("destroy", tparGetLastError(nullptr));
   return 0;
 }

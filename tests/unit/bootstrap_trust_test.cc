@@ -112,6 +112,20 @@ bool closedWithin(int fd, int64_t waitMs) {
   }
 }
 
+// Connects to `layout`'s service as a process it must refuse: the refusal comes at once, with
+// its reason. Returns the connection (the caller checks what follows), or -1.
+int connectExpectingRefusal(const bd::IdLayout& layout) {
+  const int fd = rawConnect(layout.socketName);
+  EXPECT_GE(fd, 0);
+  if (fd < 0) return -1;
+  bd::Reply reply;
+  std::string text;
+  EXPECT_TRUE(readReply(fd, &reply, &text, 2000)) << "no answer at all";
+  EXPECT_EQ(reply.code, tparInvalidUsage) << "the stranger was challenged as a rank";
+  EXPECT_NE(text.find("admits no other user"), std::string::npos) << text;
+  return fd;
+}
+
 // Proves `layout`'s secret as rank `rank` of `nranks` (what only a holder of the id can do).
 // Returns the service's proof check: true when the service proved itself too.
 bool rawHello(int fd, const bd::IdLayout& layout, int rank, int nranks, std::string* error) {
@@ -247,14 +261,8 @@ TEST(BootstrapStrangers, AnotherUsersConnectionIsRefusedAtOnceWithAReason) {
   peers.trusted_uid = static_cast<int64_t>(geteuid()) + 1;
   tparUniqueId id;
   ASSERT_EQ(createUniqueId(&id, kTimeoutMs, peers), tparSuccess) << lastError();
-  const bd::IdLayout layout = layoutOf(id);
-  const int fd = rawConnect(layout.socketName);
+  const int fd = connectExpectingRefusal(layoutOf(id));
   ASSERT_GE(fd, 0);
-  bd::Reply reply;
-  std::string text;
-  ASSERT_TRUE(readReply(fd, &reply, &text, 2000)) << "no refusal";
-  EXPECT_EQ(reply.code, tparInvalidUsage);
-  EXPECT_NE(text.find("admits no other user"), std::string::npos) << text;
   EXPECT_TRUE(closedWithin(fd, 1000)) << "the stranger's connection stayed open";
   close(fd);
   // The library's own rank gets the same answer, as an error naming the uids.
@@ -400,13 +408,8 @@ TEST(DISABLED_BootstrapStrangerChild, TriesToJoinAsTheMissingRank) {
   ASSERT_EQ(setresgid(kStrangerUid, kStrangerUid, kStrangerUid), 0) << strerror(errno);
   ASSERT_EQ(setresuid(kStrangerUid, kStrangerUid, kStrangerUid), 0) << strerror(errno);
   const bd::IdLayout layout = layoutOf(id);
-  const int fd = rawConnect(layout.socketName);
+  const int fd = connectExpectingRefusal(layout);
   ASSERT_GE(fd, 0);
-  bd::Reply reply;
-  std::string text;
-  ASSERT_TRUE(readReply(fd, &reply, &text, 2000)) << "no answer at all";
-  EXPECT_EQ(reply.code, tparInvalidUsage) << "the stranger was challenged as a rank";
-  EXPECT_NE(text.find("admits no other user"), std::string::npos) << text;
   std::string why;
   EXPECT_FALSE(rawHello(fd, layout, 3, 4, &why)) << "the stranger joined";
   EXPECT_TRUE(closedWithin(fd, 1000));
