@@ -241,6 +241,10 @@ tparConfig_t sharedDeviceConfig(int64_t timeout_ms) {
   return cfg;
 }
 
+std::string transportParamName(const ::testing::TestParamInfo<const char*>& info) {
+  return std::string(info.param) == "auto" ? std::string("default") : std::string(info.param);
+}
+
 std::string transportLabel(int transport) {
   return transport == kTransportHost ? "host" : "default";
 }

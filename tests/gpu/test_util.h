@@ -113,6 +113,8 @@ constexpr int kTransportDefault = 0;
 constexpr int kTransportHost = 1;
 // "default" / "host": the part of a test's name that says its transport.
 std::string transportLabel(int transport);
+// The same for tests parameterized by a TPAR_TRANSPORT value ("auto" is "default").
+std::string transportParamName(const ::testing::TestParamInfo<const char*>& info);
 
 // `name` with every character GoogleTest refuses in a test name ("oneshot-pull") made '_'.
 std::string testNamePart(const std::string& name);

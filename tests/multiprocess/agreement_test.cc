@@ -166,10 +166,7 @@ TEST_P(PidNamespaces, RanksInTwoPidNamespacesAreTwoProcesses) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Transports, PidNamespaces, ::testing::Values("auto", "host"),
-                         [](const ::testing::TestParamInfo<const char*>& info) {
-                           return std::string(info.param) == "auto" ? std::string("default")
-                                                                    : std::string(info.param);
-                         });
+                         transportParamName);
 
 }  // namespace
 }  // namespace tpar_test

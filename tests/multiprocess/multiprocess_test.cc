@@ -200,10 +200,7 @@ TEST_P(MultiProcess, SurvivorOfAKilledPeerTimesOutDestroysCleanlyAndLeaksNothing
 }
 
 INSTANTIATE_TEST_SUITE_P(Transports, MultiProcess, ::testing::Values("auto", "host"),
-                         [](const ::testing::TestParamInfo<const char*>& info) {
-                           return std::string(info.param) == "auto" ? std::string("default")
-                                                                    : std::string(info.param);
-                         });
+                         transportParamName);
 
 }  // namespace
 }  // namespace tpar_test
