@@ -154,8 +154,9 @@ tparResult_t abortComm(tparComm* comm) {
   };
   auto wait = std::make_shared<Wait>();
   const int device = comm->device;
+  std::thread waiter;
   try {
-    std::thread([wait, comm, device] {
+    waiter = std::thread([wait, comm, device] {
       cudaSetDevice(device);
       cudaDeviceSynchronize();
       (void)cudaGetLastError();
@@ -167,7 +168,7 @@ tparResult_t abortComm(tparComm* comm) {
       }
       lock.unlock();
       destroyComm(comm);
-    }).detach();
+    });
   } catch (const std::system_error&) {
     destroyComm(comm);  // no thread to bound the wait with: wait without a bound
     return tparSuccess;
@@ -176,9 +177,11 @@ tparResult_t abortComm(tparComm* comm) {
   std::unique_lock<std::mutex> lock(wait->mu);
   if (wait->cv.wait_for(lock, std::chrono::milliseconds(bound_ms), [&] { return wait->idle; })) {
     lock.unlock();
+    waiter.join();  // it has nothing left to do: no thread outlives a normal abort
     destroyComm(comm);
     return tparSuccess;
   }
+  waiter.detach();
   wait->abandoned = true;
   return setError(tparTimeout,
                   "tparCommAbort: the GPU did not become idle within the communicator's timeout "
