@@ -1,5 +1,5 @@
 // The ranks' side of the bootstrap over an abstract-namespace UNIX-domain socket: each rank
-// connects to the root service (bootstrap_service.cc) that createUniqueId started. See
+// connects to the root service (root_service.h) that createUniqueId started. See
 // NOTE [bootstrap protocol] and NOTE [bootstrap deadlines] in socket_util.h.
 #include <sys/socket.h>
 #include <sys/un.h>

@@ -1,5 +1,5 @@
 // Internals shared by the bootstrap over an abstract-namespace UNIX-domain socket: the root
-// service (bootstrap_service.cc, a detached thread of the process that called createUniqueId),
+// service (root_service.h, a detached thread of the process that called createUniqueId),
 // the ranks' side (socket_bootstrap.cc) and fd passing (fd_passing.cc).
 //
 // NOTE [bootstrap protocol]
