@@ -18,6 +18,9 @@ const std::vector<EnvVarSpec>& envRegistry() {
        "Bound on every wait inside a collective; a wait past it records tparTimeout."},
       {"TPAR_BOOTSTRAP_TIMEOUT_MS", EnvType::kInt, "120000", nullptr,
        "Bound on the rendezvous of tparCommInitRank (all ranks must arrive within it)."},
+      {"TPAR_BOOTSTRAP_ALLOW_OTHER_USERS", EnvType::kBool, "0", nullptr,
+       "Let processes of other users that hold the uniqueId join a rendezvous (0: only the "
+       "user that called tparGetUniqueId; see docs/RELIABILITY.md, trust boundaries)."},
       {"TPAR_MAX_BYTES_PER_CALL", EnvType::kBytes, "8M", nullptr,
        "Largest message one kernel launch handles; larger calls are split. Workspace is 4x this."},
       {"TPAR_ALGO", EnvType::kChoice, "auto",
@@ -150,7 +153,7 @@ tparResult_t parseEnv(const EnvGetter& get, Env* out) {
     uint64_t b = 0;
     bool flag = false;
     if (name == "TPAR_TIMEOUT_MS" || name == "TPAR_BOOTSTRAP_TIMEOUT_MS") {
-      if (!parseInt(value, &i) || i <= 0 || i > 86400000)
+      if (!parseInt(value, &i) || i <= 0 || i > kMaxTimeoutMs)
         return badValue(spec, value, "a whole number of milliseconds in 1..86400000");
       (name == "TPAR_TIMEOUT_MS" ? env.timeout_ms : env.bootstrap_timeout_ms) = i;
     } else if (name == "TPAR_MAX_BYTES_PER_CALL") {
@@ -165,6 +168,9 @@ tparResult_t parseEnv(const EnvGetter& get, Env* out) {
       int idx = choiceIndex(spec.choices, value);
       if (idx < 0) return badValue(spec, value, (std::string("one of ") + spec.choices).c_str());
       env.transport = idx;  // the order of choices matches tparConfig_t::transport
+    } else if (name == "TPAR_BOOTSTRAP_ALLOW_OTHER_USERS") {
+      if (!parseBool(value, &flag)) return badValue(spec, value, "a boolean (0/1)");
+      env.bootstrap_allow_other_users = flag;
     } else if (name == "TPAR_ALLOW_SHARED_DEVICE") {
       if (!parseBool(value, &flag)) return badValue(spec, value, "a boolean (0/1)");
       env.allow_shared_device = flag;
