@@ -5,7 +5,7 @@
 #include <cstring>
 #include <vector>
 
-#include "transport/transport.h"  // hostHash
+#include "core/identity.h"
 
 namespace tpar {
 namespace shim {
@@ -106,8 +106,12 @@ SetupResult runSetup(SetupChannel& channel, const TparOps& ops, const SetupInput
   return r;
 }
 
-uint64_t hostIdentity() {
-  uint64_t id = hostHash();
+uint64_t hostIdentity(std::string* why) {
+  uint64_t id = 0;
+  if (tpar::hostIdentity(&id) != tparSuccess) {
+    if (why != nullptr) *why = tparGetLastError(nullptr);
+    return 0;
+  }
   struct stat st;
   if (stat("/proc/self/ns/net", &st) == 0) {
     // FNV-1a step over the namespace's inode: processes in different network namespaces of one

@@ -121,7 +121,8 @@ ncclResult_t setUp(ncclComm_t comm, ShimComm* c) {
   SetupInput in;
   in.rank = c->rank;
   in.nranks = c->nranks;
-  in.host_id = hostIdentity();
+  in.host_id = hostIdentity(&in.why_not);
+  if (in.host_id == 0) in.can_join = false;
   const SetupResult r = runSetup(*channel, productionOps(comm), in);
   if (r.fatal) {
     // Abort before freeing the channel: freeing waits for the device, where the collective
