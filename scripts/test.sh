@@ -3,10 +3,11 @@
 # skipped (CTest "Not Run"), never as passed.
 #   scripts/test.sh            build into build/; run the unit tests under AddressSanitizer +
 #                              UndefinedBehaviorSanitizer, the fuzz targets for a bounded time,
-#                              then every test (CTest)
+#                              the Python package's tests, then every test (CTest)
 # Environment: TPAR_CUDA_ARCHS (default: 90 here; the release build lists every architecture),
 #              BUILD_DIR (default build), TPAR_TEST_SANITIZE=0 / TPAR_TEST_FUZZ=0 to skip those,
-#              FUZZ_SECONDS (default 20 per target).
+#              FUZZ_SECONDS (default 20 per target), TPAR_TEST_PYTHON=0 to skip the Python
+#              package (scripts/python-tests.sh: builds it into a virtual environment).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/deps.sh
@@ -28,6 +29,11 @@ fi
 if [ "${TPAR_TEST_FUZZ:-1}" != 0 ] && [ -x scripts/fuzz.sh ]; then
   echo "== fuzz targets, ${FUZZ_SECONDS:-20} s each"
   FUZZ_SECONDS=${FUZZ_SECONDS:-20} bash scripts/fuzz.sh
+fi
+
+if [ "${TPAR_TEST_PYTHON:-1}" != 0 ]; then
+  echo "== Python package: build, install, tests"
+  bash scripts/python-tests.sh
 fi
 
 # The full suite last, so that its summary is the run's closing line.

@@ -59,47 +59,47 @@ uint64_t islandPeerChunks(uint64_t vecs, const AlgoShape& s) {
 const std::vector<Algorithm>& table() {
   // Write/read models, in units of the message M over all ranks (docs/PERFORMANCE.md).
   static const std::vector<Algorithm> rows = {
-      {Algo::kOneShot, tparAlgoOneShot, "oneshot", "one-shot", "sentinel", "push",
+      {Algo::kOneShot, tparAlgoOneShot, kAlgoNames[tparAlgoOneShot], "one-shot", "sentinel", "push",
        &kernels::oneShotKernels,
        oneShotMax,
        allVecs, 0, 0, 1, false, false,
        {[](double n) { return 2 * n * (n - 1); }, [](double n) { return n * (n - 1); }, 1}},
-      {Algo::kTwoShot, tparAlgoTwoShot, "twoshot", "two-shot", "sentinel", "push",
+      {Algo::kTwoShot, tparAlgoTwoShot, kAlgoNames[tparAlgoTwoShot], "two-shot", "sentinel", "push",
        &kernels::twoShotKernels,
        twoShotMax,
        peerChunks, 0, 0, 1, false, false,
        {[](double n) { return 4 * (n - 1); }, [](double n) { return 2 * (n - 1); }, 2}},
       // With 2 ranks it is two-shot.
-      {Algo::kStaged, tparAlgoStaged, "staged", "staged", "sentinel", "push",
+      {Algo::kStaged, tparAlgoStaged, kAlgoNames[tparAlgoStaged], "staged", "sentinel", "push",
        &kernels::stagedKernels,
        twoShotMax,
        oneChunk, 0, 0, 3, false, false,
        {[](double n) { return 4 * (n - 1); }, [](double n) { return 2 * (n - 1); }, 2}},
-      {Algo::kHier, tparAlgoHierarchical, "hier", "hierarchical", "sentinel", "push",
+      {Algo::kHier, tparAlgoHierarchical, kAlgoNames[tparAlgoHierarchical], "hierarchical", "sentinel", "push",
        &kernels::hierKernels,
        hierMax,
        islandPeerChunks, 0, 0, 1, true, false,
        {[](double n) { return 4 * (n - 1); }, [](double n) { return 2 * (n - 1); }, 2}},
-      {Algo::kOneShotPull, tparAlgoOneShotPull, "oneshot-pull", "one-shot", "ll", "pull",
+      {Algo::kOneShotPull, tparAlgoOneShotPull, kAlgoNames[tparAlgoOneShotPull], "one-shot", "ll", "pull",
        &kernels::oneShotPullKernels,
        oneShotPullMax,
        allVecs, 0, 0, 1, false, false,
        {[](double n) { return 2 * n; }, [](double n) { return 2 * n * (n - 1); }, 1}},
       // Flag lines exist for the first kLineBlocks blocks (NOTE [flag lines]); the three
       // groups of warps need at least 4 warps.
-      {Algo::kTwoShotPull, tparAlgoTwoShotPull, "twoshot-pull", "two-shot", "flags", "pull",
+      {Algo::kTwoShotPull, tparAlgoTwoShotPull, kAlgoNames[tparAlgoTwoShotPull], "two-shot", "flags", "pull",
        &kernels::twoShotPullKernels,
        flagLinesMax,
        peerChunks, kernels::kMinPipelinedThreads, WorkspaceLayout::kLineBlocks, 1, false, false,
        {[](double n) { return n; }, [](double n) { return 2 * (n - 1); }, 2}},
-      {Algo::kTwoShotLL, tparAlgoTwoShotLL, "twoshot-ll", "two-shot", "ll", "push",
+      {Algo::kTwoShotLL, tparAlgoTwoShotLL, kAlgoNames[tparAlgoTwoShotLL], "two-shot", "ll", "push",
        &kernels::twoShotLLKernels,
        twoShotLLMax,
        peerChunks, 0, WorkspaceLayout::kLineBlocks, 1, false, false,
        {[](double n) { return 4 * (n - 1); }, [](double n) { return 4 * (n - 1); }, 2}},
       // Its host plans publish once (pull): the bytes of two-shot pull. Pushing instead writes
       // 2(n-1) M, which the read side, the larger, already bounds when the link is symmetric.
-      {Algo::kPipelined, tparAlgoPipelined, "pipelined", "two-shot", "flags", "plan",
+      {Algo::kPipelined, tparAlgoPipelined, kAlgoNames[tparAlgoPipelined], "two-shot", "flags", "plan",
        &kernels::pipelinedKernels,
        flagLinesMax,
        peerChunks, kernels::kMinPipelinedThreads, WorkspaceLayout::kLineBlocks, 1, false, true,
@@ -128,23 +128,6 @@ const Algorithm* findAlgorithm(const std::string& name) {
   for (const Algorithm& a : table())
     if (name == a.name) return &a;
   return nullptr;
-}
-
-const char* publicAlgoName(tparAlgo_t pub) {
-  if (pub == tparAlgoAuto) return "auto";
-  if (pub == tparAlgoNccl) return "nccl";
-  const Algorithm* a = findAlgorithm(pub);
-  return a != nullptr ? a->name : "unknown";
-}
-
-const char* publicAlgoChoices() {
-  static const std::string choices = [] {
-    std::string s;
-    for (int i = 0; i < tparNumAlgos; ++i)
-      s += std::string(i ? "|" : "") + publicAlgoName(static_cast<tparAlgo_t>(i));
-    return s;
-  }();
-  return choices.c_str();
 }
 
 const std::vector<const kernels::KernelSet*>& allKernelSets() {

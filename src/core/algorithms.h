@@ -17,6 +17,13 @@
 
 namespace tpar {
 
+// The public names, indexed by tparAlgo_t: tparAlgoName, TPAR_ALGO, tuning tables, the CLI.
+// Registry rows take their names from here; the header holds them so that code without the
+// kernels (the env registry in the topology probe) can use them.
+inline constexpr const char* kAlgoNames[tparNumAlgos] = {
+    "auto",         "oneshot", "twoshot", "staged",    "hier",
+    "oneshot-pull", "twoshot-pull", "nccl", "pipelined", "twoshot-ll"};
+
 // What a limit or a work count depends on besides the workspace.
 struct AlgoShape {
   int nranks = 1;
@@ -36,7 +43,7 @@ struct ByteModel {
 struct Algorithm {
   kernels::Algo id;       // the key; also the call header's algorithm field
   tparAlgo_t pub;         // the public value (tpar.h)
-  const char* name;       // tparAlgoName, TPAR_ALGO, tuning tables, `tpar bench` backends
+  const char* name;       // kAlgoNames[pub]
   // How NCCL would name it: the schedule, the protocol (how a vector says it arrived) and
   // the direction (push: into the reader's region; pull: the reader fetches it).
   const char* schedule;   // "one-shot", "two-shot", "staged", "hierarchical"
@@ -74,10 +81,19 @@ inline uint64_t maxPieceBytes(kernels::Algo id, const kernels::WorkspaceLayout& 
   return algorithm(id).max_bytes(l, s);
 }
 
-// tparAlgoName: a registry name, "auto", "nccl", or "unknown".
-const char* publicAlgoName(tparAlgo_t pub);
+// tparAlgoName: the public name of a tparAlgo_t, or "unknown".
+inline const char* publicAlgoName(tparAlgo_t pub) {
+  return pub >= 0 && pub < tparNumAlgos ? kAlgoNames[pub] : "unknown";
+}
 // Every public name in tparAlgo_t order, '|'-separated (TPAR_ALGO's choices).
-const char* publicAlgoChoices();
+inline const char* publicAlgoChoices() {
+  static const std::string choices = [] {
+    std::string s;
+    for (int i = 0; i < tparNumAlgos; ++i) s += std::string(i ? "|" : "") + kAlgoNames[i];
+    return s;
+  }();
+  return choices.c_str();
+}
 
 // The kernel sets of every algorithm (preload, occupancy).
 const std::vector<const kernels::KernelSet*>& allKernelSets();
