@@ -7,8 +7,7 @@
 namespace tpar {
 namespace kernels {
 
-// The wire unit: one 16-byte vector per thread and step.
-struct Vec { uint32_t w[4]; };
+struct Vec { uint32_t w[4]; };  // the wire unit: one 16-byte vector per thread and step
 
 // Volatile accesses: never cached in L1, never merged or elided by the compiler.
 __device__ __forceinline__ Vec loadVolatile(const void* p) {
