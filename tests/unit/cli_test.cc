@@ -5,10 +5,21 @@
 #include <gtest/gtest.h>
 
 #include "tools/tpar/bench.h"
+#include "core/algorithms.h"
 #include "tools/tpar/report.h"
 
 namespace tpar_cli {
 namespace {
+
+TEST(Info, AlgorithmTableNamesScheduleProtocolAndDirectionOfEveryAlgorithm) {
+  const std::string t = algorithmTable();
+  EXPECT_NE(std::string::npos, t.find("  twoshot-ll    two-shot      ll        push\n")) << t;
+  EXPECT_NE(std::string::npos, t.find("  oneshot-pull  one-shot      ll        pull\n")) << t;
+  EXPECT_NE(std::string::npos, t.find("  pipelined     two-shot      flags     plan\n")) << t;
+  size_t lines = 0;
+  for (char c : t) lines += c == '\n';
+  EXPECT_EQ(tpar::algorithms().size(), lines);
+}
 
 TEST(BenchArgs, NcclTestsFlagsAreUnderstood) {
   BenchOptions opt;

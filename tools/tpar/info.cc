@@ -15,6 +15,9 @@ int info() {
   tparGetVersion(&version);
   std::printf("tpar %d.%d.%d (commit %s)\n", version / 10000, version / 100 % 100, version % 100,
               TPAR_GIT_COMMIT);
+  std::printf("Algorithms (TPAR_ALGO; tpar:<name> in tpar bench): name, schedule, protocol, "
+              "direction\n%s",
+              algorithmTable().c_str());
   std::string why;
   const auto gpus = listGpus(&why);
   std::string nccl_why;

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstdio>
 #include <ctime>
 #include <fstream>
 #include <sstream>
@@ -128,6 +129,17 @@ double algBandwidth(size_t bytes, double us) { return us > 0 ? bytes / (us * 1e3
 
 double busBandwidth(size_t bytes, double us, int nranks) {
   return nranks > 0 ? algBandwidth(bytes, us) * 2.0 * (nranks - 1) / nranks : 0.0;
+}
+
+std::string algorithmTable() {
+  std::string s;
+  char line[128];
+  for (const tpar::Algorithm& a : tpar::algorithms()) {
+    std::snprintf(line, sizeof(line), "  %-13s %-13s %-9s %s\n", a.name, a.schedule, a.protocol,
+                  a.direction);
+    s += line;
+  }
+  return s;
 }
 
 bool hostLinkFloor(const std::string& algo, size_t bytes, int nranks, int ranks_per_link,

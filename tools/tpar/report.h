@@ -49,6 +49,10 @@ struct HostLinkFloor {
 // share one GPU's link (all of them for virtual ranks on one GPU, 1 with one rank per GPU),
 // at the measured bandwidths (GB/s) and hand-off time `rtt_us`. False, with *out untouched,
 // for an algorithm without a model ("nccl", "") or fewer than two ranks.
+// One line per algorithm of the registry: its name (TPAR_ALGO, tpar:<name>), schedule,
+// protocol and direction, as NCCL names algorithm and protocol apart.
+std::string algorithmTable();
+
 bool hostLinkFloor(const std::string& algo, size_t bytes, int nranks, int ranks_per_link,
                    double write_gbps, double read_gbps, double rtt_us, HostLinkFloor* out);
 
