@@ -139,13 +139,4 @@ const std::vector<const kernels::KernelSet*>& allKernelSets() {
   return sets;
 }
 
-size_t elementBytes(tparDataType_t dtype) {
-  switch (dtype) {
-    case tparFloat32: return 4;
-    case tparFloat16:
-    case tparBfloat16: return 2;
-    default: return 0;
-  }
-}
-
 }  // namespace tpar

@@ -98,8 +98,10 @@ inline const char* publicAlgoChoices() {
 // The kernel sets of every algorithm (preload, occupancy).
 const std::vector<const kernels::KernelSet*>& allKernelSets();
 
-// Size elements (bytes per element of a datatype); 0 for an unknown one.
-size_t elementBytes(tparDataType_t dtype);
+// Bytes per element of a datatype; 0 for an unknown one. The one such helper (host and device).
+TPAR_HOST_DEVICE constexpr size_t elementBytes(tparDataType_t dtype) {
+  return dtype == tparFloat32 ? 4 : dtype == tparFloat16 || dtype == tparBfloat16 ? 2 : 0;
+}
 
 }  // namespace tpar
 

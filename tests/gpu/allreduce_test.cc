@@ -37,7 +37,7 @@ TEST_P(AllReduceVirtualRanks, MatchesReferenceAndAgreesBitwiseAcrossRanks) {
   const auto [transport, n, algo, dtype] = GetParam();
   VirtualGroup g;
   ASSERT_EQ("", g.init(n, configFor(transport, algo)));
-  const size_t es = elemSize(dtype);
+  const size_t es = tpar::elementBytes(dtype);
   // Odd counts, vector tails, the sizes (12K, 112K, 384K, 1M, 8M bytes).
   std::vector<size_t> counts = {1, 2, 3, 7, 8, 9, 17, 100, 1000, 4097, 12288 / es,
                                 114688 / es + 3, 393216 / es, (1u << 20) / es + 5};

@@ -11,6 +11,7 @@
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
+#include "core/algorithms.h"
 #include "tpar/tpar.h"
 
 namespace tpar_test {
@@ -28,7 +29,6 @@ bool gpuAvailable(std::string* why);
 #define CUDA_OK(call) ASSERT_EQ(cudaSuccess, (call)) << #call
 #define TPAR_OK(call) ASSERT_EQ(tparSuccess, (call)) << #call << ": " << tparGetLastError(nullptr)
 
-size_t elemSize(tparDataType_t dtype);
 
 // CUDA devices of this process (0 when CUDA cannot say).
 int gpuCount();

@@ -134,7 +134,7 @@ int runCheckedCalls(tparComm_t comm, int rank, int nranks, uint64_t seed, std::o
   const size_t counts[] = {1, 4099, 300001};
   for (tparDataType_t dt : {tparBfloat16, tparFloat32}) {
     for (size_t count : counts) {
-      const size_t bytes = count * elemSize(dt);
+      const size_t bytes = count * tpar::elementBytes(dt);
       std::vector<void*> in(nranks);
       void* out = nullptr;
       for (int r = 0; r < nranks; ++r) {

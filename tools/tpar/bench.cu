@@ -33,7 +33,7 @@ namespace {
 
 std::string measureRow(Backend& b, Ranks& rk, size_t bytes, const BenchOptions& opt,
                        BenchRow* row) {
-  const size_t es = elemSize(opt.dtype);
+  const size_t es = tpar::elementBytes(opt.dtype);
   const size_t count = std::max<size_t>(1, bytes / es);
   const size_t n = rk.devs.size();
   row->bytes = count * es;

@@ -9,6 +9,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include "core/algorithms.h"
 #include "tpar/tpar.h"
 
 // Returns the failed call's text from a function that returns std::string.
@@ -20,7 +21,6 @@
 
 namespace tpar_cli {
 
-size_t elemSize(tparDataType_t d);
 
 // cudaSetDevice only when the device changes (virtual ranks never switch).
 cudaError_t setDevice(int dev);

@@ -110,7 +110,7 @@ std::string measurePlan(Group& g, Ranks& rk, size_t count, tparDataType_t dtype,
                         const TuneOptions& opt, TuneCandidate* c) {
   g.usePlan(c->plan);
   tparAlgo_t runs_as = tparAlgoAuto;
-  tparCommSelectAlgorithm(g.comms[0], count * elemSize(dtype), &runs_as);
+  tparCommSelectAlgorithm(g.comms[0], count * tpar::elementBytes(dtype), &runs_as);
   if (tpar::planAlgoName(c->plan) != std::string(tparAlgoName(runs_as))) {
     c->error = std::string("not supported here (runs as ") + tparAlgoName(runs_as) + ")";
     return "";
@@ -345,7 +345,7 @@ int runTune(const TuneOptions& opt) {
   for (int r = 0; r < n; ++r) devs[r] = virt ? 0 : r;
   const auto sizes = tuneSizes(opt);
   size_t max_elem = 4;
-  for (tparDataType_t d : opt.dtypes) max_elem = std::max(max_elem, elemSize(d));
+  for (tparDataType_t d : opt.dtypes) max_elem = std::max(max_elem, tpar::elementBytes(d));
   Ranks rk;
   if (std::string e = rk.alloc(devs, sizes.back() + max_elem); !e.empty()) return fail(e);
   Group g;
@@ -402,8 +402,8 @@ int runTune(const TuneOptions& opt) {
     for (size_t bytes : sizes) {
       TuneBucket b;
       b.dtype = dtype;
-      const size_t count = std::max<size_t>(1, bytes / elemSize(dtype));
-      b.bytes = count * elemSize(dtype);
+      const size_t count = std::max<size_t>(1, bytes / tpar::elementBytes(dtype));
+      b.bytes = count * tpar::elementBytes(dtype);
       for (const Plan& p : plans) {
         TuneCandidate c;
         c.plan = p;
