@@ -108,7 +108,7 @@ struct TwoShot {
         return Codec::template encode<Box::kReservesWord>(
             loadUser<T>(c.a.send, v, c.a.count, c.aligned));
       };
-      if (!reduceFrom<T, kMax, Codec>(c.box, n, me, src, mine, RuntimeOp{c.a.op}, w, &acc))
+      if (!reduceFrom<T, kMax, Codec, kRotation>(c.box, n, me, src, mine, RuntimeOp{c.a.op}, w, &acc))
         return false;
       if (!Epi::apply(c, j, acc, w)) return false;
       // Peers receive the encoded bits; keep the same bits here so all ranks agree.
