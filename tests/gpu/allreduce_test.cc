@@ -12,13 +12,9 @@ namespace tpar_test {
 namespace {
 
 // Every algorithm a caller can force, and auto.
-const tparAlgo_t kAlgos[] = {tparAlgoOneShot,     tparAlgoTwoShot,     tparAlgoStaged,
-                             tparAlgoOneShotPull, tparAlgoTwoShotPull, tparAlgoPipelined,
-                             tparAlgoTwoShotLL,   tparAlgoAuto};
+const std::vector<tparAlgo_t> kAlgos = forcedAlgos(false, true);
 // The same without auto (auto picks one of them by size).
-const tparAlgo_t kForcedAlgos[] = {tparAlgoOneShot,     tparAlgoTwoShot,     tparAlgoStaged,
-                                   tparAlgoOneShotPull, tparAlgoTwoShotPull, tparAlgoPipelined,
-                                   tparAlgoTwoShotLL};
+const std::vector<tparAlgo_t> kForcedAlgos = forcedAlgos();
 
 tparConfig_t configFor(int transport, tparAlgo_t algo) {
   tparConfig_t cfg = sharedDeviceConfig();

@@ -27,9 +27,7 @@ tparConfig_t hostConfig(tparAlgo_t algo = tparAlgoAuto, int64_t timeout_ms = 200
   return cfg;
 }
 
-const tparAlgo_t kForcedAlgos[] = {tparAlgoOneShot,     tparAlgoTwoShot,     tparAlgoStaged,
-                                   tparAlgoOneShotPull, tparAlgoTwoShotPull, tparAlgoPipelined,
-                                   tparAlgoTwoShotLL};
+const std::vector<tparAlgo_t> kForcedAlgos = forcedAlgos();
 
 // ---------------------------------------------------------------------------------------------
 // What the communicator reports
@@ -148,8 +146,7 @@ TEST(HostTransportFaults, EveryWaitingRankGivesUpWhenOneRankNeverArrives) {
 
 TEST(HostTransportFaults, RanksThatDisagreeOnCountGetInvalidUsage) {
   TPAR_REQUIRE_GPU();
-  for (tparAlgo_t algo : {tparAlgoAuto, tparAlgoOneShot, tparAlgoTwoShot, tparAlgoOneShotPull,
-                          tparAlgoTwoShotPull, tparAlgoPipelined, tparAlgoTwoShotLL}) {
+  for (tparAlgo_t algo : forcedAlgos(false, true)) {
     SCOPED_TRACE(tparAlgoName(algo));
     VirtualGroup g;
     ASSERT_EQ("", g.init(2, hostConfig(algo, 2000)));

@@ -19,6 +19,14 @@
 
 namespace tpar_test {
 
+std::vector<tparAlgo_t> forcedAlgos(bool with_islands, bool with_auto) {
+  std::vector<tparAlgo_t> out;
+  for (const tpar::Algorithm& a : tpar::algorithms())
+    if (with_islands || !a.needs_islands) out.push_back(a.pub);
+  if (with_auto) out.push_back(tparAlgoAuto);
+  return out;
+}
+
 bool gpuAvailable(std::string* why) {
   int n = 0;
   cudaError_t err = cudaGetDeviceCount(&n);

@@ -16,6 +16,11 @@
 
 namespace tpar_test {
 
+// Every algorithm a caller can force, from the registry (src/core/algorithms.h), so that a new
+// algorithm is tested without touching the tests: `hier` only with `with_islands` (on a flat
+// topology it runs two-shot), tparAlgoAuto last with `with_auto`.
+std::vector<tparAlgo_t> forcedAlgos(bool with_islands = false, bool with_auto = false);
+
 // True when a CUDA GPU is usable; otherwise `why` says what was found.
 bool gpuAvailable(std::string* why);
 
