@@ -4,8 +4,8 @@
 
 #include <gtest/gtest.h>
 
-#include "tools/tpar/bench.h"
-#include "tools/tpar/report.h"
+#include "tools/tpar/bench/bench.h"
+#include "tools/tpar/common/report.h"
 
 namespace tpar_cli {
 namespace {

@@ -1,6 +1,6 @@
 // `tpar doctor` without a GPU: its verdict, tables and JSON are pure functions of recorded
 // probe results, checked here on machines the CI never runs on.
-#include "tools/tpar/doctor.h"
+#include "tools/tpar/doctor/doctor.h"
 
 #include <gtest/gtest.h>
 
@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "tools/tpar/commands.h"
-#include "tools/tpar/nvml.h"
+#include "tools/tpar/common/commands.h"
+#include "tools/tpar/doctor/nvml.h"
 
 namespace tpar_cli {
 namespace {

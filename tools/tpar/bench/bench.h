@@ -9,7 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "tools/tpar/report.h"
+#include "tools/tpar/common/report.h"
 #include "tpar/tpar.h"
 
 namespace tpar_cli {

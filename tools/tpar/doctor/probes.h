@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "tools/tpar/doctor.h"
+#include "tools/tpar/doctor/doctor.h"
 
 namespace tpar_cli {
 

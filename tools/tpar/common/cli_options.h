@@ -31,6 +31,11 @@ bool parseTransportName(const std::string& name, int* out);
 // The name of a tparConfig_t::transport value; "env" for -1 (TPAR_TRANSPORT decides).
 const char* transportOptionName(int transport);
 
+// "" when `path` can be written (created, or an existing file replaced), else why not. Checked
+// before a run, so that a bad --json path is found before the minutes of measuring; leaves the
+// file system as it was.
+std::string checkOutputPath(const std::string& path);
+
 }  // namespace tpar_cli
 
 #endif  // TPAR_TOOLS_CLI_OPTIONS_H_

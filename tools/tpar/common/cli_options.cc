@@ -1,5 +1,11 @@
-#include "tools/tpar/cli_options.h"
+#include "tools/tpar/common/cli_options.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 #include <sstream>
 
 #include "core/env.h"
@@ -67,6 +73,19 @@ const char* transportOptionName(int transport) {
     case 2: return "p2p";
     default: return "env";
   }
+}
+
+std::string checkOutputPath(const std::string& path) {
+  if (path.empty()) return "an empty path";
+  struct stat st;
+  const bool existed = stat(path.c_str(), &st) == 0;
+  if (existed && S_ISDIR(st.st_mode)) return "'" + path + "' is a directory";
+  // O_APPEND without O_TRUNC: an existing file keeps its contents until the run writes it.
+  const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (fd < 0) return "cannot write '" + path + "': " + std::strerror(errno);
+  close(fd);
+  if (!existed) unlink(path.c_str());
+  return "";
 }
 
 }  // namespace tpar_cli

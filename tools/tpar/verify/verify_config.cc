@@ -1,5 +1,5 @@
 // The options and the arithmetic of `tpar verify` (no GPU code: unit-tested in CI).
-#include "tools/tpar/verify.h"
+#include "tools/tpar/verify/verify.h"
 
 #include <algorithm>
 #include <cmath>
@@ -80,7 +80,7 @@ void addVerifyOptions(CLI::App* sub, VerifyArgs* args) {
   sizeOption("--intermediate", &args->intermediate, "MLP intermediate size (whole model)");
   sizeOption("--tokens", &args->tokens,
              "tokens in the verify pass: batch x (draft + 1) (default 16)");
-  sizeOption("--tp", &args->tp,
+  sizeOption("--ranks,--tp", &args->tp,
              "tensor-parallel ranks (default: every GPU; with one GPU, 8 virtual ranks)");
   sub->add_option("--backends", args->backends,
                   "comma-separated: tpar, tpar:oneshot, tpar:twoshot, tpar:staged, tpar:hier, nccl "
@@ -89,9 +89,10 @@ void addVerifyOptions(CLI::App* sub, VerifyArgs* args) {
                   "tokens accepted per verify step, for the tokens/s projection (default 3.0)");
   sub->add_option("--draft-ms", args->draft_ms,
                   "drafting time per step in ms, for the tokens/s projection (default 0)");
-  sub->add_option("--iters", args->iters, "timed replays of each graph (default 20)");
-  sub->add_option("--json", args->json_path, "write the results as JSON to this file");
-  sub->add_option("--dtype", args->dtype, "activation and weight type (only bf16)");
+  sub->add_option("-n,--iters", args->iters, "timed replays of each graph (default 20)");
+  sub->add_option("-J,--json", args->json_path, "write the results as JSON to this file");
+  sub->add_option("-d,--datatype,--dtype", args->dtype,
+                  "activation and weight type (only bfloat16; default bf16)");
 }
 
 std::string resolveVerifyConfig(const VerifyArgs& args, int gpu_count, VerifyConfig* cfg) {
@@ -115,12 +116,12 @@ std::string resolveVerifyConfig(const VerifyArgs& args, int gpu_count, VerifyCon
        {checkRange("--layers", s.layers, 1, kMaxLayers),
         checkRange("--hidden", s.hidden, 1, kMaxHidden),
         checkRange("--intermediate", s.intermediate, 1, kMaxIntermediate),
-        checkRange("--tokens", s.tokens, 1, kMaxTokens), checkRange("--tp", s.tp, 1, kMaxTp),
+        checkRange("--tokens", s.tokens, 1, kMaxTokens), checkRange("--ranks", s.tp, 1, kMaxTp),
         checkRange("--iters", args.iters, 1, kMaxIters)}) {
     if (!e.empty()) return e;
   }
   const std::string tp_text =
-      "--tp " + std::to_string(s.tp) + (tp_given ? "" : " (the default: one rank per GPU)");
+      "--ranks " + std::to_string(s.tp) + (tp_given ? "" : " (the default: one rank per GPU)");
   // Each rank holds hidden/tp of the attention output's input and intermediate/tp of the MLP.
   if (s.hidden % s.tp != 0)
     return "--hidden " + std::to_string(s.hidden) + " is not divisible by " + tp_text;
@@ -130,7 +131,7 @@ std::string resolveVerifyConfig(const VerifyArgs& args, int gpu_count, VerifyCon
     return "--accept-len must be a positive number of tokens";
   if (!std::isfinite(args.draft_ms) || args.draft_ms < 0) return "--draft-ms must be zero or more";
   if (args.dtype != "bf16" && args.dtype != "bfloat16")
-    return "--dtype: only bf16 is modelled (got '" + args.dtype + "')";
+    return "--datatype: only bfloat16 is modelled (got '" + args.dtype + "')";
   if (std::string e = parseBackendList(args.backends, &c.backends); !e.empty()) return e;
   c.accept_len = args.accept_len;
   c.draft_ms = args.draft_ms;

@@ -1,20 +1,52 @@
 // `tpar info`, `tpar env`, and `tpar` with no subcommand.
 #include <cstdio>
+#include <cstdlib>
 
 #include "core/env.h"
-#include "tools/tpar/commands.h"
-#include "tools/tpar/nccl_loader.h"
-#include "tools/tpar/report.h"
+#include "tools/tpar/common/commands.h"
+#include "tools/tpar/common/exit_codes.h"
+#include "tools/tpar/common/nccl_loader.h"
+#include "tools/tpar/common/report.h"
+#include "tools/tpar/info/env_report.h"
 #include "tpar/tpar.h"
+
+extern char** environ;
 
 namespace tpar_cli {
 namespace {
+
+std::vector<EnvSetting> processSettings() {
+  return envSettings([](const char* n) { return std::getenv(n); });
+}
+
+std::vector<std::string> processEnvironment() {
+  std::vector<std::string> out;
+  for (char** e = environ; *e != nullptr; ++e) out.push_back(*e);
+  return out;
+}
+
+// Prints the malformed TPAR_* values; true when there are any.
+bool reportBadSettings(const std::vector<EnvSetting>& settings) {
+  bool bad = false;
+  for (const EnvSetting& e : settings) {
+    if (e.error.empty()) continue;
+    std::fprintf(stderr, "tpar: %s\n", e.error.c_str());
+    bad = true;
+  }
+  return bad;
+}
 
 int info() {
   int version = 0;
   tparGetVersion(&version);
   std::printf("tpar %d.%d.%d (commit %s)\n", version / 10000, version / 100 % 100, version % 100,
               TPAR_GIT_COMMIT);
+  const std::vector<EnvSetting> settings = processSettings();
+  for (const EnvSetting& e : settings)
+    if (e.source != "default" && e.error.empty())
+      std::printf("  set: %s=%s\n", e.name.c_str(), e.value.c_str());
+  // A malformed variable makes every communicator init fail: say so before anything else.
+  if (reportBadSettings(settings)) return kExitUsage;
   std::string why;
   const auto gpus = listGpus(&why);
   std::string nccl_why;
@@ -23,10 +55,10 @@ int info() {
               nccl ? (ncclVersionString(nccl->version) + " (" + nccl->path + ")").c_str()
                    : nccl_why.c_str());
   if (gpus.empty()) {
-    std::printf("No CUDA GPU on this machine (%s).\n", why.c_str());
+    std::printf("tpar cannot run here: %s.\n", why.c_str());
     std::printf("tpar needs NVIDIA GPUs (sm_80 or newer) to all-reduce; what runs here without\n"
                 "one: the unit tests (scripts/test.sh) and `tpar env`.\n");
-    return 0;
+    return kExitNoGpu;
   }
   int driver = 0;
   cudaDriverGetVersion(&driver);
@@ -44,21 +76,13 @@ int info() {
       if (!can) std::printf("  GPU %zu cannot access GPU %zu peer-to-peer\n", a, b);
     }
   }
-  const tpar::Env* env = nullptr;
-  if (tpar::processEnv(&env) != tparSuccess) {
-    std::printf("environment: %s\n", tparGetLastError(nullptr));
-    return 1;
-  }
-  for (const auto& kv : env->set_vars) std::printf("  set: %s\n", kv.c_str());
-  return 0;
+  return kExitOk;
 }
 
 }  // namespace
 
 int runDefault(const std::string& command_line) {
   if (int rc = info()) return rc;
-  std::string why;
-  if (listGpus(&why).empty()) return 0;
   std::printf("\n");
   return runQuickBench(command_line);
 }
@@ -69,17 +93,19 @@ Action addInfoCommand(CLI::App& root, const std::string&) {
 }
 
 Action addEnvCommand(CLI::App& root, const std::string&) {
-  CLI::App* sub = root.add_subcommand("env", "environment variables tpar reads");
+  CLI::App* sub = root.add_subcommand(
+      "env", "environment variables tpar reads: the value in force and where it comes from");
   auto markdown = std::make_shared<bool>(false);
-  sub->add_flag("--markdown", *markdown, "print docs/env.md");
+  sub->add_flag("--markdown", *markdown, "print docs/env.md (the registry) instead");
+  sub->footer("For env: 2 when a TPAR_* variable is malformed (communicator init would fail).");
   return [markdown] {
     if (*markdown) {
       std::printf("%s", tpar::envMarkdown().c_str());
-      return 0;
+      return kExitOk;
     }
-    for (const auto& spec : tpar::envRegistry())
-      std::printf("%-28s default %-8s %s\n", spec.name, spec.default_value, spec.description);
-    return 0;
+    const std::vector<EnvSetting> settings = processSettings();
+    std::printf("%s", renderEnvSettings(settings, unknownTparVariables(processEnvironment())).c_str());
+    return reportBadSettings(settings) ? kExitUsage : kExitOk;
   };
 }
 

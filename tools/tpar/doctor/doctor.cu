@@ -12,12 +12,13 @@
 #include <fstream>
 #include <memory>
 
-#include "tools/tpar/commands.h"
-#include "tools/tpar/doctor.h"
-#include "tools/tpar/nccl_loader.h"
-#include "tools/tpar/nvml.h"
-#include "tools/tpar/probes.h"
-#include "tools/tpar/report.h"
+#include "tools/tpar/common/cli_options.h"
+#include "tools/tpar/common/commands.h"
+#include "tools/tpar/doctor/doctor.h"
+#include "tools/tpar/common/nccl_loader.h"
+#include "tools/tpar/doctor/nvml.h"
+#include "tools/tpar/doctor/probes.h"
+#include "tools/tpar/common/report.h"
 #include "topology/pcie_tree.h"
 #include "tpar/tpar.h"
 
@@ -245,7 +246,7 @@ Verdict makeVerdict(const DoctorResults& r) {
   Verdict v;
   if (!r.no_gpu.empty()) {
     v.exit_code = kDoctorNoGpu;
-    v.headline = "no CUDA GPU: tpar cannot run here (" + r.no_gpu + ").";
+    v.headline = "tpar cannot run here: " + r.no_gpu + ".";
     v.details.push_back(
         "tpar needs NVIDIA GPUs visible to CUDA: check nvidia-smi, the driver, "
         "and CUDA_VISIBLE_DEVICES.");
@@ -568,9 +569,18 @@ Action addDoctorCommand(CLI::App& root, const std::string& command_line) {
                 "skip the bandwidth probes; fewer latency rounds and timed calls");
   sub->add_flag("--no-nccl", opt->no_nccl, "do not time NCCL");
   sub->footer(
-      "Exit status: 0 tpar works here; 1 its self-test failed; 2 the doctor failed; "
-      "3 no CUDA GPU; 4 some GPUs cannot reach each other peer-to-peer.");
-  return [opt] { return runDoctor(*opt); };
+      "For doctor: 0 tpar works here (also over pinned host memory where some GPUs cannot "
+      "reach each other peer-to-peer: the verdict says so); 1 its self-test failed; 2 a bad "
+      "option or --json path; 3 no driver or GPU; 4 the doctor itself failed.");
+  return [opt] {
+    if (!opt->json_path.empty()) {
+      if (std::string e = checkOutputPath(opt->json_path); !e.empty()) {
+        std::fprintf(stderr, "tpar doctor: --json: %s\n", e.c_str());
+        return kExitUsage;
+      }
+    }
+    return runDoctor(*opt);
+  };
 }
 
 }  // namespace tpar_cli

@@ -17,8 +17,8 @@
 #include <string>
 #include <vector>
 
-#include "tools/tpar/backend.h"
-#include "tools/tpar/verify.h"
+#include "tools/tpar/common/backend.h"
+#include "tools/tpar/verify/verify.h"
 
 namespace tpar_cli {
 

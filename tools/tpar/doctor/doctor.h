@@ -10,15 +10,16 @@
 #include <string>
 #include <vector>
 
+#include "tools/tpar/common/exit_codes.h"
 #include "topology/topology.h"
 
 namespace tpar_cli {
 
-// Exit codes of `tpar doctor`.
-constexpr int kDoctorOk = 0;              // tpar's self-test passed across all GPUs
-constexpr int kDoctorSelfTestFailed = 1;  // tpar ran here and failed (wrong sums, errors)
-constexpr int kDoctorError = 2;           // the doctor itself failed (e.g. cannot write JSON)
-constexpr int kDoctorNoGpu = 3;           // no CUDA GPU
+// What the exit codes of the command (common/exit_codes.h) mean for `tpar doctor`.
+constexpr int kDoctorOk = kExitOk;                    // tpar's self-test passed across all GPUs
+constexpr int kDoctorSelfTestFailed = kExitCheckFailed;  // tpar ran here and failed
+constexpr int kDoctorNoGpu = kExitNoGpu;              // no NVIDIA driver or no CUDA GPU
+constexpr int kDoctorError = kExitRunError;           // the doctor itself failed (a file write)
 
 // The two message sizes the verdict compares tpar and NCCL at: a speculative-decoding verify
 // pass moves tens to hundreds of KB per all-reduce (DESIGN.md section 1).

@@ -1,4 +1,4 @@
-#include "tools/tpar/tune.h"
+#include "tools/tpar/tune/tune.h"
 
 
 #include <algorithm>
@@ -14,10 +14,11 @@
 
 #include "core/comm.h"
 #include "core/env.h"
-#include "tools/tpar/cli_options.h"
-#include "tools/tpar/commands.h"
-#include "tools/tpar/measure.h"
-#include "tools/tpar/report.h"
+#include "tools/tpar/common/cli_options.h"
+#include "tools/tpar/common/commands.h"
+#include "tools/tpar/common/exit_codes.h"
+#include "tools/tpar/common/measure.h"
+#include "tools/tpar/common/report.h"
 
 namespace tpar_cli {
 namespace {
@@ -166,7 +167,7 @@ void registerOptions(CLI::App* app, TuneOptions* opt, std::shared_ptr<std::strin
   app->add_option("-w,--warmup_iters", opt->warmup, "untimed calls first")
       ->check(CLI::Range(0, 100000));
   app->add_option_function<std::string>(
-      "-d,--datatype",
+      "-d,--datatype,--dtype",
       [opt, error](const std::string& v) {
         opt->dtypes.clear();
         std::stringstream ss(v);
@@ -195,10 +196,20 @@ void registerOptions(CLI::App* app, TuneOptions* opt, std::shared_ptr<std::strin
       },
       "auto (default: TPAR_TRANSPORT), host (receive regions in pinned host memory) or p2p");
   app->add_option("--shapes", opt->shapes, "1: also try half the blocks per rank (default); 0: no");
-  app->add_option("-o,--output", opt->output, "write the table here (default: where tpar looks)");
+  app->add_option("--output", opt->output, "write the table here (default: where tpar looks)");
+  // -o was the output file before bench took nccl-tests' -o (the reduction op); still read here.
+  app->add_option_function<std::string>(
+         "-o",
+         [opt](const std::string& v) {
+           opt->output = v;
+           std::fprintf(stderr, "tpar tune: -o FILE is an old spelling; use --output FILE\n");
+         },
+         "old spelling of --output")
+      ->group("");
   app->add_flag("--dry-run", opt->dry_run, "measure and print; write no file");
   app->add_option("--nccl", opt->nccl,
                   "1: also measure NCCL where it can run (default); 0: tpar's algorithms only");
+  app->add_flag_callback("--no-nccl", [opt] { opt->nccl = false; }, "the same as --nccl 0");
 }
 
 }  // namespace
@@ -328,13 +339,13 @@ tpar::TuningTable tableFromBuckets(const std::vector<TuneBucket>& buckets,
 int runTune(const TuneOptions& opt) {
   auto fail = [](const std::string& msg) {
     std::fprintf(stderr, "tpar tune: %s\n", msg.c_str());
-    return 2;
+    return kExitRunError;
   };
   std::string why;
   const auto gpus = listGpus(&why);
   if (gpus.empty()) {
-    std::printf("tpar tune: no CUDA GPU on this machine (%s); nothing to measure.\n", why.c_str());
-    return 2;
+    std::fprintf(stderr, "tpar tune: %s; nothing to measure.\n", why.c_str());
+    return kExitNoGpu;
   }
   const int ngpus = static_cast<int>(gpus.size());
   const int n = opt.ranks > 0 ? opt.ranks : (ngpus > 1 ? ngpus : 8);
@@ -464,7 +475,7 @@ int runTune(const TuneOptions& opt) {
   if (table.entries.empty()) return fail("no size had a correct plan; nothing written");
   if (opt.dry_run) {
     std::printf("# --dry-run: would write %s\n", path.empty() ? "(no path)" : path.c_str());
-    return wrong ? 1 : 0;
+    return wrong ? kExitCheckFailed : kExitOk;
   }
   if (tpar::saveTuningFile(path, table) != tparSuccess) return fail(tparGetLastError(nullptr));
   size_t to_nccl = 0;
@@ -480,7 +491,7 @@ int runTune(const TuneOptions& opt) {
   std::printf("# wrote %zu entries (%zu kept from the previous file) to\n#   %s\n"
               "# communicators of this topology and rank count load it at init\n",
               table.entries.size(), kept, path.c_str());
-  return wrong ? 1 : 0;
+  return wrong ? kExitCheckFailed : kExitOk;
 }
 
 Action addTuneCommand(CLI::App& root, const std::string& command_line) {
@@ -493,11 +504,17 @@ Action addTuneCommand(CLI::App& root, const std::string& command_line) {
   return [opt, error] {
     if (!error->empty()) {
       std::fprintf(stderr, "tpar tune: %s\n", error->c_str());
-      return 2;
+      return kExitUsage;
     }
     if (opt->sizes.empty() && opt->min_bytes > opt->max_bytes) {
       std::fprintf(stderr, "tpar tune: --minbytes is larger than --maxbytes\n");
-      return 2;
+      return kExitUsage;
+    }
+    if (!opt->output.empty() && !opt->dry_run) {
+      if (std::string e = checkOutputPath(opt->output); !e.empty()) {
+        std::fprintf(stderr, "tpar tune: --output: %s\n", e.c_str());
+        return kExitUsage;
+      }
     }
     return runTune(*opt);
   };

@@ -1,4 +1,4 @@
-#include "tools/tpar/nvml.h"
+#include "tools/tpar/doctor/nvml.h"
 
 #include <algorithm>
 #include <cstdio>

@@ -6,8 +6,8 @@
 #include <memory>
 #include <set>
 
-#include "tools/tpar/backend.h"
-#include "tools/tpar/probes.h"
+#include "tools/tpar/common/backend.h"
+#include "tools/tpar/doctor/probes.h"
 #include "tpar/tpar.h"
 
 namespace tpar_cli {

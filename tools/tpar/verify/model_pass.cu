@@ -1,4 +1,4 @@
-#include "tools/tpar/model_pass.h"
+#include "tools/tpar/verify/model_pass.h"
 
 #include <cuda_bf16.h>
 

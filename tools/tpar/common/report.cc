@@ -1,4 +1,4 @@
-#include "tools/tpar/report.h"
+#include "tools/tpar/common/report.h"
 
 #include <unistd.h>
 
@@ -10,7 +10,8 @@
 
 #include <cuda_runtime_api.h>
 
-#include "tools/tpar/nccl_loader.h"
+#include "tools/tpar/common/exit_codes.h"
+#include "tools/tpar/common/nccl_loader.h"
 #include "tpar/tpar.h"
 
 namespace tpar_cli {
@@ -18,10 +19,8 @@ namespace tpar_cli {
 std::vector<GpuInfo> listGpus(std::string* why) {
   std::vector<GpuInfo> out;
   int n = 0;
-  cudaError_t err = cudaGetDeviceCount(&n);
-  if (err != cudaSuccess || n == 0) {
-    (void)cudaGetLastError();
-    if (why) *why = err != cudaSuccess ? cudaGetErrorString(err) : "0 devices";
+  if (std::string no = whyNoGpu(&n); !no.empty()) {
+    if (why) *why = no;
     return out;
   }
   for (int d = 0; d < n; ++d) {
@@ -106,21 +105,6 @@ nlohmann::json machineReport(const std::string& tool, const std::string& command
   }
   j["peer_access"] = peer;
   return j;
-}
-
-}  // namespace tpar_cli
-
-#include "tools/tpar/commands.h"
-
-namespace tpar_cli {
-
-std::string commandLineOf(int argc, char** argv) {
-  std::string s;
-  for (int i = 0; i < argc; ++i) {
-    if (i) s += ' ';
-    s += argv[i];
-  }
-  return s;
 }
 
 double algBandwidth(size_t bytes, double us) { return us > 0 ? bytes / (us * 1e3) : 0.0; }

@@ -3,7 +3,7 @@
 // the tuner and the hierarchical algorithm will see, so a user can check them here.
 #include <nlohmann/json.hpp>
 
-#include "tools/tpar/doctor.h"
+#include "tools/tpar/doctor/doctor.h"
 #include "topology/topology.h"
 #include "tpar/tpar.h"
 

@@ -17,18 +17,18 @@
 
 #include <nlohmann/json.hpp>
 
-#include "tools/tpar/backend.h"
-#include "tools/tpar/commands.h"
-#include "tools/tpar/model_pass.h"
-#include "tools/tpar/report.h"
-#include "tools/tpar/verify.h"
+#include "tools/tpar/common/backend.h"
+#include "tools/tpar/common/cli_options.h"
+#include "tools/tpar/common/commands.h"
+#include "tools/tpar/common/exit_codes.h"
+#include "tools/tpar/verify/model_pass.h"
+#include "tools/tpar/common/report.h"
+#include "tools/tpar/verify/verify.h"
 
 namespace tpar_cli {
 namespace {
 
 constexpr int kWarmupReplays = 3;
-constexpr int kExitCheckFailed = 1;
-constexpr int kExitCannotRun = 2;
 constexpr double kMiB = 1024.0 * 1024.0;
 
 struct BackendResult {
@@ -209,18 +209,22 @@ int runVerify(const VerifyArgs& args, const std::string& command_line) {
   // queue (the default is 8). Only effective before CUDA starts, hence here; a value the user
   // set wins.
   setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", 0);
-  auto fail = [](const std::string& msg) {
+  auto fail = [](const std::string& msg, int code = kExitRunError) {
     std::fprintf(stderr, "tpar verify: %s\n", msg.c_str());
-    return kExitCannotRun;
+    return code;
   };
   std::string why;
   const std::vector<GpuInfo> gpus = listGpus(&why);
   // Options first: a wrong option is wrong on any machine.
   VerifyConfig cfg;
   if (std::string e = resolveVerifyConfig(args, static_cast<int>(gpus.size()), &cfg); !e.empty())
-    return fail(e);
+    return fail(e, kExitUsage);
+  if (!cfg.json_path.empty()) {
+    if (std::string e = checkOutputPath(cfg.json_path); !e.empty())
+      return fail("--json: " + e, kExitUsage);
+  }
   if (gpus.empty())
-    return fail("no usable CUDA GPU (" + why + "); the verify pass needs at least one GPU");
+    return fail(why + "; the verify pass needs at least one GPU", kExitNoGpu);
   const ModelShape& s = cfg.shape;
   const bool virtual_ranks = static_cast<int64_t>(gpus.size()) < s.tp;
   std::vector<int> devs;
@@ -297,7 +301,7 @@ int runVerify(const VerifyArgs& args, const std::string& command_line) {
   int exit_code = 0;
   int measured = 0;
   for (const BackendResult& r : results) {
-    if (r.status == "failed") exit_code = kExitCannotRun;
+    if (r.status == "failed") exit_code = kExitRunError;
     if (r.status != "ok") continue;
     ++measured;
     const bool ok = checkPassed(r);
@@ -313,7 +317,7 @@ int runVerify(const VerifyArgs& args, const std::string& command_line) {
   }
   if (measured == 0 && exit_code == 0) {
     std::fprintf(stderr, "tpar verify: no backend could run here\n");
-    exit_code = kExitCannotRun;
+    exit_code = kExitRunError;
   }
 
   if (!cfg.json_path.empty()) {

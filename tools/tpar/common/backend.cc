@@ -1,8 +1,8 @@
-#include "tools/tpar/backend.h"
+#include "tools/tpar/common/backend.h"
 
 #include <cstdio>
 
-#include "tools/tpar/nccl_loader.h"
+#include "tools/tpar/common/nccl_loader.h"
 
 namespace tpar_cli {
 namespace {

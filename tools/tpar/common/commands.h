@@ -7,6 +7,8 @@
 
 #include <functional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 
@@ -29,6 +31,13 @@ int runQuickBench(const std::string& command_line);
 
 // The whole command line, as typed.
 std::string commandLineOf(int argc, char** argv);
+
+// Parses argv and runs the chosen subcommand (or `no_subcommand`). Help and --version exit 0; a
+// parse error prints CLI11's message and exits kExitUsage. Adds the exit-status table to the
+// help of the root and of every subcommand.
+int runCli(CLI::App& app, int argc, char** argv,
+           const std::vector<std::pair<CLI::App*, Action>>& commands,
+           const Action& no_subcommand);
 
 }  // namespace tpar_cli
 

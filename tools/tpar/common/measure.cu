@@ -1,4 +1,4 @@
-#include "tools/tpar/measure.h"
+#include "tools/tpar/common/measure.h"
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>

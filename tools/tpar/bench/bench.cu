@@ -1,4 +1,4 @@
-#include "tools/tpar/bench.h"
+#include "tools/tpar/bench/bench.h"
 
 #include <unistd.h>
 
@@ -19,12 +19,12 @@
 #include <CLI/CLI.hpp>
 
 #include "core/env.h"
-#include "tools/tpar/backend.h"
-#include "tools/tpar/cli_options.h"
-#include "tools/tpar/commands.h"
-#include "tools/tpar/measure.h"
-#include "tools/tpar/probes.h"
-#include "tools/tpar/report.h"
+#include "tools/tpar/common/backend.h"
+#include "tools/tpar/common/cli_options.h"
+#include "tools/tpar/common/commands.h"
+#include "tools/tpar/common/measure.h"
+#include "tools/tpar/doctor/probes.h"
+#include "tools/tpar/common/report.h"
 
 extern char** environ;
 
