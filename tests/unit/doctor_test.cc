@@ -245,11 +245,13 @@ TEST(DoctorVerdict, SelfTestThatNeverRanIsAFailure) {
 
 TEST(DoctorVerdict, NoGpuExitsThreeWithAClearMessage) {
   DoctorResults r;
-  r.no_gpu = "no CUDA-capable device is detected";
+  r.no_gpu = "no NVIDIA driver found (libcuda.so.1: cannot open shared object file)";
   const Verdict v = makeVerdict(r);
   EXPECT_EQ(kDoctorNoGpu, v.exit_code);
-  EXPECT_EQ("no CUDA GPU: tpar cannot run here (no CUDA-capable device is detected).", v.headline);
-  EXPECT_NE(std::string::npos, renderReport(r, v).find("Verdict: no CUDA GPU"));
+  EXPECT_EQ(3, v.exit_code);  // the command's map (common/exit_codes.h)
+  EXPECT_EQ("tpar cannot run here: " + r.no_gpu + ".", v.headline);
+  EXPECT_NE(std::string::npos,
+            renderReport(r, v).find("Verdict: tpar cannot run here: no NVIDIA driver found"));
 }
 
 TEST(DoctorVerdict, WarnsAboutANarrowPcieLinkAndFailedProbes) {
