@@ -1,6 +1,9 @@
 #include "tools/tpar/common/backend.h"
 
+#include <dlfcn.h>
+
 #include <cstdio>
+#include <utility>
 
 #include "tools/tpar/common/nccl_loader.h"
 
@@ -35,7 +38,8 @@ bool fromHex(const std::string& hex, char* bytes, size_t n) {
 
 class TparBackend : public Backend {
  public:
-  TparBackend(tparAlgo_t algo, int transport) : algo_(algo), transport_(transport) {}
+  TparBackend(tparAlgo_t algo, int transport, int64_t timeout_ms)
+      : algo_(algo), transport_(transport), timeout_ms_(timeout_ms) {}
   ~TparBackend() override {
     for (tparComm_t c : comms_) tparCommDestroy(c);
     for (NcclComm c : nccl_comms_) nccl_->commDestroy(c);
@@ -47,6 +51,7 @@ class TparBackend : public Backend {
     tparConfig_t cfg = TPAR_CONFIG_INITIALIZER;
     cfg.algorithm = algo_;
     cfg.transport = transport_;
+    cfg.timeoutMs = timeout_ms_;
     for (size_t i = 0; i < devs.size(); ++i)
       for (size_t j = i + 1; j < devs.size(); ++j)
         if (devs[i] == devs[j]) cfg.allowSharedDevice = 1;
@@ -65,6 +70,7 @@ class TparBackend : public Backend {
     tparConfig_t cfg = TPAR_CONFIG_INITIALIZER;
     cfg.algorithm = algo_;
     cfg.transport = transport_;
+    cfg.timeoutMs = timeout_ms_;
     cfg.allowSharedDevice = 1;  // several processes on one GPU are a test setup, not an error
     if (cudaSetDevice(dev) != cudaSuccess) return "cudaSetDevice failed";
     tparComm_t c = nullptr;
@@ -74,13 +80,13 @@ class TparBackend : public Backend {
     return "";
   }
   std::string allReduce(const std::vector<const void*>& send, const std::vector<void*>& recv,
-                        size_t count, tparDataType_t dtype,
+                        size_t count, tparDataType_t dtype, tparRedOp_t op,
                         const std::vector<cudaStream_t>& streams) override {
     // Calls routed to NCCL from one thread for several ranks must form one NCCL group.
     if (!nccl_comms_.empty()) nccl_->groupStart();
     std::string err;
     for (size_t r = 0; r < comms_.size() && err.empty(); ++r) {
-      if (tparAllReduce(send[r], recv[r], count, dtype, tparSum, comms_[r], streams[r]) !=
+      if (tparAllReduce(send[r], recv[r], count, dtype, op, comms_[r], streams[r]) !=
           tparSuccess) {
         err = std::string("tparAllReduce: ") + tparGetLastError(comms_[r]);
       }
@@ -147,20 +153,50 @@ class TparBackend : public Backend {
 
   tparAlgo_t algo_;
   int transport_;
+  int64_t timeout_ms_;
   std::vector<tparComm_t> comms_;
   const NcclLib* nccl_ = nullptr;
   std::vector<NcclComm> nccl_comms_;
 };
 
-int ncclType(tparDataType_t t) {
-  return t == tparFloat32 ? kNcclFloat32 : (t == tparFloat16 ? kNcclFloat16 : kNcclBfloat16);
+// ncclCommRegister / ncclCommDeregister (NCCL 2.19 and newer), looked up in the copy of NCCL
+// that loadNccl loaded; nullptr when it has none.
+struct NcclRegistration {
+  int (*reg)(NcclComm, void*, size_t, void**) = nullptr;
+  int (*dereg)(NcclComm, void*) = nullptr;
+};
+
+NcclRegistration ncclRegistration(const NcclLib* lib) {
+  NcclRegistration r;
+  void* h = dlopen(lib->path.c_str(), RTLD_NOW | RTLD_NOLOAD);
+  if (h == nullptr) return r;
+  r.reg = reinterpret_cast<int (*)(NcclComm, void*, size_t, void**)>(dlsym(h, "ncclCommRegister"));
+  r.dereg = reinterpret_cast<int (*)(NcclComm, void*)>(dlsym(h, "ncclCommDeregister"));
+  dlclose(h);  // loadNccl's reference keeps it loaded
+  if (r.reg == nullptr || r.dereg == nullptr) r = NcclRegistration{};
+  return r;
 }
 
 class NcclBackend : public Backend {
  public:
   explicit NcclBackend(const NcclLib* lib) : lib_(lib) {}
   ~NcclBackend() override {
+    for (const auto& [c, handle] : registered_) registration_.dereg(c, handle);
     for (NcclComm c : comms_) lib_->commDestroy(c);
+  }
+  std::string registerBuffers(const std::vector<std::vector<void*>>& bufs, size_t bytes) override {
+    registration_ = ncclRegistration(lib_);
+    if (registration_.reg == nullptr)
+      return "NCCL " + ncclVersionString(lib_->version) + " has no ncclCommRegister (2.19+)";
+    for (size_t r = 0; r < comms_.size() && r < bufs.size(); ++r) {
+      for (void* p : bufs[r]) {
+        void* handle = nullptr;
+        const int rc = registration_.reg(comms_[r], p, bytes, &handle);
+        if (rc != 0) return std::string("ncclCommRegister: ") + lib_->getErrorString(rc);
+        registered_.emplace_back(comms_[r], handle);
+      }
+    }
+    return "";
   }
   std::string name() const override { return "nccl"; }
   std::string init(const std::vector<int>& devs) override {
@@ -188,14 +224,14 @@ class NcclBackend : public Backend {
     return "";
   }
   std::string allReduce(const std::vector<const void*>& send, const std::vector<void*>& recv,
-                        size_t count, tparDataType_t dtype,
+                        size_t count, tparDataType_t dtype, tparRedOp_t op,
                         const std::vector<cudaStream_t>& streams) override {
     // One thread, several ranks: NCCL needs the calls grouped.
     lib_->groupStart();
     int first_error = 0;
     for (size_t r = 0; r < comms_.size(); ++r) {
-      const int rc = lib_->allReduce(send[r], recv[r], count, ncclType(dtype), kNcclSum,
-                                     comms_[r], streams[r]);
+      const int rc = lib_->allReduce(send[r], recv[r], count, tpar::ncclDataTypeOf(dtype),
+                                     tpar::ncclRedOpOf(op), comms_[r], streams[r]);
       if (rc != 0 && first_error == 0) first_error = rc;
     }
     const int rc = lib_->groupEnd();
@@ -214,12 +250,14 @@ class NcclBackend : public Backend {
  private:
   const NcclLib* lib_;
   std::vector<NcclComm> comms_;
+  NcclRegistration registration_;
+  std::vector<std::pair<NcclComm, void*>> registered_;
 };
 
 }  // namespace
 
-std::unique_ptr<Backend> makeTparBackend(tparAlgo_t algo, int transport) {
-  return std::make_unique<TparBackend>(algo, transport);
+std::unique_ptr<Backend> makeTparBackend(tparAlgo_t algo, int transport, int64_t timeout_ms) {
+  return std::make_unique<TparBackend>(algo, transport, timeout_ms);
 }
 
 std::unique_ptr<Backend> makeNcclBackend(std::string* why) {
@@ -266,13 +304,13 @@ std::string backendNameList() {
 }
 
 std::unique_ptr<Backend> makeBackend(const std::string& name, std::string* why,
-                                     int tpar_transport) {
-  if (name == "tpar") return makeTparBackend(tparAlgoAuto, tpar_transport);
+                                     int tpar_transport, int64_t tpar_timeout_ms) {
+  if (name == "tpar") return makeTparBackend(tparAlgoAuto, tpar_transport, tpar_timeout_ms);
   for (int a = 0; a < tparNumAlgos; ++a) {
     const tparAlgo_t algo = static_cast<tparAlgo_t>(a);
     if (algo != tparAlgoAuto && algo != tparAlgoNccl &&
         name == std::string("tpar:") + tparAlgoName(algo))
-      return makeTparBackend(algo, tpar_transport);
+      return makeTparBackend(algo, tpar_transport, tpar_timeout_ms);
   }
   if (name == "nccl") return makeNcclBackend(why);
   if (why) *why = "unknown backend '" + name + "' (" + backendNameList() + ", nccl:p2p-sys, nccl:shm)";

@@ -12,9 +12,31 @@
 
 namespace tpar_cli {
 
+std::string bytesText(size_t bytes) {
+  static const char* kUnits[] = {"", "K", "M", "G"};
+  int u = 0;
+  while (u < 3 && bytes >= 1024 && bytes % 1024 == 0) {
+    bytes /= 1024;
+    ++u;
+  }
+  return std::to_string(bytes) + kUnits[u];
+}
+
+std::string parseList(const std::string& option, const std::string& text,
+                      const std::function<bool(const std::string&)>& one) {
+  std::stringstream ss(text);
+  std::string item;
+  bool any = false;
+  while (std::getline(ss, item, ',')) {
+    if (item.empty() || !one(item)) return option + ": bad value '" + item + "'";
+    any = true;
+  }
+  return any ? "" : option + ": empty list";
+}
+
 void addSizeOptions(CLI::App* app, size_t* min_bytes, size_t* max_bytes, double* factor,
                     std::vector<size_t>* sizes, std::shared_ptr<std::string> error,
-                    const std::string& unit) {
+                    const std::string& unit, double min_factor) {
   auto bytesOption = [error](const char* name, size_t* target) {
     return [name, target, error](const std::string& v) {
       uint64_t b = 0;
@@ -23,11 +45,14 @@ void addSizeOptions(CLI::App* app, size_t* min_bytes, size_t* max_bytes, double*
     };
   };
   app->add_option_function<std::string>("-b,--minbytes", bytesOption("--minbytes", min_bytes),
-                                        "smallest " + unit + " (e.g. 1K)");
+                                        "smallest " + unit + " (e.g. 1K)")
+      ->default_str(bytesText(*min_bytes));
   app->add_option_function<std::string>("-e,--maxbytes", bytesOption("--maxbytes", max_bytes),
-                                        "largest " + unit + " (e.g. 64M)");
+                                        "largest " + unit + " (e.g. 64M)")
+      ->default_str(bytesText(*max_bytes));
   app->add_option("-f,--stepfactor", *factor, "size factor between " + unit + "s")
-      ->check(CLI::Range(1.01, 1e6));
+      ->check(CLI::Range(min_factor, 1e6))
+      ->capture_default_str();
   app->add_option_function<std::string>(
       "--sizes",
       [sizes, error](const std::string& v) {

@@ -3,6 +3,7 @@
 #ifndef TPAR_TOOLS_CLI_OPTIONS_H_
 #define TPAR_TOOLS_CLI_OPTIONS_H_
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -15,10 +16,19 @@ namespace tpar_cli {
 
 // Registers -b/--minbytes, -e/--maxbytes, -f/--stepfactor and --sizes (sizes take K/M/G).
 // A malformed size is recorded in *error (CLI11 callbacks cannot fail with our text).
-// `unit` names one step in the help text ("message", "bucket").
+// `unit` names one step in the help text ("message", "bucket"); `min_factor` is the smallest
+// -f (1 where -f 1 means nccl-tests' additive steps of -i).
 void addSizeOptions(CLI::App* app, size_t* min_bytes, size_t* max_bytes, double* factor,
                     std::vector<size_t>* sizes, std::shared_ptr<std::string> error,
-                    const std::string& unit);
+                    const std::string& unit, double min_factor = 1.01);
+
+// "4096", "64K", "8M" for the help text's defaults.
+std::string bytesText(size_t bytes);
+
+// Parses a comma-separated list with `one` (false: the item is bad); "" or the error naming
+// `option` and the item.
+std::string parseList(const std::string& option, const std::string& text,
+                      const std::function<bool(const std::string&)>& one);
 
 // min, min*factor, ... up to max, and max itself.
 std::vector<size_t> sizeRange(size_t min_bytes, size_t max_bytes, double factor);

@@ -399,7 +399,8 @@ std::string selfTestOne(Backend& be, const std::vector<int>& devs, int* checks) 
         if (std::string e = buf.fill(count, dtype, salt, in_place); !e.empty()) return e;
         std::vector<const void*> send(devs.size());
         for (size_t r = 0; r < devs.size(); ++r) send[r] = in_place ? buf.out[r] : buf.in[r];
-        if (std::string e = be.allReduce(send, buf.out, count, dtype, buf.streams); !e.empty())
+        if (std::string e = be.allReduce(send, buf.out, count, dtype, tparSum, buf.streams);
+            !e.empty())
           return e;
         unsigned long long bad = 0;
         if (std::string e = buf.check(count, dtype, salt, &bad); !e.empty()) return e;
@@ -421,7 +422,7 @@ std::string timeGraphs(Backend& be, RankBuffers& buf, size_t count, int iters, d
   std::vector<const void*> send(buf.in.begin(), buf.in.end());
   std::string err;
   for (int i = 0; i < 5 && err.empty(); ++i)
-    err = be.allReduce(send, buf.out, count, tparBfloat16, buf.streams);
+    err = be.allReduce(send, buf.out, count, tparBfloat16, tparSum, buf.streams);
   if (err.empty()) err = syncAll(buf.devs);
   std::vector<cudaGraph_t> graphs(n, nullptr);
   std::vector<cudaGraphExec_t> execs(n, nullptr);
@@ -433,7 +434,7 @@ std::string timeGraphs(Backend& be, RankBuffers& buf, size_t count, int iters, d
     capturing[r] = err.empty();
   }
   for (int i = 0; i < iters && err.empty(); ++i)
-    err = be.allReduce(send, buf.out, count, tparBfloat16, buf.streams);
+    err = be.allReduce(send, buf.out, count, tparBfloat16, tparSum, buf.streams);
   // Every capture ends, even after a failure, and before any graph is instantiated:
   // instantiating is not permitted while another stream of this thread is still capturing.
   for (size_t r = 0; r < n; ++r)

@@ -301,7 +301,8 @@ std::string ModelPass::enqueueAllReduce(Backend* ar) {
     recv.push_back(rk.reduced);
     streams.push_back(rk.stream);
   }
-  std::string e = ar->allReduce(send, recv, allReduceCount(shape_), tparBfloat16, streams);
+  std::string e =
+      ar->allReduce(send, recv, allReduceCount(shape_), tparBfloat16, tparSum, streams);
   return e.empty() ? "" : ar->name() + ": " + e;
 }
 
