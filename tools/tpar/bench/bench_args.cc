@@ -2,6 +2,7 @@
 // tpar's own as long options (docs/CLI.md). No GPU code: unit-tested in CI.
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <memory>
 #include <sstream>
@@ -26,60 +27,59 @@ constexpr const char* kUnsupportedTypes[] = {"int8",   "uint8",  "int32",  "uint
 constexpr tparRedOp_t kAllOps[] = {tparSum, tparMax, tparMin};
 constexpr const char* kUnsupportedOps[] = {"prod", "avg", "mulsum"};
 
-template <typename T, size_t N>
-bool contains(const T (&list)[N], const std::string& v) {
-  return std::find(std::begin(list), std::end(list), v) != std::end(list);
-}
-
 // Flags that are accepted for nccl-tests' command lines but change nothing here, or are
 // refused unless 0 (finish says why).
 struct Accepted {
   int root = 0, cta_policy = -1, device_impl = 0, device_ctas = 16, per_iter = 0, per_iter_skip = 0;
 };
 
-std::string parseTypes(const std::string& v, std::vector<tparDataType_t>* out) {
+// -d and -o: a comma-separated list of names that `lookup` knows, or "all". Names that
+// nccl-tests knows and tpar does not (`unsupported`) are refused saying what tpar does.
+template <typename T, size_t NAll, size_t NUnsupported>
+std::string parseChoices(const std::string& option, const std::string& v, const T (&all)[NAll],
+                         const char* const (&unsupported)[NUnsupported],
+                         const std::function<bool(const std::string&, T*)>& lookup,
+                         const std::string& supported, std::vector<T>* out) {
   out->clear();
   if (v == "all") {
-    out->assign(std::begin(kAllTypes), std::end(kAllTypes));
+    out->assign(std::begin(all), std::end(all));
     return "";
   }
-  std::string unsupported;
-  std::string e = parseList("--datatype", v, [&](const std::string& item) {
-    tparDataType_t d;
-    if (parseDatatypeName(item, &d)) {
-      if (std::find(out->begin(), out->end(), d) == out->end()) out->push_back(d);
+  std::string refused;
+  const std::string e = parseList(option, v, [&](const std::string& item) {
+    T value;
+    if (lookup(item, &value)) {
+      if (std::find(out->begin(), out->end(), value) == out->end()) out->push_back(value);
       return true;
     }
-    if (contains(kUnsupportedTypes, item)) unsupported = item;
+    if (std::find(std::begin(unsupported), std::end(unsupported), item) != std::end(unsupported))
+      refused = item;
     return false;
   });
-  if (!unsupported.empty())
-    return "--datatype: tpar reduces half, float and bfloat16 (or all of them: -d all), not " +
-           unsupported;
-  return e.empty() ? "" : e + " (half, float, bfloat16, or all)";
+  if (!refused.empty())
+    return option + ": tpar does not reduce '" + refused + "'; it takes " + supported +
+           ", a list of them, or all";
+  return e.empty() ? "" : e + " (" + supported + ", or all)";
+}
+
+std::string parseTypes(const std::string& v, std::vector<tparDataType_t>* out) {
+  return parseChoices<tparDataType_t>("--datatype", v, kAllTypes, kUnsupportedTypes,
+                                      parseDatatypeName, "half, float, bfloat16", out);
 }
 
 std::string parseOps(const std::string& v, std::vector<tparRedOp_t>* out) {
-  out->clear();
-  if (v == "all") {
-    out->assign(std::begin(kAllOps), std::end(kAllOps));
-    return "";
-  }
-  std::string unsupported;
-  std::string e = parseList("--op", v, [&](const std::string& item) {
-    for (tparRedOp_t op : kAllOps) {
-      if (item == ncclTestsOpName(op)) {
-        if (std::find(out->begin(), out->end(), op) == out->end()) out->push_back(op);
-        return true;
-      }
-    }
-    if (contains(kUnsupportedOps, item)) unsupported = item;
-    return false;
-  });
-  if (!unsupported.empty())
-    return "--op: tpar reduces with sum, max and min (or all of them: -o all), not " +
-           unsupported;
-  return e.empty() ? "" : e + " (sum, max, min, or all)";
+  return parseChoices<tparRedOp_t>(
+      "--op", v, kAllOps, kUnsupportedOps,
+      [](const std::string& item, tparRedOp_t* op) {
+        for (tparRedOp_t o : kAllOps) {
+          if (item == ncclTestsOpName(o)) {
+            *op = o;
+            return true;
+          }
+        }
+        return false;
+      },
+      "sum, max, min", out);
 }
 
 void registerOptions(CLI::App* app, BenchOptions* opt, Accepted* given,
