@@ -91,7 +91,7 @@ void logInitStart(const char* call, int rank, int nranks) {
     TPAR_INFO(kLogInit, "%s START: %d ranks in this process", call, nranks);
 }
 
-void logInitDone(tparComm_t comm) {
+void logInitDone(tparComm_t comm, double ms) {
   const tparComm* c = comm;
   LogScope scope(c->rank, c->device);
   if (logEnabled(LogLevel::kInfo, kLogInit)) {
@@ -101,10 +101,12 @@ void logInitDone(tparComm_t comm) {
     setError(tparSuccess, "%s", saved.c_str());
     TPAR_INFO(kLogInit,
               "init COMPLETE: comm %p rank %d of %d, GPU %s, %d blocks x %d threads, timeout %lld "
-              "ms",
+              "ms, in %.1f ms",
               static_cast<const void*>(c), c->rank, c->nranks, bus, c->max_blocks, c->threads,
-              static_cast<long long>(c->cfg.timeout_ms));
+              static_cast<long long>(c->cfg.timeout_ms), ms);
   }
+  TPAR_INFO(kLogTopo, "topology %s (%s), %zu island(s)", c->topology.signature.c_str(),
+            c->topology.source.c_str(), c->topology.islands.size());
   TPAR_INFO(kLogTransport, "transport %s", transportText(c).c_str());
   // Every rank holds the same table (the tuner's inputs are agreed at init): rank 0 says it.
   if (c->rank == 0 && logEnabled(LogLevel::kInfo, kLogTuning)) {

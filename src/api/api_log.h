@@ -16,9 +16,9 @@ namespace tpar {
 // Before a communicator init. The first one of the process also logs the version (when
 // TPAR_DEBUG asks for logs) and the TPAR_* variables that are set (info, ENV).
 void logInitStart(const char* call, int rank, int nranks);
-// After it: success (the comm's rank, GPU, transport and why, its algorithm table) or the
-// failure with the last error's text, as a warning.
-void logInitDone(tparComm_t comm);
+// After it: success (the comm's rank, GPU, how long init took, the topology, the transport and
+// why, its algorithm table) or the failure with the last error's text, as a warning.
+void logInitDone(tparComm_t comm, double ms);
 void logInitFailed(const char* call, tparResult_t result, int rank, int nranks);
 // A communicator's asynchronous error, seen by the host (tparCommGetAsyncError or the next
 // call): a warning naming what happened, once per communicator.

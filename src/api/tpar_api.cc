@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <exception>
 #include <memory>
@@ -409,6 +410,10 @@ tparResult_t commInitAll(tparComm_t* comms, int ndev, const int* devlist,
   return tparSuccess;
 }
 
+double msSince(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
 // The init entry points, logged (api_log.h): start, then completion or the failure.
 tparResult_t initRankLogged(const char* call, tparComm_t* comm, int nranks,
                             const tparUniqueId& id, int rank, const tparConfig_t* config) {
@@ -416,8 +421,9 @@ tparResult_t initRankLogged(const char* call, tparComm_t* comm, int nranks,
   if (cudaGetDevice(&device) != cudaSuccess) (void)cudaGetLastError();
   LogScope scope(rank, device);
   logInitStart(call, rank, nranks);
+  const auto t0 = std::chrono::steady_clock::now();
   const tparResult_t res = guarded([&] { return commInitRank(comm, nranks, id, rank, config); });
-  if (res == tparSuccess) logInitDone(*comm);
+  if (res == tparSuccess) logInitDone(*comm, msSince(t0));
   else logInitFailed(call, res, rank, nranks);
   return res;
 }
@@ -425,9 +431,11 @@ tparResult_t initRankLogged(const char* call, tparComm_t* comm, int nranks,
 tparResult_t initAllLogged(const char* call, tparComm_t* comms, int ndev, const int* devlist,
                            const tparConfig_t* config) {
   logInitStart(call, -1, ndev);
+  const auto t0 = std::chrono::steady_clock::now();
   const tparResult_t res = guarded([&] { return commInitAll(comms, ndev, devlist, config); });
   if (res == tparSuccess) {
-    for (int i = 0; i < ndev; ++i) logInitDone(comms[i]);
+    const double ms = msSince(t0);
+    for (int i = 0; i < ndev; ++i) logInitDone(comms[i], ms);
   } else {
     logInitFailed(call, res, -1, ndev);
   }

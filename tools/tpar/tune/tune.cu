@@ -163,9 +163,11 @@ void registerOptions(CLI::App* app, TuneOptions* opt, std::shared_ptr<std::strin
   addSizeOptions(app, &opt->min_bytes, &opt->max_bytes, &opt->factor, &opt->sizes, error,
                  "bucket");
   app->add_option("-n,--iters", opt->iters, "calls per timed CUDA graph")
-      ->check(CLI::Range(1, 100000));
+      ->check(CLI::Range(1, 100000))
+      ->capture_default_str();
   app->add_option("-w,--warmup_iters", opt->warmup, "untimed calls first")
-      ->check(CLI::Range(0, 100000));
+      ->check(CLI::Range(0, 100000))
+      ->capture_default_str();
   app->add_option_function<std::string>(
       "-d,--datatype,--dtype",
       [opt, error](const std::string& v) {
