@@ -57,3 +57,5 @@ install(DIRECTORY ${PROJECT_SOURCE_DIR}/docs/ DESTINATION ${CMAKE_INSTALL_DOCDIR
 if(TARGET tpar_cli)
   install(TARGETS tpar_cli RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 endif()
+# Found from lib/ and bin/ alike as ../libexec/tpar/tpar-hwloc-probe.
+install(TARGETS tpar_hwloc_probe RUNTIME DESTINATION ${CMAKE_INSTALL_LIBEXECDIR}/tpar)

@@ -97,9 +97,16 @@ declare -A sources=(
   # tuner.cc reads TPAR_TUNING_FILE through processEnv, hence env.cc.
   [fuzz_tuning]="src/tuner/tuner.cc src/tuner/select.cc src/core/env.cc src/core/error.cc"
   # topology_live.cc (CUDA devices, NVML) is left out: the XML reader does not call it.
-  [fuzz_topology]="src/topology/topology_xml.cc src/topology/pcie_tree.cc
-                   src/topology/topology.cc src/core/error.cc"
+  # log.cc and env.cc: the reader warns once when the crash guard's helper is missing.
+  [fuzz_topology]="src/topology/topology_xml.cc src/topology/xml_probe.cc
+                   src/topology/pcie_tree.cc src/topology/topology.cc src/core/error.cc
+                   src/core/log.cc src/core/env.cc"
 )
+# The crash guard's helper (NOTE [topology crash guard]), built plainly next to the targets,
+# where the reader looks for it: a file that crashes hwloc kills the helper, not the fuzzer.
+probe_sources="src/topology/hwloc_probe_main.cc src/topology/topology_xml.cc
+               src/topology/xml_probe.cc src/topology/pcie_tree.cc src/topology/topology.cc
+               src/core/error.cc src/core/log.cc src/core/env.cc"
 declare -A max_len=([fuzz_env]=1024 [fuzz_tuning]=4096 [fuzz_topology]=32768)
 declare -A corpus=([fuzz_env]=env [fuzz_tuning]=tuning [fuzz_topology]=topology)
 all_targets=(fuzz_env fuzz_tuning fuzz_topology)
@@ -144,6 +151,13 @@ for p in "${pids[@]}"; do wait "$p" || build_ok=0; done
 if [ "$build_ok" != 1 ]; then
   echo "fuzz: build failed" >&2
   exit 2
+fi
+if [[ " ${targets[*]} " == *" fuzz_topology "* ]]; then
+  # shellcheck disable=SC2086
+  if ! "$cxx" "${cxxflags[@]}" -O1 $probe_sources "${ldflags[@]}" -o "$build/tpar-hwloc-probe"; then
+    echo "fuzz: building tpar-hwloc-probe failed" >&2
+    exit 2
+  fi
 fi
 for t in "${targets[@]}"; do
   objs=("$obj_dir/$t.o")

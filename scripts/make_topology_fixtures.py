@@ -12,6 +12,11 @@ What a PCIe tree cannot say (NVLink, P2P disabled by the driver) is carried in h
 attributes, as documented in docs/TOPOLOGY.md:
   <info name="TparNvLinkGroup" value="G"/> on a GPU: GPUs of one group reach each other by NVLink
   <info name="TparP2P" value="0"/> on the Machine (or on a GPU): no peer-to-peer access
+or, as hwloc's NVML backend records NVLink, in an "NVLinkBandwidth" distances matrix between the
+GPUs' NVML OS devices and the NVSwitches (the DGX-2 fixture).
+
+Two more files test the reader's refusals: hwloc3_format_2gpu.xml is the two-GPU workstation
+in the XML format hwloc 3 writes (<topology version="3.0">), which hwloc 2.x cannot read.
 
 Run from anywhere: python3 scripts/make_topology_fixtures.py [output dir]
 """
@@ -33,6 +38,9 @@ INTEL_BDX_ROOT_PORT = (0x8086, 0x6F08, 0x8086, 0x0000, 0x01)
 AMD_MILAN_GPP_BRIDGE = (0x1022, 0x1483, 0x1022, 0x1453, 0x00)
 BROADCOM_PEX89XXX = (0x1000, 0xC010, 0x1000, 0xA064, 0xB0)
 PLX_PEX8747 = (0x10B5, 0x8747, 0x10B5, 0x8747, 0xCA)
+PLX_PEX9781 = (0x10B5, 0x9781, 0x10B5, 0x9781, 0xB0)
+PLX_PEX8725 = (0x10B5, 0x8725, 0x10B5, 0x8725, 0xCA)
+INTEL_SKX_ROOT_PORT = (0x8086, 0x2030, 0x8086, 0x0000, 0x04)
 ASPEED_BRIDGE = (0x1A03, 0x1150, 0x1A03, 0x1150, 0x06)
 
 RTX_PRO_6000 = (0x10DE, 0x2BB1, 0x10DE, 0x204B, 0xA1)   # RTX PRO 6000 Blackwell, Gen5
@@ -40,9 +48,11 @@ A100_PCIE = (0x10DE, 0x20F1, 0x10DE, 0x145F, 0xA1)      # A100 PCIe 40GB, Gen4
 L40S = (0x10DE, 0x26B9, 0x10DE, 0x1851, 0xA1)           # L40S, Gen4
 H100_SXM = (0x10DE, 0x2330, 0x10DE, 0x16C1, 0xA1)       # H100 SXM5 80GB, Gen5
 V100_PCIE = (0x10DE, 0x1DB4, 0x10DE, 0x1214, 0xA1)      # V100 PCIe 16GB, Gen3
+V100_SXM3 = (0x10DE, 0x1DB8, 0x10DE, 0x131D, 0xA1)      # V100 SXM3 32GB (DGX-2), Gen3
 RTX_4090 = (0x10DE, 0x2684, 0x10DE, 0x167C, 0xA1)       # GeForce RTX 4090, Gen4
 RTX_4090_AUDIO = (0x10DE, 0x22BA, 0x10DE, 0x167C, 0xA1)
 NVSWITCH_H100 = (0x10DE, 0x22A3, 0x10DE, 0x1796, 0xA1)  # third-generation NVSwitch
+NVSWITCH_V1 = (0x10DE, 0x1AC2, 0x0000, 0x0000, 0xA1)    # first-generation NVSwitch (DGX-2)
 ASPEED_VGA = (0x1A03, 0x2000, 0x1A03, 0x2000, 0x52)
 CONNECTX7 = (0x15B3, 0x1021, 0x15B3, 0x0041, 0x00)
 SAMSUNG_PM1733 = (0x144D, 0xA824, 0x144D, 0xA809, 0x00)
@@ -97,6 +107,7 @@ class Writer:
 
     def emit(self, obj, indent):
         self.gp += 1
+        obj.gp = self.gp  # distances matrices name objects by it
         pad = "  " * indent
         attrs = [("type", obj.type)] + obj.attrs + [("gp_index", str(self.gp))] + obj.after
         head = pad + "<object " + " ".join('%s="%s"' % (k, esc(v)) for k, v in attrs)
@@ -142,6 +153,8 @@ BDX = Cpu("GenuineIntel", 6, 79, "Intel(R) Xeon(R) CPU E5-2680 v4 @ 2.40GHz", 1,
           256 << 10, 256 << 30)
 MILAN = Cpu("AuthenticAMD", 25, 1, "AMD EPYC 7543 32-Core Processor", 1, 32 << 20, 512 << 10,
             512 << 30)
+SKX = Cpu("GenuineIntel", 6, 85, "Intel(R) Xeon(R) Platinum 8168 CPU @ 2.70GHz", 4, 33 << 20,
+          1 << 20, 768 << 30)
 TR_PRO = Cpu("AuthenticAMD", 25, 8, "AMD Ryzen Threadripper PRO 5975WX 32-Cores", 2, 32 << 20,
              512 << 10, 256 << 30)
 
@@ -230,11 +243,14 @@ def build(node, bus, on_bus, depth, gpus_out):
             o.attrs.append(("subtype", node.subtype))
         o.after = [("pci_busid", busid), ("pci_type", pci_type(node.cls, node.ident)),
                    ("pci_link_speed", "%f" % node.speed)]
+        node.objs = []
         for name, kind, sub in node.osdevs:
             osd = Obj("OSDev")
             osd.after = [("name", name)] + ([("subtype", sub)] if sub else []) + [
                 ("osdev_type", str(kind))]
             o.children.append(osd)
+            node.objs.append(osd)
+        node.obj = o
         if node.ident[0] == 0x10DE and node.cls in (CLASS_VGA, CLASS_3D):
             gpus_out.append(busid)
         return o
@@ -273,11 +289,34 @@ def gpu(ident, speed, infos=(), cls=CLASS_3D):
     return Dev(ident, cls, speed, infos=infos)
 
 
-def write(path, top):
+def values_text(items):
+    """hwloc's list text: every item followed by a space; `length` counts its characters."""
+    return "".join("%s " % v for v in items)
+
+
+def distances_hetero(name, kind, objs, matrix):
+    """A <distances2hetero> element as hwloc 2.x writes it: objects as Type:gp_index, values
+    row after row, at most ten per <u64values>."""
+    lines = ['  <distances2hetero nbobjs="%d" kind="%d" name="%s">' % (len(objs), kind, name)]
+    refs = ["%s:%d" % (o.type, o.gp) for o in objs]
+    for i in range(0, len(refs), 10):
+        text = values_text(refs[i:i + 10])
+        lines.append('    <indexes length="%d">%s</indexes>' % (len(text), text))
+    flat = [v for row in matrix for v in row]
+    for i in range(0, len(flat), 10):
+        text = values_text(flat[i:i + 10])
+        lines.append('    <u64values length="%d">%s</u64values>' % (len(text), text))
+    lines.append("  </distances2hetero>")
+    return lines
+
+
+def write(path, top, version="2.0", after_objects=None):
     w = Writer()
     w.lines = ['<?xml version="1.0" encoding="UTF-8"?>',
-               '<!DOCTYPE topology SYSTEM "hwloc2.dtd">', '<topology version="2.0">']
+               '<!DOCTYPE topology SYSTEM "hwloc2.dtd">', '<topology version="%s">' % version]
     w.emit(top, 1)
+    if after_objects is not None:
+        w.lines.extend(after_objects())
     # What hwloc 2.x records about the discovery that produced the file (read back only with
     # HWLOC_TOPOLOGY_FLAG_IMPORT_SUPPORT; kept so that the files look like lstopo's).
     for name in ("discovery.pu", "discovery.numa", "discovery.numa_memory",
@@ -421,6 +460,62 @@ def fixture_g(gpus):
                    [("TparFixture", "8x V100 PCIe, two-level PEX8747 cascades, 2 sockets")])
 
 
+# hwloc's distances kinds (hwloc/distances.h).
+KIND_FROM_OS, KIND_MEANS_BANDWIDTH, KIND_HETEROGENEOUS_TYPES = 1, 8, 16
+NVLINK_V2_MBPS = 25000  # one NVLink 2.0 link, one direction, as hwloc's NVML backend counts it
+
+
+def fixture_h(gpus):
+    """(h) NVIDIA DGX-2: 16 V100 SXM3 on two baseboards of 8, each baseboard with 6 NVSwitches
+    that every one of its GPUs links to once; the two boards' switches are joined to each
+    other, so all 16 GPUs form one NVLink fabric. On the PCIe side each socket has two host
+    bridges, each a root port feeding a PEX9781 switch with two more below it (2 GPUs each),
+    and the NVSwitches hang off a PEX8725 of their board's socket. NVLink is recorded only as
+    hwloc's NVML backend does it: an NVLinkBandwidth matrix between the GPUs' NVML OS devices
+    and the NVSwitches, which lists no switch-to-switch links."""
+    gpu_devs, switch_devs = [], []
+
+    def sxm(n):
+        d = Dev(V100_SXM3, CLASS_3D, GEN3_X16, osdevs=[("nvml%d" % n, OSDEV_GPU, "NVML")])
+        gpu_devs.append(d)
+        return d
+
+    def nvswitches():
+        devs = [Dev(NVSWITCH_V1, CLASS_OTHER_BRIDGE, GEN2_X1, subtype="NVSwitch")
+                for _ in range(6)]
+        switch_devs.extend(devs)
+        return switch(PLX_PEX8725, GEN3_X16, GEN2_X1, devs)
+
+    def stack(root_bus, first_gpu, with_nvswitches):
+        lower = [switch(PLX_PEX9781, GEN3_X16, GEN3_X16,
+                        [sxm(first_gpu + 2 * i), sxm(first_gpu + 2 * i + 1)], slot=(0, 0))
+                 for i in range(2)]
+        ports = [Br(PLX_PEX9781, GEN3_X16, [lower[i]], slot=(4 + 8 * i, 0)) for i in range(2)]
+        if with_nvswitches:
+            ports.append(Br(PLX_PEX9781, GEN3_X16, [nvswitches()], slot=(16, 0)))
+        top = Br(PLX_PEX9781, GEN3_X16, ports)
+        return host_bridge(HostBridge(root_bus, [root_port(INTEL_SKX_ROOT_PORT, GEN3_X16, top, 0)]),
+                           gpus)
+    s0 = [stack(0x2b, 0, True), stack(0x4e, 4, False)]
+    s1 = [stack(0xb4, 8, True), stack(0xe2, 12, False)]
+    top = machine("NVIDIA DGX-2H", "NVIDIA", [(SKX, 2, s0), (SKX, 2, s1)],
+                  [("TparFixture", "NVIDIA DGX-2: 16 V100 SXM3, 12 NVSwitches, NVLink only in "
+                                   "the NVLinkBandwidth matrix")])
+
+    def matrix():
+        objs = [d.objs[0] for d in gpu_devs] + [d.obj for d in switch_devs]
+        n = len(objs)
+        values = [[0] * n for _ in range(n)]
+        for g in range(len(gpu_devs)):
+            for s in range(len(switch_devs)):
+                if g // 8 == s // 6:  # a GPU links to the six switches of its own board
+                    values[g][16 + s] = values[16 + s][g] = NVLINK_V2_MBPS
+        return distances_hetero("NVLinkBandwidth",
+                                KIND_FROM_OS | KIND_MEANS_BANDWIDTH | KIND_HETEROGENEOUS_TYPES,
+                                objs, values)
+    return top, matrix
+
+
 FIXTURES = [
     ("pcie_4switch_2socket_8gpu.xml", fixture_a),
     ("rootport_2socket_8gpu.xml", fixture_b),
@@ -429,6 +524,7 @@ FIXTURES = [
     ("two_gpu.xml", fixture_e),
     ("no_p2p_4gpu.xml", fixture_f),
     ("switch_cascade_2socket_8gpu.xml", fixture_g),
+    ("nvswitch_dgx2_16gpu.xml", fixture_h),
 ]
 
 
@@ -439,8 +535,16 @@ def main():
     os.makedirs(out, exist_ok=True)
     for name, make in FIXTURES:
         gpus = []
-        write(os.path.join(out, name), make(gpus))
+        made = make(gpus)
+        top, after = made if isinstance(made, tuple) else (made, None)
+        write(os.path.join(out, name), top, after_objects=after)
         print("%-34s %d GPUs: %s" % (name, len(gpus), " ".join(gpus)))
+    # Refused by the reader: hwloc 3's XML format, which the installed hwloc 2.x cannot read.
+    bad = os.path.join(here, "..", "tests", "fixtures", "bad") if len(sys.argv) < 2 else out
+    os.makedirs(bad, exist_ok=True)
+    gpus = []
+    write(os.path.join(bad, "hwloc3_format_2gpu.xml"), fixture_e(gpus), version="3.0")
+    print("%-34s %d GPUs (format 3.0)" % ("hwloc3_format_2gpu.xml", len(gpus)))
 
 
 if __name__ == "__main__":

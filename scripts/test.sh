@@ -3,12 +3,14 @@
 # skipped (CTest "Not Run"), never as passed.
 #   scripts/test.sh            build into build/; run the unit tests under AddressSanitizer +
 #                              UndefinedBehaviorSanitizer, the fuzz targets for a bounded time,
-#                              then every test (CTest); and build examples/consumer against the
-#                              installed package, pkg-config and add_subdirectory
-#                              (scripts/check-package.sh)
+#                              the Python package's tests, then every test (CTest); and build
+#                              examples/consumer against the installed package, pkg-config and
+#                              add_subdirectory (scripts/check-package.sh)
 # Environment: TPAR_CUDA_ARCHS (default: 90 here; the release build lists every architecture),
 #              BUILD_DIR (default build), TPAR_TEST_SANITIZE=0 / TPAR_TEST_FUZZ=0 /
-#              TPAR_TEST_PACKAGE=0 to skip those, FUZZ_SECONDS (default 20 per target).
+#              TPAR_TEST_PACKAGE=0 to skip those, FUZZ_SECONDS (default 20 per target),
+#              TPAR_TEST_PYTHON=0 to skip the Python package (scripts/python-tests.sh: builds it
+#              into a virtual environment).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/deps.sh
@@ -34,6 +36,11 @@ fi
 if [ "${TPAR_TEST_FUZZ:-1}" != 0 ] && [ -x scripts/fuzz.sh ]; then
   echo "== fuzz targets, ${FUZZ_SECONDS:-20} s each"
   FUZZ_SECONDS=${FUZZ_SECONDS:-20} bash scripts/fuzz.sh
+fi
+
+if [ "${TPAR_TEST_PYTHON:-1}" != 0 ]; then
+  echo "== Python package: build, install, tests"
+  bash scripts/python-tests.sh
 fi
 
 # The full suite last, so that its summary is the run's closing line.

@@ -11,6 +11,19 @@
  * Streams and CUDA graphs: tparAllReduce only enqueues work on the caller's stream and may be
  * captured into a CUDA graph; a captured graph can be replayed any number of times with no host
  * work per replay. The caller's buffers never need registering.
+ *
+ * Ordering: the calls of one communicator must run one after another on the GPU, in the order
+ * they were issued, and in the same order on every rank: issue them on one stream (or order
+ * the streams you use with events, and replay graphs that contain them in issue order). Every
+ * call counts an epoch that the next call builds on, so two calls of one communicator running
+ * at the same time corrupt each other's receive slots. tpar cannot check this (a graph may be
+ * replayed on any stream), so it is the caller's rule, like NCCL's.
+ *
+ * Agreement: tparCommInitRank exchanges every setting that shapes a call on the GPU
+ * (TPAR_MAX_BLOCKS, TPAR_THREADS, the forced algorithm, TPAR_ONESHOT_MAX_BYTES, the tuning table
+ * in use, maxBytesPerCall, TPAR_EPOCH_START) and fails with tparInvalidUsage, naming the
+ * setting, when ranks differ; the grid is the largest every rank's GPU can host. Calls carry
+ * their datatype, op, algorithm, count and NCCL attachment in a header that each rank checks.
  */
 #ifndef TPAR_TPAR_H_
 #define TPAR_TPAR_H_
@@ -24,8 +37,8 @@
 extern "C" {
 #endif
 
-/* The one place the version is written: CMakeLists.txt, tparConfigVersion.cmake, tpar.pc and
- * the CLI read these three lines. */
+/* The one place the version is written: CMakeLists.txt (and through it tparConfigVersion.cmake,
+ * tpar.pc, the soname) and pyproject.toml (the Python package) read these three lines. */
 #define TPAR_MAJOR 0
 #define TPAR_MINOR 1
 #define TPAR_PATCH 0
@@ -117,7 +130,8 @@ typedef struct {
   /* Largest message one kernel launch handles; larger calls are split into pieces of this size.
    * The receive workspace (4 x this, fixed at init) is sized from it. 0 = default (8 MiB). */
   size_t maxBytesPerCall;
-  /* Bound on every wait inside a collective, in milliseconds. 0 = default (TPAR_TIMEOUT_MS). */
+  /* Bound on every wait inside a collective, in milliseconds, at most 86400000 (24 hours).
+   * 0 = default (TPAR_TIMEOUT_MS). */
   int64_t timeoutMs;
   /* Force an algorithm for every call; tparAlgoAuto (default) chooses by size. -1 = env. */
   int algorithm;
@@ -152,6 +166,11 @@ TPAR_API tparResult_t tparGetVersion(int* version);
  * Creates an id for tparCommInitRank. Call it on one process and pass the bytes to every rank
  * (any channel). It starts a rendezvous service on this process, reachable from processes of
  * this host, which ends once every rank has connected or after the bootstrap timeout.
+ *
+ * The id holds a random secret: whoever holds the id can join the group (as a rank that has
+ * not arrived yet), so pass it only to the ranks. The service and each rank prove to each other
+ * that they hold it without sending it; only processes of the user that called this function
+ * may join, unless TPAR_BOOTSTRAP_ALLOW_OTHER_USERS=1 (docs/RELIABILITY.md, trust boundaries).
  */
 TPAR_API tparResult_t tparGetUniqueId(tparUniqueId* uniqueId);
 
@@ -183,7 +202,15 @@ TPAR_API tparResult_t tparCommInitAllConfig(tparComm_t* comms, int ndev, const i
 TPAR_API tparResult_t tparCommDestroy(tparComm_t comm);
 
 /* Makes every kernel of this communicator that is still waiting give up at once (they record
- * tparRemoteError), waits for them, then frees the communicator. NULL is accepted (no-op). */
+ * tparRemoteError), waits for them, then frees the communicator. NULL is accepted (no-op).
+ * The handle is invalid afterwards, whatever the result.
+ *
+ * It returns within the communicator's timeout even when the GPU stays busy: it can release
+ * tpar's own kernels, but not other work, such as an ncclAllReduce routed through this
+ * communicator that waits for a peer that never joins it, or a kernel of yours that never
+ * ends. Then it returns tparTimeout, and the communicator's memory is freed later, once the GPU
+ * is idle (tpar's kernels queued behind that work still need it). Abort a stuck NCCL call with
+ * ncclCommAbort on its NCCL communicator. */
 TPAR_API tparResult_t tparCommAbort(tparComm_t comm);
 
 /* The first error recorded by this communicator's kernels (tparTimeout, tparInvalidUsage for
@@ -234,6 +261,8 @@ TPAR_API tparResult_t tparCommQuery(tparComm_t comm, tparCommInfo_t* info);
 /*
  * Attaches an NCCL communicator (an ncclComm_t, passed as void* so that this header does not
  * need nccl.h) of the same ranks in the same order on the same GPUs, or detaches it (NULL).
+ * Attaching is local to the rank (no other rank is asked); see below for what ranks that attach
+ * differently get.
  * tpar does not own it: keep it alive while attached, and destroy (or abort) it yourself after
  * detaching it or destroying this communicator; tparCommAbort does not abort it.
  *
@@ -245,8 +274,12 @@ TPAR_API tparResult_t tparCommQuery(tparComm_t comm, tparCommInfo_t* info);
  *
  * NCCL is loaded at run time (TPAR_NCCL_LIBRARY, else libnccl.so.2: the copy the process has
  * loaded already, if any); it must be the library that created ncclComm. Every rank must attach
- * (or detach) alike before its next tparAllReduce: ranks that route one call differently wait
- * for each other forever inside NCCL. When one thread drives several ranks (tparCommInitAll),
+ * (or detach) alike before its next tparAllReduce. Whether one is attached travels in the
+ * header of every call that tpar's kernels run, so ranks that attached differently get
+ * tparInvalidUsage from their next such call instead of a result. A call that one rank routes
+ * to NCCL and another to tpar cannot be caught that way: the tpar side records tparTimeout
+ * within the timeout, the NCCL side waits inside NCCL until its NCCL communicator is aborted
+ * (ncclCommAbort); tparCommAbort still returns within the timeout (see there). When one thread drives several ranks (tparCommInitAll),
  * enclose the calls of all ranks in ncclGroupStart()/ncclGroupEnd(), as NCCL requires.
  *
  * Fails with tparInvalidArgument, naming the mismatch, when ncclComm is no usable NCCL

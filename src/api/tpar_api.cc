@@ -14,6 +14,7 @@
 
 #include "api/api_log.h"
 #include "bootstrap/bootstrap.h"
+#include "core/agreement.h"
 #include "core/comm.h"
 #include "core/config.h"
 #include "core/env.h"
@@ -74,32 +75,32 @@ tparResult_t commInitRank(tparComm_t* out, int nranks, const tparUniqueId& id, i
   TPAR_TRY(resolve(config, &cfg));
 
   std::unique_ptr<Bootstrap> boot;
-  TPAR_TRY(connectBootstrap(id, rank, nranks, cfg.bootstrap_timeout_ms, &boot));
+  BootstrapPeers peers;
+  peers.allow_other_users = cfg.bootstrap_allow_other_users;
+  TPAR_TRY(connectBootstrap(id, rank, nranks, cfg.bootstrap_timeout_ms, &boot, peers));
 
   // Round 1: where is everyone? (needed before the local half: co-residency of virtual ranks)
   struct Where {
-    uint64_t host_hash;
-    int32_t pid;
+    ProcessIdentity process;  // NOTE [identity]
     char bus_id[32];
   };
   std::vector<Where> where(nranks);
   std::memset(where.data(), 0, sizeof(Where) * nranks);
   int device = 0;
   TPAR_CUDA_TRY(cudaGetDevice(&device));
-  where[rank].host_hash = hostHash();
-  where[rank].pid = static_cast<int32_t>(getpid());
+  TPAR_TRY(processIdentity(&where[rank].process));
   TPAR_TRY(busIdOf(device, where[rank].bus_id, sizeof(where[rank].bus_id)));
   TPAR_TRY(boot->allGather(where.data(), sizeof(Where)));
   int same_device_same_process = 0;
   bool shared = false;
   for (int r = 0; r < nranks; ++r) {
-    if (where[r].host_hash != where[rank].host_hash) {
+    if (!sameHost(where[r].process, where[rank].process)) {
       return setError(tparInvalidUsage,
                       "rank %d runs on another host; tpar connects the GPUs of one machine", r);
     }
     if (std::strcmp(where[r].bus_id, where[rank].bus_id) == 0) {
       if (r != rank) shared = true;
-      if (where[r].pid == where[rank].pid) ++same_device_same_process;
+      if (sameProcess(where[r].process, where[rank].process)) ++same_device_same_process;
     }
   }
   if (shared && !cfg.allow_shared_device) {
@@ -226,7 +227,7 @@ tparResult_t commInitRank(tparComm_t* out, int nranks, const tparUniqueId& id, i
   const std::string saved_error = lastError();
   if (res == tparSuccess) {
     bool one_process = true;
-    for (int r = 0; r < nranks; ++r) one_process &= infos[r].pid == infos[rank].pid;
+    for (int r = 0; r < nranks; ++r) one_process &= sameProcess(infos[r].process, infos[rank].process);
     std::vector<int> devices(nranks, -1);
     bool all_visible = true;
     for (int r = 0; r < nranks; ++r) {
@@ -277,19 +278,11 @@ tparResult_t commInitRank(tparComm_t* out, int nranks, const tparUniqueId& id, i
   if (res == tparSuccess) setError(tparSuccess, "%s", saved_error.c_str());
   else if (!topo_error.empty()) setError(res, "%s", topo_error.c_str());
 
-  // Round 4: did every rank map every peer? A rank that failed must not leave the others
-  // believing the group is ready.
-  std::vector<int32_t> ok(nranks, 0);
-  ok[rank] = res == tparSuccess ? 1 : 0;
-  const std::string local_error = res == tparSuccess ? std::string() : lastError();
-  tparResult_t gather = boot->allGather(ok.data(), sizeof(int32_t));
-  if (res != tparSuccess) return cleanup(setError(res, "%s", local_error.c_str()));
-  if (gather != tparSuccess) return cleanup(gather);
-  for (int r = 0; r < nranks; ++r) {
-    if (!ok[r]) {
-      return cleanup(setError(tparRemoteError, "rank %d failed to set up its peers", r));
-    }
-  }
+  // Round 4: did every rank map every peer, and will all ranks shape every call alike
+  // (NOTE [agreement])? A rank that failed must not leave the others believing the group is
+  // ready.
+  res = checkGroupReady(*boot, comm, res);
+  if (res != tparSuccess) return cleanup(res);
   registerComm(comm);
   *out = comm;
   return tparSuccess;
@@ -401,6 +394,13 @@ tparResult_t commInitAll(tparComm_t* comms, int ndev, const int* devlist,
     tres = applyTopology(c, topo);
     if (tres != tparSuccess) return cleanup(tres);
   }
+  // NOTE [agreement]: one config, but GPUs of different sizes host different grids.
+  std::vector<CallShape> shapes;
+  for (tparComm* c : made) shapes.push_back(describeCallShape(*c));
+  int grid = 0;
+  tres = agreeOnCallShapes(shapes, &grid);
+  if (tres != tparSuccess) return cleanup(tres);
+  for (tparComm* c : made) c->max_blocks = grid;
   for (tparComm* c : made) {
     c->transport = kind;
     registerComm(c);
@@ -485,7 +485,9 @@ tparResult_t tparGetUniqueId(tparUniqueId* uniqueId) {
     if (uniqueId == nullptr) return setError(tparInvalidArgument, "uniqueId is NULL");
     const Env* env = nullptr;
     TPAR_TRY(processEnv(&env));
-    return createUniqueId(uniqueId, env->bootstrap_timeout_ms);
+    BootstrapPeers peers;
+    peers.allow_other_users = env->bootstrap_allow_other_users;
+    return createUniqueId(uniqueId, env->bootstrap_timeout_ms, peers);
   });
 }
 
@@ -524,11 +526,7 @@ tparResult_t tparCommAbort(tparComm_t comm) {
     TPAR_TRY(checkComm(comm));
     logCommEnd(comm, /*abort=*/true);
     unregisterComm(comm);
-    // Waiting kernels read this word between polls and give up (Waiter::keepWaiting).
-    reinterpret_cast<volatile uint32_t*>(&comm->host_state->abort)[0] = 1;
-    std::atomic_thread_fence(std::memory_order_seq_cst);
-    destroyComm(comm);
-    return tparSuccess;
+    return abortComm(comm);  // NOTE [bounded abort]
   });
 }
 

@@ -28,17 +28,29 @@ class Bootstrap {
   virtual tparResult_t barrier() = 0;
 };
 
+// Who may take part in a rendezvous (NOTE [bootstrap authentication] in socket_util.h).
+struct BootstrapPeers {
+  // TPAR_BOOTSTRAP_ALLOW_OTHER_USERS: processes of other users that hold the id may join.
+  bool allow_other_users = false;
+  // The user that counts as "this user": the effective uid, unless a test names another one
+  // to play a stranger without changing its own uid.
+  int64_t trusted_uid = -1;
+};
+
 // Fills `id` and starts the rendezvous service on this process (a detached thread listening on
 // an abstract UNIX-domain socket). The service ends once every rank of the communicator has
 // disconnected, or when no rank connected within `timeout_ms`.
-tparResult_t createUniqueId(tparUniqueId* id, int64_t timeout_ms);
+tparResult_t createUniqueId(tparUniqueId* id, int64_t timeout_ms,
+                            const BootstrapPeers& peers = {});
 
 // Connects rank `rank` of `nranks` to the service named by `id`. Fails with tparInvalidArgument
 // for an id that was not made by createUniqueId, tparSystemError when the service cannot be
-// reached, tparTimeout when the other ranks do not all arrive within `timeout_ms`, and
-// tparInvalidUsage when ranks disagree on nranks or two ranks claim the same rank.
+// reached, tparTimeout when the other ranks do not all arrive within `timeout_ms`,
+// tparInvalidUsage when ranks disagree on nranks or two ranks claim the same rank, and
+// tparInvalidUsage naming the reason when the service or this rank cannot prove it holds the
+// id's secret or runs as a user it may not (NOTE [bootstrap authentication]).
 tparResult_t connectBootstrap(const tparUniqueId& id, int rank, int nranks, int64_t timeout_ms,
-                              std::unique_ptr<Bootstrap>* out);
+                              std::unique_ptr<Bootstrap>* out, const BootstrapPeers& peers = {});
 
 // File-descriptor passing over a connected UNIX-domain socket (SCM_RIGHTS), for exchanging
 // VMM shareable handles between processes.

@@ -1,5 +1,5 @@
 // The ranks' side of the bootstrap over an abstract-namespace UNIX-domain socket: each rank
-// connects to the root service (bootstrap_service.cc) that createUniqueId started. See
+// connects to the root service (root_service.h) that createUniqueId started. See
 // NOTE [bootstrap protocol] and NOTE [bootstrap deadlines] in socket_util.h.
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -17,14 +17,15 @@
 
 #include "bootstrap/bootstrap.h"
 #include "bootstrap/socket_util.h"
+#include "bootstrap/sha256.h"
 #include "core/error.h"
+#include "core/identity.h"
 
 namespace tpar {
 namespace {
 
 using bootstrap_detail::deadlineAfter;
 using bootstrap_detail::errnoText;
-using bootstrap_detail::hostHash;
 using bootstrap_detail::idChecksum;
 using bootstrap_detail::IdLayout;
 using bootstrap_detail::Io;
@@ -34,8 +35,19 @@ using bootstrap_detail::kHello;
 using bootstrap_detail::kIdMagic;
 using bootstrap_detail::kIdVersion;
 using bootstrap_detail::kindName;
+using bootstrap_detail::kAuthTimeoutMs;
+using bootstrap_detail::kMacBytes;
+using bootstrap_detail::kMaxBlobBytes;
 using bootstrap_detail::kMaxErrorText;
+using bootstrap_detail::kMaxGatherBytes;
 using bootstrap_detail::kMaxRanks;
+using bootstrap_detail::kNonceBytes;
+using bootstrap_detail::Mac;
+using bootstrap_detail::PeerCred;
+using bootstrap_detail::peerCred;
+using bootstrap_detail::randomBytes;
+using bootstrap_detail::helloMac;
+using bootstrap_detail::serviceMac;
 using bootstrap_detail::kServiceGraceMs;
 using bootstrap_detail::kWireMagic;
 using bootstrap_detail::MsgKind;
@@ -50,17 +62,18 @@ using bootstrap_detail::socketAddress;
 // ended; retrying longer would only delay that diagnosis.
 constexpr int64_t kConnectRetryMs = 1000;
 
+constexpr const char* kOthersLate = "other ranks did not arrive";
+
 // Reads one Reply. On success its payload (exactly `expected` bytes) lands in `payload`.
-// `what` prefixes every error text.
+// `what` prefixes every error text; `waitingFor` says what a timeout means.
 tparResult_t awaitReply(int fd, int64_t deadline, void* payload, size_t expected,
-                        const std::string& what, int64_t timeoutMs) {
+                        const std::string& what, int64_t timeoutMs,
+                        const char* waitingFor = kOthersLate) {
   Reply reply;
   Io io = recvAll(fd, &reply, sizeof(reply), deadline);
   if (io == Io::kTimeout) {
-    return setError(tparTimeout,
-                    "%s: no answer from the bootstrap service within %lld ms (other ranks did "
-                    "not arrive)",
-                    what.c_str(), static_cast<long long>(timeoutMs));
+    return setError(tparTimeout, "%s: no answer from the bootstrap service within %lld ms (%s)",
+                    what.c_str(), static_cast<long long>(timeoutMs), waitingFor);
   }
   if (io == Io::kClosed) {
     return setError(tparRemoteError,
@@ -101,7 +114,8 @@ tparResult_t awaitReply(int fd, int64_t deadline, void* payload, size_t expected
 // closed the connection while we were sending; its explanation is then waiting in our receive
 // buffer, and is worth more than "broken pipe".
 tparResult_t exchange(int fd, const Request& request, const void* blob, void* payload,
-                      size_t expected, const std::string& what, int64_t timeoutMs) {
+                      size_t expected, const std::string& what, int64_t timeoutMs,
+                      const char* waitingFor = kOthersLate) {
   int64_t deadline = deadlineAfter(nowMs(), timeoutMs);
   Io io = sendAll(fd, &request, sizeof(request), deadline);
   if (io == Io::kOk && request.bytes > 0) io = sendAll(fd, blob, request.bytes, deadline);
@@ -122,7 +136,7 @@ tparResult_t exchange(int fd, const Request& request, const void* blob, void* pa
                     errnoText(errno).c_str());
   }
   return awaitReply(fd, deadlineAfter(deadline, kServiceGraceMs), payload, expected, what,
-                    timeoutMs);
+                    timeoutMs, waitingFor);
 }
 
 class SocketBootstrap final : public Bootstrap {
@@ -141,9 +155,12 @@ class SocketBootstrap final : public Bootstrap {
       return setError(tparInvalidArgument, "bootstrap allGather: data is NULL for %zu bytes",
                       bytes);
     }
-    if (bytes > SIZE_MAX / static_cast<size_t>(nranks_)) {
-      return setError(tparInvalidArgument, "bootstrap allGather: %zu bytes x %d ranks overflows",
-                      bytes, nranks_);
+    if (bytes > kMaxBlobBytes || bytes * static_cast<uint64_t>(nranks_) > kMaxGatherBytes) {
+      return setError(tparInvalidArgument,
+                      "bootstrap allGather: %zu bytes x %d ranks is more than the bootstrap "
+                      "carries (%llu bytes per rank, %llu in all)",
+                      bytes, nranks_, static_cast<unsigned long long>(kMaxBlobBytes),
+                      static_cast<unsigned long long>(kMaxGatherBytes));
     }
     return round(kAllGather, data, bytes);
   }
@@ -158,7 +175,10 @@ class SocketBootstrap final : public Bootstrap {
       return setError(brokenCode_, "bootstrap rank %d: unusable after an earlier failure: %s",
                       rank_, broken_.c_str());
     }
-    Request request = {kWireMagic, kind, 0, 0, 0, 0, bytes};
+    Request request = {};
+    request.magic = kWireMagic;
+    request.kind = kind;
+    request.bytes = bytes;
     char what[96];
     snprintf(what, sizeof(what), "bootstrap %s round %llu on rank %d", kindName(kind),
              static_cast<unsigned long long>(round_), rank_);
@@ -232,10 +252,63 @@ tparResult_t connectService(const char* name, int rank, int64_t retryUntil, int*
   }
 }
 
+// NOTE [bootstrap authentication]: the service must run as a user this rank trusts.
+tparResult_t checkServiceUser(int fd, const IdLayout& layout, int rank,
+                              const BootstrapPeers& peers) {
+  PeerCred cred;
+  if (!peerCred(fd, &cred)) {
+    return setError(tparSystemError, "bootstrap rank %d: cannot read the service's credentials: %s",
+                    rank, errnoText(errno).c_str());
+  }
+  const uint32_t own = peers.trusted_uid >= 0 ? static_cast<uint32_t>(peers.trusted_uid) : geteuid();
+  const uint32_t wanted = peers.allow_other_users ? layout.serviceUid : own;
+  if (cred.uid != wanted) {
+    return setError(tparInvalidUsage,
+                    "bootstrap rank %d: the process listening on '@%s' (pid %d) runs as uid %u, "
+                    "but the service must run as uid %u: not believed (did the service end and "
+                    "another process take its name?)",
+                    rank, layout.socketName, cred.pid, cred.uid, wanted);
+  }
+  return tparSuccess;
+}
+
+// The hello handshake (NOTE [bootstrap protocol], NOTE [bootstrap authentication]): take the
+// service's challenge, prove ourselves, check the service's proof, then wait for the go-ahead.
+tparResult_t handshake(int fd, const IdLayout& layout, int rank, int nranks, int64_t timeoutMs) {
+  char what[96];
+  snprintf(what, sizeof(what), "bootstrap rank %d of %d", rank, nranks);
+  const int64_t authMs = std::min(timeoutMs, kAuthTimeoutMs);
+  uint8_t challenge[kNonceBytes];
+  TPAR_TRY(awaitReply(fd, deadlineAfter(nowMs(), authMs + kServiceGraceMs), challenge,
+                      sizeof(challenge), what, authMs, "it sent no challenge"));
+  Request hello = {};
+  hello.magic = kWireMagic;
+  hello.kind = kHello;
+  hello.rank = rank;
+  hello.nranks = nranks;
+  hello.timeoutMs = timeoutMs;
+  TPAR_TRY(randomBytes(hello.nonce, sizeof(hello.nonce)));
+  const Mac mac = helloMac(layout, challenge, hello);
+  std::copy(mac.begin(), mac.end(), hello.mac);
+  uint8_t proof[kMacBytes];
+  TPAR_TRY(exchange(fd, hello, nullptr, proof, sizeof(proof), what, authMs,
+                    "it did not answer the hello"));
+  const Mac expected = serviceMac(layout, challenge, hello);
+  if (!constantTimeEqual(expected.data(), proof, kMacBytes)) {
+    return setError(tparInvalidUsage,
+                    "%s: the process listening on '@%s' cannot prove it holds the uniqueId's "
+                    "secret: not believed (did the service end and another process take its "
+                    "name?)",
+                    what, layout.socketName);
+  }
+  return awaitReply(fd, deadlineAfter(deadlineAfter(nowMs(), timeoutMs), kServiceGraceMs),
+                    nullptr, 0, what, timeoutMs);
+}
+
 }  // namespace
 
 tparResult_t connectBootstrap(const tparUniqueId& id, int rank, int nranks, int64_t timeout_ms,
-                              std::unique_ptr<Bootstrap>* out) {
+                              std::unique_ptr<Bootstrap>* out, const BootstrapPeers& peers) {
   if (out == nullptr) return setError(tparInvalidArgument, "connectBootstrap: out is NULL");
   if (nranks < 1 || nranks > kMaxRanks) {
     return setError(tparInvalidArgument, "nranks=%d is out of range [1, %d]", nranks, kMaxRanks);
@@ -249,7 +322,9 @@ tparResult_t connectBootstrap(const tparUniqueId& id, int rank, int nranks, int6
   }
   IdLayout layout;
   TPAR_TRY(decodeId(id, &layout));
-  if (layout.hostHash != hostHash()) {
+  uint64_t host = 0;
+  TPAR_TRY(hostIdentity(&host));
+  if (layout.hostHash != host) {
     return setError(tparInvalidUsage,
                     "uniqueId was created on another host (or before a reboot): tpar is "
                     "intra-node, every rank must run on the host that called tparGetUniqueId");
@@ -258,10 +333,8 @@ tparResult_t connectBootstrap(const tparUniqueId& id, int rank, int nranks, int6
   int fd = -1;
   TPAR_TRY(connectService(layout.socketName, rank,
                           start + std::min<int64_t>(timeout_ms, kConnectRetryMs), &fd));
-  char what[96];
-  snprintf(what, sizeof(what), "bootstrap rank %d of %d", rank, nranks);
-  Request hello = {kWireMagic, kHello, layout.token, rank, nranks, timeout_ms, 0};
-  tparResult_t res = exchange(fd, hello, nullptr, nullptr, 0, what, timeout_ms);
+  tparResult_t res = checkServiceUser(fd, layout, rank, peers);
+  if (res == tparSuccess) res = handshake(fd, layout, rank, nranks, timeout_ms);
   if (res != tparSuccess) {
     close(fd);
     return res;

@@ -1,8 +1,8 @@
 // Helpers shared by the bootstrap service, the ranks' side and fd passing: see socket_util.h.
 #include "bootstrap/socket_util.h"
 
-#include <fcntl.h>
 #include <poll.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -13,6 +13,9 @@
 #include <cstddef>
 #include <cstring>
 #include <string>
+
+#include "bootstrap/sha256.h"
+#include "core/error.h"
 
 namespace tpar {
 namespace bootstrap_detail {
@@ -49,20 +52,62 @@ uint64_t idChecksum(IdLayout layout) {
   return fnv1a(&layout, sizeof(layout));
 }
 
-uint64_t hostHash() {
-  char host[256] = {};
-  if (gethostname(host, sizeof(host) - 1) != 0) host[0] = '\0';
-  char boot[64] = {};
-  int fd = open("/proc/sys/kernel/random/boot_id", O_RDONLY | O_CLOEXEC);
-  if (fd >= 0) {
-    ssize_t n;
-    do {
-      n = read(fd, boot, sizeof(boot) - 1);
-    } while (n < 0 && errno == EINTR);
-    close(fd);
+namespace {
+
+// The hello's fields that the MACs cover, in a fixed order (padding never enters a MAC).
+struct HelloFields {
+  int32_t rank;
+  int32_t nranks;
+  int64_t timeoutMs;
+};
+static_assert(sizeof(HelloFields) == 16, "no padding inside HelloFields");
+
+Mac macOf(const IdLayout& id, const char* label, const uint8_t* first, const uint8_t* second,
+          const Request& hello) {
+  const HelloFields fields = {hello.rank, hello.nranks, hello.timeoutMs};
+  const ByteSpan parts[] = {{label, strlen(label) + 1},
+                            {first, kNonceBytes},
+                            {second, kNonceBytes},
+                            {&fields, sizeof(fields)}};
+  const Sha256Digest d = hmacSha256(id.secret, sizeof(id.secret), parts, 4);
+  Mac mac;
+  std::copy(d.begin(), d.end(), mac.begin());
+  return mac;
+}
+
+}  // namespace
+
+Mac helloMac(const IdLayout& id, const uint8_t* serviceNonce, const Request& hello) {
+  return macOf(id, "tpar bootstrap rank", serviceNonce, hello.nonce, hello);
+}
+
+Mac serviceMac(const IdLayout& id, const uint8_t* serviceNonce, const Request& hello) {
+  return macOf(id, "tpar bootstrap service", hello.nonce, serviceNonce, hello);
+}
+
+tparResult_t randomBytes(void* out, size_t size) {
+  unsigned char* p = static_cast<unsigned char*>(out);
+  size_t got = 0;
+  while (got < size) {
+    ssize_t n = getrandom(p + got, size - got, 0);
+    if (n > 0) {
+      got += static_cast<size_t>(n);
+    } else if (n < 0 && errno != EINTR) {
+      return setError(tparSystemError, "getrandom failed: %s", errnoText(errno).c_str());
+    }
   }
-  uint64_t hash = fnv1a(host, strlen(host));
-  return fnv1a(boot, strlen(boot), hash);
+  return tparSuccess;
+}
+
+bool peerCred(int fd, PeerCred* out) {
+  ucred cred = {};
+  socklen_t len = sizeof(cred);
+  if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0 || len != sizeof(cred)) {
+    return false;
+  }
+  out->pid = static_cast<int32_t>(cred.pid);
+  out->uid = static_cast<uint32_t>(cred.uid);
+  return true;
 }
 
 socklen_t socketAddress(const char* name, sockaddr_un* addr) {

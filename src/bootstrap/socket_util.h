@@ -1,19 +1,39 @@
 // Internals shared by the bootstrap over an abstract-namespace UNIX-domain socket: the root
-// service (bootstrap_service.cc, a detached thread of the process that called createUniqueId),
+// service (root_service.h, a detached thread of the process that called createUniqueId),
 // the ranks' side (socket_bootstrap.cc) and fd passing (fd_passing.cc).
 //
 // NOTE [bootstrap protocol]
 // Every rank holds one stream connection to the root service. All messages are native-endian
-// (every party is on one host). A rank sends a Request header, followed by `bytes` bytes of its
-// blob for a round; the service answers each Request with exactly one Reply header followed by
-// `bytes` bytes: the gathered blobs on success, the error text otherwise.
-//   1. hello {token, rank, nranks, timeoutMs}: the service answers once all nranks ranks have
-//      said hello (the go-ahead), or with an error.
+// (every party is on one host). Every message of the service is a Reply header followed by
+// `bytes` bytes; every message of a rank is a Request header followed by `bytes` bytes.
+//   0. the service answers a new connection with a challenge (Reply, kNonceBytes of nonce), or
+//      with an error and a close when the peer's user may not join (NOTE [bootstrap
+//      authentication]).
+//   1. hello {rank, nranks, timeoutMs, nonce, mac}: a hello that proves knowledge of the secret
+//      is answered at once with the service's own proof (Reply, kMacBytes), then, once all
+//      nranks ranks have said hello, with the go-ahead (Reply, 0 bytes), or with an error.
 //   2. rounds (allGather or barrier): answered once every rank has sent the same kind and size.
 // A failure anywhere (disagreeing ranks, a missing rank, a rank that leaves early) fails the
 // whole session: the service queues an error Reply to every connection, flushes, closes all
 // and exits. A rank that had not asked anything yet reads that error as the answer to its next
-// request, so every rank learns why instead of seeing a bare EOF.
+// request, so every rank learns why instead of seeing a bare EOF. A connection that has not
+// proved itself is not a rank: whatever it does ends that connection only.
+//
+// NOTE [bootstrap authentication]
+// The abstract socket's name is public (/proc/net/unix lists it), so reaching the service
+// proves nothing. The uniqueId carries a random secret of kSecretBytes; it never crosses the
+// socket. Each side proves it holds the secret by an HMAC-SHA256 over both sides' fresh nonces
+// and the hello's fields, under a label of its role, so that one side's answer can never be
+// replayed as the other's; both compare in constant time. A rank believes nothing the service
+// says before the service's proof has checked out, so a process that took over the name of a
+// service that has ended learns nothing and can forge nothing. Besides, each side reads the
+// other's credentials from the kernel (SO_PEERCRED): by default only processes of the user
+// that created the id may join, and a rank only believes a service of its own user
+// (TPAR_BOOTSTRAP_ALLOW_OTHER_USERS=1: any user that holds the id, and a service of the user
+// recorded in the id). Connections that have not proved themselves are bounded in number
+// (kMaxPendingPeers; the oldest is dropped for a new one) and in time (kAuthTimeoutMs each),
+// and every length a peer sends is capped by what the protocol needs before memory is sized
+// from it.
 //
 // NOTE [bootstrap deadlines]
 // The service, not the ranks, decides when a rendezvous or a round has timed out, because only
@@ -28,6 +48,7 @@
 #include <sys/un.h>
 
 #include <cstddef>
+#include <array>
 #include <cstdint>
 #include <string>
 
@@ -37,22 +58,35 @@ namespace tpar {
 namespace bootstrap_detail {
 
 constexpr uint32_t kIdMagic = 0x74704944u;  // "tpID"
-constexpr uint32_t kIdVersion = 1;
+// 1: a token sent in the clear; 2: a secret that never leaves the process (challenge-response).
+constexpr uint32_t kIdVersion = 2;
 constexpr uint32_t kWireMagic = 0x74705752u;  // "tpWR"
-constexpr size_t kSocketNameBytes = 96;
+constexpr size_t kSocketNameBytes = 64;
+constexpr size_t kSecretBytes = 32;
+constexpr size_t kNonceBytes = 32;
+constexpr size_t kMacBytes = 32;
 // Far above TPAR_MAX_RANKS; it only bounds the per-rank tables a hello can make the service grow.
 constexpr int kMaxRanks = 1024;
 constexpr int64_t kServiceGraceMs = 250;  // see NOTE [bootstrap deadlines]
 constexpr size_t kMaxErrorText = 4096;
 constexpr int64_t kNoDeadline = INT64_MAX;
 constexpr int kIdlePollMs = 1000;
+// NOTE [bootstrap authentication]: limits on connections that have not proved themselves.
+constexpr int kMaxPendingPeers = 64;
+constexpr int64_t kAuthTimeoutMs = 5000;  // or the service's timeout when that is shorter
+// The largest blob one rank may put into a round, and the largest gathered reply: far above what
+// communicator init exchanges (a few hundred bytes per rank), far below what could hurt.
+constexpr uint64_t kMaxBlobBytes = 1ull << 20;
+constexpr uint64_t kMaxGatherBytes = 64ull << 20;
 
 struct IdLayout {
   uint32_t magic;
   uint32_t version;
-  uint64_t token;     // proves to the service that a connecting rank was given this id
-  uint64_t hostHash;  // hostname + boot id: abstract sockets cannot be reached from other hosts
-  uint64_t checksum;  // over every other field: catches ids damaged in transit
+  uint64_t hostHash;    // hostIdentity(): abstract sockets cannot be reached from other hosts
+  uint64_t checksum;    // over every other field: catches ids damaged in transit
+  uint32_t serviceUid;  // the user the service runs as (NOTE [bootstrap authentication])
+  uint32_t reserved;
+  uint8_t secret[kSecretBytes];  // never sent anywhere (NOTE [bootstrap authentication])
   char socketName[kSocketNameBytes];
 };
 static_assert(sizeof(IdLayout) == TPAR_UNIQUE_ID_BYTES, "IdLayout must fill tparUniqueId");
@@ -63,11 +97,12 @@ enum MsgKind : uint32_t { kHello = 1, kAllGather = 2, kBarrier = 3 };
 struct Request {
   uint32_t magic;
   uint32_t kind;
-  uint64_t token;     // hello only
   int32_t rank;       // hello only
   int32_t nranks;     // hello only
   int64_t timeoutMs;  // hello only
   uint64_t bytes;     // rounds: size of this rank's blob, which follows
+  uint8_t nonce[kNonceBytes];  // hello only: the rank's challenge to the service
+  uint8_t mac[kMacBytes];      // hello only: helloMac
 };
 
 struct Reply {
@@ -88,7 +123,20 @@ const char* kindName(uint32_t kind);
 
 uint64_t idChecksum(IdLayout layout);
 
-uint64_t hostHash();
+// NOTE [bootstrap authentication]: what a rank's hello proves, and what the service answers.
+using Mac = std::array<uint8_t, kMacBytes>;
+Mac helloMac(const IdLayout& id, const uint8_t* serviceNonce, const Request& hello);
+Mac serviceMac(const IdLayout& id, const uint8_t* serviceNonce, const Request& hello);
+
+// Fills `out` with `size` bytes from the kernel's random source.
+tparResult_t randomBytes(void* out, size_t size);
+
+// The credentials of the process at the other end of a connected UNIX socket.
+struct PeerCred {
+  int32_t pid = 0;
+  uint32_t uid = 0;
+};
+bool peerCred(int fd, PeerCred* out);
 
 // Fills `addr` with `name` in the abstract namespace and returns the address length to pass to
 // bind/connect.

@@ -2,11 +2,15 @@
 
 #include <unistd.h>
 
-#include <mutex>
-
 #include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <cstring>
+#include <memory>
 #include <mutex>
+#include <system_error>
+#include <thread>
 #include <unordered_set>
 
 #include "core/error.h"
@@ -138,11 +142,59 @@ void destroyComm(tparComm* comm) {
   delete comm;
 }
 
+tparResult_t abortComm(tparComm* comm) {
+  // Waiting kernels read this word between polls and give up (Waiter::keepWaiting).
+  reinterpret_cast<volatile uint32_t*>(&comm->host_state->abort)[0] = 1;
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  struct Wait {
+    std::mutex mu;
+    std::condition_variable cv;
+    bool idle = false;
+    bool abandoned = false;  // abort gave up: the thread frees the communicator
+  };
+  auto wait = std::make_shared<Wait>();
+  const int device = comm->device;
+  std::thread waiter;
+  try {
+    waiter = std::thread([wait, comm, device] {
+      cudaSetDevice(device);
+      cudaDeviceSynchronize();
+      (void)cudaGetLastError();
+      std::unique_lock<std::mutex> lock(wait->mu);
+      wait->idle = true;
+      if (!wait->abandoned) {
+        wait->cv.notify_all();
+        return;
+      }
+      lock.unlock();
+      destroyComm(comm);
+    });
+  } catch (const std::system_error&) {
+    destroyComm(comm);  // no thread to bound the wait with: wait without a bound
+    return tparSuccess;
+  }
+  const int64_t bound_ms = comm->cfg.timeout_ms;
+  std::unique_lock<std::mutex> lock(wait->mu);
+  if (wait->cv.wait_for(lock, std::chrono::milliseconds(bound_ms), [&] { return wait->idle; })) {
+    lock.unlock();
+    waiter.join();  // it has nothing left to do: no thread outlives a normal abort
+    destroyComm(comm);
+    return tparSuccess;
+  }
+  waiter.detach();
+  wait->abandoned = true;
+  return setError(tparTimeout,
+                  "tparCommAbort: the GPU did not become idle within the communicator's timeout "
+                  "(%lld ms): other work keeps it busy (an NCCL call waiting for a peer, or a "
+                  "kernel that never ends). The communicator is gone; its memory is freed once "
+                  "the GPU is idle. An NCCL call needs ncclCommAbort on its own communicator.",
+                  static_cast<long long>(bound_ms));
+}
+
 tparResult_t describeSelf(const tparComm& comm, PeerInfo* out) {
   PeerInfo info;
   std::memset(&info, 0, sizeof(info));
-  info.host_hash = hostHash();
-  info.pid = static_cast<int32_t>(getpid());
+  TPAR_TRY(processIdentity(&info.process));
   info.cuda_device = comm.device;
   TPAR_TRY(busIdOf(comm.device, info.bus_id, sizeof(info.bus_id)));
   info.workspace_ptr = reinterpret_cast<uint64_t>(comm.workspace);
@@ -302,7 +354,7 @@ tparResult_t allReduce(tparComm* comm, const void* send, void* recv, size_t coun
   args.data_bytes = comm->layout.data_bytes;
   args.pull_base = comm->layout.pullBase();
   args.pull_bytes = comm->layout.pull_bytes;
-  args.meta = kernels::makeCallMeta(dtype, op, algo, count);
+  args.meta = kernels::makeCallMeta(dtype, op, algo, count, comm->nccl.comm != nullptr);
   args.rank = comm->rank;
   args.nranks = comm->nranks;
   args.op = op;

@@ -73,6 +73,21 @@ Topology flatTopology(int nranks, LinkClass link);
 // Frees what createLocal and peer mapping made. Waits for the device first.
 void destroyComm(tparComm* comm);
 
+// NOTE [bounded abort]
+// tparCommAbort sets the abort word, which every waiting kernel of the communicator reads
+// between polls and gives up on (Waiter::keepWaiting); it then waits for the device to become
+// idle before freeing anything, because kernels of this communicator may still be queued
+// behind other work and would otherwise run on freed memory. Abort cannot end other work: a
+// kernel that never finishes (an NCCL call whose peers never join it, a kernel of the
+// application that spins) keeps the device busy for good. So the wait is bounded by the
+// communicator's timeout; past it, abort returns tparTimeout and a thread of its own keeps
+// waiting and frees the communicator once the device is idle (when the process ends first,
+// the driver takes everything back).
+//
+// Frees `comm` (unregistered already) within its timeout, or hands it to that thread and
+// fails with tparTimeout.
+tparResult_t abortComm(tparComm* comm);
+
 // Registry of live communicators, so that a destroyed or foreign handle is reported instead of
 // dereferenced.
 void registerComm(tparComm* comm);

@@ -11,6 +11,7 @@ tparResult_t resolveConfig(const tparConfig_t* user, const Env& env, ResolvedCon
   cfg.max_bytes_per_call = env.max_bytes_per_call;
   cfg.timeout_ms = env.timeout_ms;
   cfg.bootstrap_timeout_ms = env.bootstrap_timeout_ms;
+  cfg.bootstrap_allow_other_users = env.bootstrap_allow_other_users;
   cfg.forced_algo = static_cast<tparAlgo_t>(env.algo);
   cfg.transport = env.transport;
   cfg.allow_shared_device = env.allow_shared_device;
@@ -43,9 +44,13 @@ tparResult_t resolveConfig(const tparConfig_t* user, const Env& env, ResolvedCon
       }
       cfg.max_bytes_per_call = user->maxBytesPerCall;
     }
-    if (user->timeoutMs < 0) {
-      return setError(tparInvalidArgument, "config->timeoutMs %" PRId64 " is negative",
-                      user->timeoutMs);
+    // The same bound as TPAR_TIMEOUT_MS: kernels count the timeout in nanoseconds in 64 bits,
+    // and a day is far beyond any wait worth bounding.
+    if (user->timeoutMs < 0 || user->timeoutMs > kMaxTimeoutMs) {
+      return setError(tparInvalidArgument,
+                      "config->timeoutMs %" PRId64 " is outside 1..%" PRId64
+                      " (24 hours; 0 takes TPAR_TIMEOUT_MS)",
+                      user->timeoutMs, kMaxTimeoutMs);
     }
     if (user->timeoutMs > 0) cfg.timeout_ms = user->timeoutMs;
     if (user->algorithm != TPAR_CONFIG_UNDEF_INT) {

@@ -15,6 +15,7 @@ struct ResolvedConfig {
   uint64_t max_bytes_per_call = 0;
   int64_t timeout_ms = 0;
   int64_t bootstrap_timeout_ms = 0;
+  bool bootstrap_allow_other_users = false;
   tparAlgo_t forced_algo = tparAlgoAuto;
   int transport = 0;  // 0 auto, 1 host memory, 2 GPU memory only (tparConfig_t::transport)
   bool allow_shared_device = false;

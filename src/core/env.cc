@@ -19,6 +19,9 @@ const std::vector<EnvVarSpec>& envRegistry() {
        "Bound on every wait inside a collective; a wait past it records tparTimeout."},
       {"TPAR_BOOTSTRAP_TIMEOUT_MS", EnvType::kInt, "120000", nullptr,
        "Bound on the rendezvous of tparCommInitRank (all ranks must arrive within it)."},
+      {"TPAR_BOOTSTRAP_ALLOW_OTHER_USERS", EnvType::kBool, "0", nullptr,
+       "Let processes of other users that hold the uniqueId join a rendezvous (0: only the "
+       "user that called tparGetUniqueId; see docs/RELIABILITY.md, trust boundaries)."},
       {"TPAR_MAX_BYTES_PER_CALL", EnvType::kBytes, "8M", nullptr,
        "Largest message one kernel launch handles; larger calls are split. Workspace is 4x this."},
       {"TPAR_ALGO", EnvType::kChoice, "auto",
@@ -54,9 +57,21 @@ const std::vector<EnvVarSpec>& envRegistry() {
        "hwloc XML file to use instead of the live machine's topology, for tests and for "
        "machines that hide it."},
       {"TPAR_NCCL_LIBRARY", EnvType::kString, "", nullptr,
-       "NCCL library (path or file name) to load for tparCommSetNcclComm and the tpar command; "
-       "empty: libnccl.so.2 (the copy already loaded in the process, if any), then known "
-       "install locations."},
+       "NCCL library (path or file name) to load for tparCommSetNcclComm, the tpar command and "
+       "the calls libtpar_nccl.so forwards; empty: the copy already loaded in the process, if "
+       "any, then known install locations (docs/nccl_shim.md)."},
+      {"TPAR_SHIM_DISABLE", EnvType::kBool, "0", nullptr,
+       "libtpar_nccl.so: forward every call to the real NCCL unchanged (no tpar communicator, no "
+       "setup collectives); set it alike on every rank."},
+      {"TPAR_SHIM_MAX_BYTES", EnvType::kBytes, "8M", nullptr,
+       "libtpar_nccl.so: largest all-reduce (bytes) it offers to tpar; larger ones go to NCCL. "
+       "0: none (every all-reduce to NCCL, communicators still set up)."},
+      {"TPAR_ENGINE_PLUGIN", EnvType::kBool, "0", nullptr,
+       "Read by the Python package's vLLM and SGLang plugins: 1 makes tpar the engine's custom "
+       "all-reduce (docs/integration.md); the library itself ignores it."},
+      {"TPAR_ENGINE_MAX_BYTES", EnvType::kBytes, "8M", nullptr,
+       "Read by the Python engine plugins: largest message the engine hands to tpar (larger "
+       "ones stay on NCCL)."},
   };
   return kRegistry;
 }
@@ -189,7 +204,7 @@ tparResult_t parseEnv(const EnvGetter& get, Env* out) {
     uint64_t b = 0;
     bool flag = false;
     if (name == "TPAR_TIMEOUT_MS" || name == "TPAR_BOOTSTRAP_TIMEOUT_MS") {
-      if (!parseInt(value, &i) || i <= 0 || i > 86400000)
+      if (!parseInt(value, &i) || i <= 0 || i > kMaxTimeoutMs)
         return badValue(spec, value, "a whole number of milliseconds in 1..86400000");
       (name == "TPAR_TIMEOUT_MS" ? env.timeout_ms : env.bootstrap_timeout_ms) = i;
     } else if (name == "TPAR_MAX_BYTES_PER_CALL") {
@@ -204,6 +219,9 @@ tparResult_t parseEnv(const EnvGetter& get, Env* out) {
       int idx = choiceIndex(spec.choices, value);
       if (idx < 0) return badValue(spec, value, (std::string("one of ") + spec.choices).c_str());
       env.transport = idx;  // the order of choices matches tparConfig_t::transport
+    } else if (name == "TPAR_BOOTSTRAP_ALLOW_OTHER_USERS") {
+      if (!parseBool(value, &flag)) return badValue(spec, value, "a boolean (0/1)");
+      env.bootstrap_allow_other_users = flag;
     } else if (name == "TPAR_ALLOW_SHARED_DEVICE") {
       if (!parseBool(value, &flag)) return badValue(spec, value, "a boolean (0/1)");
       env.allow_shared_device = flag;
@@ -249,6 +267,19 @@ tparResult_t parseEnv(const EnvGetter& get, Env* out) {
       env.topo_file = value;
     } else if (name == "TPAR_NCCL_LIBRARY") {
       env.nccl_library = value;  // loaded (and checked) only when NCCL is needed
+    } else if (name == "TPAR_SHIM_DISABLE") {
+      if (!parseBool(value, &flag)) return badValue(spec, value, "a boolean (0/1)");
+      env.shim_disable = flag;
+    } else if (name == "TPAR_SHIM_MAX_BYTES") {
+      if (!parseBytes(value, &b) || b > (1ull << 40))
+        return badValue(spec, value, "a size up to 1024G");
+      env.shim_max_bytes = b;
+    } else if (name == "TPAR_ENGINE_PLUGIN") {
+      // Used by python/tpar/integrations; checked here so that a typo fails loudly.
+      if (!parseBool(value, &flag)) return badValue(spec, value, "a boolean (0/1)");
+    } else if (name == "TPAR_ENGINE_MAX_BYTES") {
+      if (!parseBytes(value, &b) || b == 0 || b > (1ull << 30))
+        return badValue(spec, value, "a size between 1 and 1G");
     } else {
       return setError(tparInternalError, "environment variable %s has no parser", spec.name);
     }

@@ -17,6 +17,10 @@ namespace tpar {
 
 enum class EnvType { kInt, kBytes, kBool, kChoice, kString };
 
+// The largest timeout (TPAR_TIMEOUT_MS, TPAR_BOOTSTRAP_TIMEOUT_MS, tparConfig_t::timeoutMs):
+// 24 hours.
+constexpr int64_t kMaxTimeoutMs = 86400000;
+
 struct EnvVarSpec {
   const char* name;
   EnvType type;
@@ -32,6 +36,7 @@ const std::vector<EnvVarSpec>& envRegistry();
 struct Env {
   int64_t timeout_ms = 0;
   int64_t bootstrap_timeout_ms = 0;
+  bool bootstrap_allow_other_users = false;
   uint64_t max_bytes_per_call = 0;
   int algo = tparAlgoAuto;            // tparAlgo_t
   int transport = 0;                  // 0 auto, 1 host, 2 p2p (tparConfig_t::transport)
@@ -48,6 +53,8 @@ struct Env {
   std::string tuning_file;            // empty: the per-machine file in the cache directory
   std::string topo_file;              // empty: discover the live machine's topology
   std::string nccl_library;           // empty: search for NCCL (core/nccl_route.h)
+  bool shim_disable = false;          // libtpar_nccl.so: pure pass-through
+  uint64_t shim_max_bytes = 0;        // libtpar_nccl.so: largest all-reduce offered to tpar
   std::vector<std::string> set_vars;  // "NAME=value" for every variable that was set
 };
 

@@ -60,6 +60,40 @@ bool bindAll(void* h, NcclLib* lib) {
          bind(h, "ncclGroupEnd", &lib->groupEnd);
 }
 
+// NOTE [shim recursion]
+// In a process where libtpar_nccl.so stands in for NCCL (LD_PRELOAD, or an engine's
+// VLLM_NCCL_SO_PATH / SGLANG_NCCL_SO_PATH), opening "libnccl.so.2" returns the shim (the
+// dynamic loader matches its soname), and so does a path to it. The shim's ncclAllReduce may
+// hand a call to tpar, which may route it to NCCL: bound to the shim, that call would come back
+// into the shim. So a library that exports tparShimRealNccl is asked for the real NCCL it
+// forwards to (which is never the shim itself), and that library is bound instead.
+// nccl_shim/tests (ShimChild.CoreRoutesToTheRealNccl) keeps a routed call from re-entering it.
+// Returns false, with the reason in `tried`, for a shim that found no real NCCL.
+bool resolveShim(void** handle, std::string* path, std::string* tried) {
+  using RealNccl = void* (*)(const char**);
+  auto real = reinterpret_cast<RealNccl>(dlsym(*handle, "tparShimRealNccl"));
+  if (real == nullptr) return true;
+  const char* text = nullptr;
+  void* real_handle = real(&text);
+  const std::string shim = *path;
+  dlclose(*handle);
+  if (real_handle == nullptr || text == nullptr) {
+    *tried += " " + shim + " (libtpar_nccl.so, without a real NCCL: " +
+              (text != nullptr ? text : "?") + ")";
+    return false;
+  }
+  // A reference of our own: the shim keeps its, whatever becomes of ours.
+  void* own = dlopen(text, RTLD_NOW | RTLD_LOCAL | RTLD_NOLOAD);
+  if (own != real_handle) {
+    if (own != nullptr) dlclose(own);
+    *tried += " " + shim + " (libtpar_nccl.so: its NCCL " + text + " is not loaded)";
+    return false;
+  }
+  *handle = own;
+  *path = text;
+  return true;
+}
+
 const char* ncclText(const NcclLib* lib, int rc) {
   const char* s = lib->getErrorString(rc);
   return s != nullptr ? s : "unknown NCCL error";
@@ -94,14 +128,16 @@ const NcclLib* loadNccl(std::string* why) {
         tried += " " + path;
         continue;
       }
+      std::string loaded = path;
+      if (!resolveShim(&h, &loaded, &tried)) continue;
       NcclLib found;
       if (!bindAll(h, &found)) {
-        tried += " " + path + " (symbols missing)";
+        tried += " " + loaded + " (symbols missing)";
         dlclose(h);
         continue;
       }
       found.getVersion(&found.version);
-      found.path = path;
+      found.path = loaded;
       lib = found;
       ok = true;
       return;

@@ -48,7 +48,8 @@ struct NcclLib {
 // Loads NCCL once per process. TPAR_NCCL_LIBRARY, when set, is the only candidate. Otherwise
 // libnccl.so.2 (which is the copy already loaded in the process, when there is one: the
 // dynamic loader matches its soname), then libnccl.so, then the copies that CUDA and PyTorch
-// installations carry. nullptr with `why` filled when none loads.
+// installations carry. A candidate that is libtpar_nccl.so (the NCCL drop-in) is replaced by the
+// real NCCL it forwards to (NOTE [shim recursion]). nullptr with `why` filled when none loads.
 const NcclLib* loadNccl(std::string* why);
 
 // "2.28.9" for 22809.

@@ -5,13 +5,15 @@
 namespace tpar {
 namespace kernels {
 
-uint32_t makeCallMeta(tparDataType_t dtype, tparRedOp_t op, Algo algo, uint64_t total_count) {
-  // 25 bits of a hash of the whole call's count: pieces of differently sized calls then differ
+uint32_t makeCallMeta(tparDataType_t dtype, tparRedOp_t op, Algo algo, uint64_t total_count,
+                      bool nccl_attached) {
+  // 24 bits of a hash of the whole call's count: pieces of differently sized calls then differ
   // even where one piece's count happens to match.
   uint64_t h = total_count * 0x9E3779B97F4A7C15ull;
   h ^= h >> 29;
   return static_cast<uint32_t>(dtype) | (static_cast<uint32_t>(op) << 2) |
-         (static_cast<uint32_t>(algo) << 4) | (static_cast<uint32_t>(h & 0x1FFFFFFu) << 7);
+         (static_cast<uint32_t>(algo) << 4) | (nccl_attached ? 1u << 7 : 0u) |
+         (static_cast<uint32_t>(h & 0xFFFFFFu) << 8);
 }
 
 uint64_t workVectors(Algo algo, uint64_t count, size_t elem_bytes, int nranks) {

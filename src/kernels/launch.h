@@ -162,8 +162,10 @@ struct AllReduceArgs {
   uint8_t hier_rank[kMaxRanks];
 };
 
-// The header word every rank puts into its first packet of a call.
-uint32_t makeCallMeta(tparDataType_t dtype, tparRedOp_t op, Algo algo, uint64_t total_count);
+// The header word every rank puts into its first packet of a call (NOTE [call header]).
+// `nccl_attached`: the communicator has an NCCL communicator attached (NOTE [agreement]).
+uint32_t makeCallMeta(tparDataType_t dtype, tparRedOp_t op, Algo algo, uint64_t total_count,
+                      bool nccl_attached = false);
 
 // Enqueues one all-reduce launch. `max_ranks` is 8 or 16 (kernel variant).
 // `overlap`: launch with programmatic stream serialization (NOTE [launch overlap]).

@@ -1,18 +1,18 @@
 // Topology from an hwloc XML file: the test fixtures, TPAR_TOPO_FILE, and a way to reproduce a
 // user's machine from the file `lstopo --whole-io` or hwloc-gather-topology saved there.
 #include <hwloc.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <cerrno>
-#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <memory>
+#include <mutex>
 
 #include "core/error.h"
+#include "core/log.h"
 #include "topology/pcie_tree.h"
 #include "topology/topology.h"
+#include "topology/xml_probe.h"
 
 namespace tpar {
 namespace {
@@ -20,6 +20,7 @@ namespace {
 // Info attributes a fixture uses for what a PCIe tree cannot express (docs/TOPOLOGY.md).
 constexpr const char* kNvLinkGroupInfo = "TparNvLinkGroup";
 constexpr const char* kP2pInfo = "TparP2P";
+constexpr const char* kNvLinkMatrix = "NVLinkBandwidth";
 
 struct TopologyDeleter {
   void operator()(hwloc_topology* t) const { hwloc_topology_destroy(t); }
@@ -39,39 +40,58 @@ tparResult_t p2pAllowed(hwloc_obj_t obj, const std::string& path, const char* wh
                   path.c_str(), kP2pInfo, v, what);
 }
 
-}  // namespace
-
-namespace {
-
-// Loads `path` with hwloc in a forked child. The parent only waits; the child calls hwloc and
-// _exit, nothing else.
-tparResult_t probeLoad(const std::string& path) {
-  const pid_t pid = fork();
-  if (pid < 0) return setError(tparSystemError, "fork failed: %s", std::strerror(errno));
-  if (pid == 0) {
-    // Die of the signal itself: the caller's crash handlers (a sanitizer's, a fuzzer's, an
-    // interpreter's) have nothing to report about this child.
-    for (int sig : {SIGSEGV, SIGBUS, SIGABRT, SIGFPE, SIGILL}) std::signal(sig, SIG_DFL);
-    hwloc_topology_t t = nullptr;
-    int rc = 2;
-    if (hwloc_topology_init(&t) == 0) {
-      hwloc_topology_set_io_types_filter(t, HWLOC_TYPE_FILTER_KEEP_ALL);
-      rc = hwloc_topology_set_xml(t, path.c_str()) == 0 && hwloc_topology_load(t) == 0 ? 0 : 1;
-      hwloc_topology_destroy(t);
+// NOTE [NVLink matrix]
+// hwloc's NVML backend records NVLink as a distances matrix named "NVLinkBandwidth" (MB/s of
+// one direction): its objects are the GPUs (NVML OS devices, below their PCI devices) and,
+// where links end elsewhere, the NVSwitches (NVIDIA PCI devices of class 0x0680) or CPUs. Two
+// GPUs are joined by NVLink when the matrix gives them bandwidth to each other, or when both
+// have bandwidth to NVSwitches: the NVSwitches of one machine form one fabric (a DGX-2's two
+// boards of eight GPUs are joined switch to switch, links NVML does not list per GPU), so every
+// GPU on it reaches every other at NVLink speed.
+std::vector<std::vector<bool>> nvlinkPairs(hwloc_topology_t topo,
+                                           const std::vector<hwloc_obj_t>& gpus) {
+  const size_t n = gpus.size();
+  std::vector<std::vector<bool>> joined(n, std::vector<bool>(n, false));
+  unsigned nr = 0;
+  if (hwloc_distances_get_by_name(topo, kNvLinkMatrix, &nr, nullptr, 0) != 0 || nr == 0) {
+    return joined;
+  }
+  std::vector<hwloc_distances_s*> all(nr, nullptr);
+  if (hwloc_distances_get_by_name(topo, kNvLinkMatrix, &nr, all.data(), 0) != 0) return joined;
+  std::vector<bool> on_switch(n, false);
+  for (unsigned d = 0; d < nr; ++d) {
+    const hwloc_distances_s* m = all[d];
+    // Each matrix object as a GPU index (its PCI device, for an OS device) or -1, and whether
+    // it is an NVSwitch.
+    std::vector<int> gpu_of(m->nbobjs, -1);
+    std::vector<bool> is_switch(m->nbobjs, false);
+    for (unsigned i = 0; i < m->nbobjs; ++i) {
+      hwloc_obj_t o = m->objs[i];
+      if (o != nullptr && o->type == HWLOC_OBJ_OS_DEVICE) o = o->parent;
+      if (o == nullptr || o->type != HWLOC_OBJ_PCI_DEVICE) continue;
+      for (size_t g = 0; g < n; ++g) {
+        if (gpus[g] == o) gpu_of[i] = static_cast<int>(g);
+      }
+      is_switch[i] =
+          o->attr->pcidev.vendor_id == 0x10de && (o->attr->pcidev.class_id >> 8) == 0x06;
     }
-    _exit(rc);
+    for (unsigned i = 0; i < m->nbobjs; ++i) {
+      for (unsigned j = 0; j < m->nbobjs; ++j) {
+        if (i == j || m->values[i * m->nbobjs + j] == 0) continue;
+        if (gpu_of[i] >= 0 && gpu_of[j] >= 0) joined[gpu_of[i]][gpu_of[j]] = true;
+        if (gpu_of[i] >= 0 && is_switch[j]) on_switch[gpu_of[i]] = true;
+        if (gpu_of[j] >= 0 && is_switch[i]) on_switch[gpu_of[j]] = true;
+      }
+    }
   }
-  int status = 0;
-  while (waitpid(pid, &status, 0) < 0) {
-    if (errno != EINTR) return setError(tparSystemError, "waitpid failed: %s", std::strerror(errno));
+  for (unsigned d = 0; d < nr; ++d) hwloc_distances_release(topo, all[d]);
+  for (size_t a = 0; a < n; ++a) {
+    for (size_t b = 0; b < n; ++b) {
+      // A link listed from one side only still joins both.
+      joined[a][b] = joined[a][b] || joined[b][a] || (on_switch[a] && on_switch[b]);
+    }
   }
-  if (WIFSIGNALED(status)) {
-    return setError(tparInvalidArgument,
-                    "topology XML %s crashes hwloc (signal %d while loading it): not a valid "
-                    "hwloc XML topology",
-                    path.c_str(), WTERMSIG(status));
-  }
-  return tparSuccess;  // a load error is reported by the real load, with its message
+  return joined;
 }
 
 }  // namespace
@@ -80,19 +100,27 @@ tparResult_t loadTopologyXml(const std::string& path, const std::vector<std::str
                              Topology* out) {
   if (out == nullptr) return setError(tparInvalidArgument, "loadTopologyXml: out is null");
   if (path.empty()) return setError(tparInvalidArgument, "topology XML path is empty");
-  // hwloc's own failure says little ("Invalid argument"); check readability first to name it.
-  if (FILE* f = std::fopen(path.c_str(), "r")) {
-    std::fclose(f);
+  // hwloc's own failure says little ("Invalid argument"): read and check the file first, so
+  // that every refusal names what is wrong.
+  std::string xml;
+  TPAR_TRY(readTopologyXml(path, &xml));
+  TPAR_TRY(checkXmlFormatVersion(xml, path));
+  // NOTE [topology crash guard]
+  const std::string helper = probeHelperPath();
+  if (!helper.empty()) {
+    TPAR_TRY(probeTopologyXml(xml, path, helper, kProbeTimeoutMs));
   } else {
-    return setError(tparInvalidArgument, "cannot read topology XML %s: %s", path.c_str(),
-                    std::strerror(errno));
+    static std::once_flag warned;
+    std::call_once(warned, [] {
+      TPAR_WARN("tpar-hwloc-probe is not installed next to libtpar: topology files are loaded "
+                "without the crash guard (a malformed file can crash hwloc, and this process)");
+    });
   }
+  return parseTopologyXml(xml, path, bus_ids, out);
+}
 
-  // hwloc 2.9 crashes on some malformed files (an object without complete_cpuset: SEGV in
-  // hwloc_bitmap_set, found by fuzzing). Load it once in a child process first, so that a file
-  // that crashes hwloc is an error here and not the end of the caller's process.
-  TPAR_TRY(probeLoad(path));
-
+tparResult_t parseTopologyXml(const std::string& xml, const std::string& path,
+                              const std::vector<std::string>& bus_ids, Topology* out) {
   hwloc_topology_t raw = nullptr;
   if (hwloc_topology_init(&raw) != 0)
     return setError(tparSystemError, "hwloc_topology_init failed: %s", std::strerror(errno));
@@ -101,7 +129,9 @@ tparResult_t loadTopologyXml(const std::string& path, const std::vector<std::str
   // the switch structure the link classes come from.
   hwloc_topology_set_io_types_filter(raw, HWLOC_TYPE_FILTER_KEEP_ALL);
   disableGpuPlugins(raw);
-  if (hwloc_topology_set_xml(raw, path.c_str()) != 0 || hwloc_topology_load(raw) != 0) {
+  // The size counts the terminating NUL, as hwloc's own export does.
+  if (hwloc_topology_set_xmlbuffer(raw, xml.c_str(), static_cast<int>(xml.size() + 1)) != 0 ||
+      hwloc_topology_load(raw) != 0) {
     return setError(tparInvalidArgument,
                     "topology XML %s is not an hwloc XML topology (hwloc cannot load it: %s)",
                     path.c_str(), std::strerror(errno));
@@ -142,6 +172,7 @@ tparResult_t loadTopologyXml(const std::string& path, const std::vector<std::str
     }
   }
 
+  const std::vector<std::vector<bool>> nvlink = nvlinkPairs(raw, objs);
   bool machine_p2p = true;
   TPAR_TRY(p2pAllowed(hwloc_get_root_obj(raw), path, "the root object", &machine_p2p));
   const size_t n = objs.size();
@@ -171,7 +202,7 @@ tparResult_t loadTopologyXml(const std::string& path, const std::vector<std::str
         c = LinkClass::kSameDevice;  // virtual ranks: one GPU listed twice
       } else if (!p2p[a] || !p2p[b]) {
         c = LinkClass::kNoP2P;
-      } else if (group[a] && group[b] && std::strcmp(group[a], group[b]) == 0) {
+      } else if (nvlink[a][b] || (group[a] && group[b] && std::strcmp(group[a], group[b]) == 0)) {
         c = LinkClass::kNvLink;
       } else {
         c = pcieLinkClass(objs[a], objs[b]);

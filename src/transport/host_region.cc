@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -18,9 +19,12 @@
 namespace tpar {
 namespace {
 
+// NOTE [host region trust]
+constexpr int kRegionSeals = F_SEAL_GROW | F_SEAL_SHRINK;
+
 int makeMemfd(const char* name) {
 #ifdef SYS_memfd_create
-  return static_cast<int>(syscall(SYS_memfd_create, name, 1u /* MFD_CLOEXEC */));
+  return static_cast<int>(syscall(SYS_memfd_create, name, MFD_CLOEXEC | MFD_ALLOW_SEALING));
 #else
   errno = ENOSYS;
   return -1;
@@ -76,6 +80,11 @@ tparResult_t createHostRegion(size_t bytes, int cuda_device, void (*fill)(void*,
     return fail(setError(tparSystemError, "sizing a %zu-byte host region failed: %s", bytes,
                          std::strerror(errno)));
   }
+  // NOTE [host region trust]: its size is final from here on.
+  if (fcntl(r.fd, F_ADD_SEALS, kRegionSeals | F_SEAL_SEAL) != 0) {
+    return fail(setError(tparSystemError, "sealing a host region failed: %s",
+                         std::strerror(errno)));
+  }
   if (tparResult_t res = mapFd(r.fd, bytes, &r); res != tparSuccess) return fail(res);
   std::string why;
   if (!bindToGpuNumaNode(r.host, bytes, cuda_device, &why)) {
@@ -89,6 +98,30 @@ tparResult_t createHostRegion(size_t bytes, int cuda_device, void (*fill)(void*,
   return tparSuccess;
 }
 
+tparResult_t checkPeerRegionFd(int fd, size_t bytes, const char* what) {
+  struct stat st;
+  if (fstat(fd, &st) != 0) {
+    return setError(tparSystemError, "fstat of %s failed: %s", what, std::strerror(errno));
+  }
+  if (!S_ISREG(st.st_mode)) {
+    return setError(tparInvalidUsage, "%s is not a tpar host region (not a memory file)", what);
+  }
+  const int seals = fcntl(fd, F_GET_SEALS);
+  if (seals < 0 || (seals & kRegionSeals) != kRegionSeals) {
+    return setError(tparInvalidUsage,
+                    "%s is not a tpar host region: %s (a host region is a memfd sealed against "
+                    "resizing)",
+                    what, seals < 0 ? "not a memfd (a file that cannot be sealed)"
+                                    : "a memfd that can still be resized");
+  }
+  if (static_cast<uint64_t>(st.st_size) != bytes) {
+    return setError(tparInvalidUsage,
+                    "%s is not the expected host region: %llu bytes where %zu were published",
+                    what, static_cast<unsigned long long>(st.st_size), bytes);
+  }
+  return tparSuccess;
+}
+
 tparResult_t openPeerHostRegion(int32_t pid, int32_t fd, size_t bytes, HostRegion* out) {
   HostRegion r;
   const std::string path = "/proc/" + std::to_string(pid) + "/fd/" + std::to_string(fd);
@@ -98,6 +131,10 @@ tparResult_t openPeerHostRegion(int32_t pid, int32_t fd, size_t bytes, HostRegio
                     "opening rank's host region %s failed: %s (processes of one communicator "
                     "must run as the same user and be allowed to open each other's files)",
                     path.c_str(), std::strerror(errno));
+  }
+  if (tparResult_t bad = checkPeerRegionFd(local, bytes, path.c_str()); bad != tparSuccess) {
+    close(local);
+    return bad;
   }
   const tparResult_t res = mapFd(local, bytes, &r);
   close(local);  // the mapping keeps the memory

@@ -4,7 +4,6 @@
 
 #include <cctype>
 #include <cstring>
-#include <fstream>
 #include <string>
 #include <vector>
 
@@ -119,24 +118,34 @@ tparResult_t enablePeerAccess(int self_device, int peer_device) {
 tparResult_t mapPeer(const PeerInfo& self, const PeerInfo& peer, int peer_rank,
                      PeerMapping* out) {
   PeerMapping m;
+  // NOTE [identity]: a pointer of the peer is ours only when the peer is this very process.
+  const bool same_process = sameProcess(peer.process, self.process);
   if (self.host_transport != 0) {
     m.kind = tparTransportHost;
-    if (peer.pid == self.pid) {
+    if (same_process) {
       // Registered as portable by its owner: valid on every GPU of this process.
       m.ptr = reinterpret_cast<char*>(peer.host_region_ptr);
+    } else if (!samePidNamespace(peer.process, self.process)) {
+      return setError(tparInvalidUsage,
+                      "rank %d runs in another PID namespace (another container?): its host "
+                      "region is opened through /proc/<pid>/fd, which needs the ranks' "
+                      "processes in one PID namespace (share the process namespace, e.g. "
+                      "docker --pid or a pod's shareProcessNamespace), or GPU memory "
+                      "(TPAR_TRANSPORT=p2p)",
+                      peer_rank);
     } else {
-      tparResult_t res = openPeerHostRegion(peer.pid, peer.host_fd, peer.host_region_bytes,
-                                            &m.host);
+      tparResult_t res = openPeerHostRegion(peer.process.pid, peer.host_fd,
+                                            peer.host_region_bytes, &m.host);
       if (res != tparSuccess) {
         const std::string why = lastError();
-        return setError(res, "rank %d (pid %d): %s", peer_rank, peer.pid, why.c_str());
+        return setError(res, "rank %d (pid %d): %s", peer_rank, peer.process.pid, why.c_str());
       }
       m.ptr = m.host.device;
     }
     *out = m;
     return tparSuccess;
   }
-  if (peer.pid == self.pid) {
+  if (same_process) {
     // One process: the pointer is valid here (unified addressing).
     if (peer.cuda_device != self.cuda_device) {
       TPAR_TRY(enablePeerAccess(self.cuda_device, peer.cuda_device));
@@ -154,7 +163,7 @@ tparResult_t mapPeer(const PeerInfo& self, const PeerInfo& peer, int peer_rank,
       return setError(tparUnhandledCudaError,
                       "cudaIpcOpenMemHandle for rank %d (pid %d, GPU %s) failed: %s; CUDA IPC "
                       "needs peer access between the GPUs or the same GPU",
-                      peer_rank, peer.pid, peer.bus_id, cudaGetErrorString(err));
+                      peer_rank, peer.process.pid, peer.bus_id, cudaGetErrorString(err));
     }
     m.ptr = static_cast<char*>(ptr);
     m.ipc_opened = true;
@@ -173,21 +182,6 @@ tparResult_t busIdOf(int device, char* out, int len) {
   TPAR_CUDA_TRY(cudaDeviceGetPCIBusId(out, len, device));
   for (char* p = out; *p; ++p) *p = static_cast<char>(std::tolower(static_cast<unsigned char>(*p)));
   return tparSuccess;
-}
-
-uint64_t hostHash() {
-  char host[256] = {0};
-  gethostname(host, sizeof(host) - 1);
-  std::string id = host;
-  std::ifstream boot("/proc/sys/kernel/random/boot_id");
-  std::string boot_id;
-  if (boot >> boot_id) id += boot_id;
-  uint64_t h = 1469598103934665603ull;  // FNV-1a
-  for (unsigned char c : id) {
-    h ^= c;
-    h *= 1099511628211ull;
-  }
-  return h;
 }
 
 }  // namespace tpar

@@ -9,6 +9,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include "core/identity.h"
 #include "kernels/launch.h"
 #include "tpar/tpar.h"
 #include "transport/host_region.h"
@@ -17,8 +18,7 @@ namespace tpar {
 
 // What one rank publishes to the others during init.
 struct PeerInfo {
-  uint64_t host_hash;
-  int32_t pid;
+  ProcessIdentity process;  // NOTE [identity]
   int32_t cuda_device;      // ordinal in the publishing process
   char bus_id[32];          // PCI bus id of the GPU, comparable across processes
   uint64_t workspace_ptr;   // valid in the publishing process only
@@ -82,9 +82,6 @@ tparResult_t enablePeerAccess(int self_device, int peer_device);
 
 // PCI bus id of a device as a string (lower case).
 tparResult_t busIdOf(int device, char* out, int len);
-
-// Identity of this host (hostname and boot id), equal for all processes of one machine boot.
-uint64_t hostHash();
 
 }  // namespace tpar
 

@@ -34,7 +34,7 @@ using tpar_fuzz::fail;
 // The input as a file, since the reader takes a path. The file is unlinked as soon as it is
 // written and read through /proc/self/fd: an input that crashes the process (the point of
 // fuzzing) would otherwise leave its file in /tmp, and triaging a few hundred crashes left
-// hundreds. The forked child of loadTopologyXml's probe inherits the descriptor.
+// hundreds. The loader reads the file once, through that path.
 class TempFile {
  public:
   TempFile(const uint8_t* data, size_t size) {

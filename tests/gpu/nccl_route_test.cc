@@ -50,15 +50,6 @@ struct NcclGroup {
 
 uint64_t ncclCalls(tparComm_t comm) { return comm->nccl.calls; }
 
-int gpuCount() {
-  int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess) {
-    (void)cudaGetLastError();
-    return 0;
-  }
-  return n;
-}
-
 // One rank, algorithm forced to NCCL: refused without an NCCL communicator, exact with one,
 // through NCCL for every datatype and op, in and out of place.
 void checkForcedRoute(VirtualGroup& g, NcclGroup& nccl) {

@@ -10,6 +10,7 @@
 
 #include <cctype>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <random>
@@ -34,6 +35,32 @@ bool gpuAvailable(std::string* why) {
 }
 
 size_t elemSize(tparDataType_t dtype) { return dtype == tparFloat32 ? 4 : 2; }
+
+int gpuCount() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  return n;
+}
+
+std::string idHex(const tparUniqueId& id) {
+  std::string hex;
+  char buf[3];
+  for (char c : id.internal) {
+    std::snprintf(buf, sizeof(buf), "%02x", static_cast<unsigned char>(c));
+    hex += buf;
+  }
+  return hex;
+}
+
+std::string readFile(const std::string& path) {
+  std::ifstream f(path);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
 
 uint64_t freshSeed() {
   static std::mt19937_64 gen(std::random_device{}() ^
@@ -212,6 +239,10 @@ tparConfig_t sharedDeviceConfig(int64_t timeout_ms) {
   cfg.allowSharedDevice = 1;
   cfg.timeoutMs = timeout_ms;
   return cfg;
+}
+
+std::string transportParamName(const ::testing::TestParamInfo<const char*>& info) {
+  return std::string(info.param) == "auto" ? std::string("default") : std::string(info.param);
 }
 
 std::string transportLabel(int transport) {

@@ -30,6 +30,15 @@ bool gpuAvailable(std::string* why);
 
 size_t elemSize(tparDataType_t dtype);
 
+// CUDA devices of this process (0 when CUDA cannot say).
+int gpuCount();
+
+// A unique id as hex text (how the multi-process tests pass it to workers).
+std::string idHex(const tparUniqueId& id);
+
+// A whole file ("" when it cannot be read).
+std::string readFile(const std::string& path);
+
 // A seed nobody chose: fresh for every check (printed by the tests on failure).
 uint64_t freshSeed();
 
@@ -104,6 +113,8 @@ constexpr int kTransportDefault = 0;
 constexpr int kTransportHost = 1;
 // "default" / "host": the part of a test's name that says its transport.
 std::string transportLabel(int transport);
+// The same for tests parameterized by a TPAR_TRANSPORT value ("auto" is "default").
+std::string transportParamName(const ::testing::TestParamInfo<const char*>& info);
 
 // `name` with every character GoogleTest refuses in a test name ("oneshot-pull") made '_'.
 std::string testNamePart(const std::string& name);

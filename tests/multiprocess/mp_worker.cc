@@ -20,6 +20,11 @@
 //     Rank 1 of group 2: all-reduces back to back; after three it writes its pid to
 //     <dir>/victim-running and goes on until it is killed.
 //
+//   tpar_mp_worker init <id hex> <rank> <nranks> <seed> <result file>
+//     Like `check`, but a failed init is an outcome, not a failure: writes "init <code>" and
+//     "error <text>" to the result file, and exits 0 once it has (tests/multiprocess/
+//     agreement_test.cc: ranks configured differently must all fail init, naming the setting).
+//
 // Environment: TPAR_TRANSPORT=host makes every group use the host transport, checked through
 // tparCommQuery (otherwise two processes must use CUDA IPC). In `check` mode the timeout is
 // TPAR_TIMEOUT_MS when set (runs under compute-sanitizer), else 120 s.
@@ -170,23 +175,57 @@ int runCheckedCalls(tparComm_t comm, int rank, int nranks, uint64_t seed, std::o
   return 0;
 }
 
-int checkMode(int argc, char** argv) {
-  if (argc != 7) return fail("usage", "check <id hex> <rank> <nranks> <seed> <result file>");
+// The arguments of `check` and `init`: <id hex> <rank> <nranks> <seed> <result file>.
+struct RankArgs {
   tparUniqueId id;
-  if (!parseId(argv[2], &id)) return fail("id", "wrong length");
-  const int rank = std::atoi(argv[3]);
-  const int nranks = std::atoi(argv[4]);
-  const uint64_t seed = std::strtoull(argv[5], nullptr, 10);
+  int rank = 0;
+  int nranks = 0;
+  uint64_t seed = 0;
+  std::string result;
+  int64_t timeout_ms = 0;
+};
+
+int parseRankArgs(int argc, char** argv, RankArgs* a) {
+  if (argc != 7) {
+    return fail("usage", std::string(argv[1]) + " <id hex> <rank> <nranks> <seed> <result file>");
+  }
+  if (!parseId(argv[2], &a->id)) return fail("id", "wrong length");
+  a->rank = std::atoi(argv[3]);
+  a->nranks = std::atoi(argv[4]);
+  a->seed = std::strtoull(argv[5], nullptr, 10);
+  a->result = argv[6];
   if (cudaSetDevice(0) != cudaSuccess) return fail("cudaSetDevice", "");
   // Contexts on one GPU are time-sliced: hand-offs take milliseconds.
-  const int64_t timeout_ms = std::getenv("TPAR_TIMEOUT_MS") != nullptr ? 0 : 120000;
+  a->timeout_ms = std::getenv("TPAR_TIMEOUT_MS") != nullptr ? 0 : 120000;
+  return 0;
+}
+
+int checkMode(int argc, char** argv) {
+  RankArgs a;
+  if (parseRankArgs(argc, argv, &a) != 0) return 1;
+  const int rank = a.rank;
   tparComm_t comm = nullptr;
-  if (joinGroup(id, rank, nranks, workerConfig(timeout_ms), &comm) != 0) return 1;
-  std::ofstream result(argv[6]);
-  if (runCheckedCalls(comm, rank, nranks, seed, &result) != 0) return 1;
+  if (joinGroup(a.id, rank, a.nranks, workerConfig(a.timeout_ms), &comm) != 0) return 1;
+  std::ofstream result(a.result);
+  if (runCheckedCalls(comm, rank, a.nranks, a.seed, &result) != 0) return 1;
   result.close();
   if (tparCommDestroy(comm) != tparSuccess) return fail("destroy", tparGetLastError(nullptr));
   std::printf("mp_worker rank %d: ok\n", rank);
+  return 0;
+}
+
+int initMode(int argc, char** argv) {
+  RankArgs a;
+  if (parseRankArgs(argc, argv, &a) != 0) return 1;
+  tparConfig_t cfg = workerConfig(a.timeout_ms);
+  tparComm_t comm = nullptr;
+  const tparResult_t res = tparCommInitRankConfig(&comm, a.nranks, a.id, a.rank, &cfg);
+  std::ostringstream text;
+  text << "init " << static_cast<int>(res) << "\nerror " << tparGetLastError(nullptr) << "\n";
+  writeFileAtomically(a.result, text.str());
+  if (res != tparSuccess) return 0;
+  if (runCheckedCalls(comm, a.rank, a.nranks, a.seed, nullptr) != 0) return 1;
+  if (tparCommDestroy(comm) != tparSuccess) return fail("destroy", tparGetLastError(nullptr));
   return 0;
 }
 
@@ -374,6 +413,7 @@ int survivorMode(int argc, char** argv) {
 int main(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "";
   if (mode == "check") return checkMode(argc, argv);
+  if (mode == "init") return initMode(argc, argv);
   if (mode == "survivor") return survivorMode(argc, argv);
   if (mode == "victim") return victimMode(argc, argv);
   return fail("usage", "tpar_mp_worker check|survivor|victim ...");

@@ -28,23 +28,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-std::string readFile(const std::string& path) {
-  std::ifstream f(path);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
-
-std::string idHex(const tparUniqueId& id) {
-  std::string hex;
-  char buf[3];
-  for (char c : id.internal) {
-    std::snprintf(buf, sizeof(buf), "%02x", static_cast<unsigned char>(c));
-    hex += buf;
-  }
-  return hex;
-}
-
 // A worker process whose pid the test keeps (to wait for it, or kill it).
 using Child = ChildProcess;
 
@@ -217,10 +200,7 @@ TEST_P(MultiProcess, SurvivorOfAKilledPeerTimesOutDestroysCleanlyAndLeaksNothing
 }
 
 INSTANTIATE_TEST_SUITE_P(Transports, MultiProcess, ::testing::Values("auto", "host"),
-                         [](const ::testing::TestParamInfo<const char*>& info) {
-                           return std::string(info.param) == "auto" ? std::string("default")
-                                                                    : std::string(info.param);
-                         });
+                         transportParamName);
 
 }  // namespace
 }  // namespace tpar_test

@@ -69,13 +69,23 @@ TEST(Select, ThresholdPicksOneShotForSmallMessagesAndForcedChoicesWin) {
   EXPECT_GE(defaultOneShotMaxBytes(2), defaultOneShotMaxBytes(8));
 }
 
-TEST(CallMeta, DiffersWhenDatatypeOpAlgorithmOrTotalCountDiffer) {
+TEST(CallMeta, DiffersWhenDatatypeOpAlgorithmTotalCountOrNcclAttachmentDiffer) {
   const uint32_t base = kernels::makeCallMeta(tparBfloat16, tparSum, Algo::kOneShot, 1000);
   EXPECT_EQ(base, kernels::makeCallMeta(tparBfloat16, tparSum, Algo::kOneShot, 1000));
   EXPECT_NE(base, kernels::makeCallMeta(tparFloat16, tparSum, Algo::kOneShot, 1000));
   EXPECT_NE(base, kernels::makeCallMeta(tparBfloat16, tparMax, Algo::kOneShot, 1000));
   EXPECT_NE(base, kernels::makeCallMeta(tparBfloat16, tparSum, Algo::kTwoShot, 1000));
   EXPECT_NE(base, kernels::makeCallMeta(tparBfloat16, tparSum, Algo::kOneShot, 1001));
+  // NOTE [agreement]: a rank with NCCL attached and one without never pass each other's check.
+  EXPECT_NE(base, kernels::makeCallMeta(tparBfloat16, tparSum, Algo::kOneShot, 1000, true));
+  for (uint64_t count : {1ull, 1000ull, 1ull << 40}) {
+    for (int algo = 0; algo <= static_cast<int>(Algo::kTwoShotLL); ++algo) {
+      const Algo a = static_cast<Algo>(algo);
+      EXPECT_NE(kernels::makeCallMeta(tparFloat32, tparMin, a, count, false),
+                kernels::makeCallMeta(tparFloat32, tparMin, a, count, true))
+          << "algo " << algo << " count " << count;
+    }
+  }
 }
 
 }  // namespace

@@ -78,6 +78,7 @@ const std::vector<FixtureCase>& fixtureCases() {
       {"two_gpu.xml", 2, {{0, 1}}},
       {"no_p2p_4gpu.xml", 4, {{0, 1, 2, 3}}},
       {"switch_cascade_2socket_8gpu.xml", 8, {{0, 1, 2, 3}, {4, 5, 6, 7}}},
+      {"nvswitch_dgx2_16gpu.xml", 16, {{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15}}},
   };
   return cases;
 }

@@ -1,0 +1,17 @@
+// main() of the shim's CPU tests. Tests named ShimChild.* run only inside a child process that
+// a parent test starts with the environment they need (the shim reads its settings and finds
+// its NCCL once per process); a plain run leaves them out.
+#include <cstdlib>
+#include <string>
+
+#include <gtest/gtest.h>
+
+int main(int argc, char** argv) {
+  ::testing::InitGoogleTest(&argc, argv);
+  if (std::getenv("TPAR_SHIM_TEST_CHILD") == nullptr) {
+    std::string filter = ::testing::GTEST_FLAG(filter);
+    filter += filter.find('-') == std::string::npos ? "-ShimChild.*" : ":ShimChild.*";
+    ::testing::GTEST_FLAG(filter) = filter;
+  }
+  return RUN_ALL_TESTS();
+}

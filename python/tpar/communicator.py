@@ -1,0 +1,432 @@
+"""tpar.Communicator: one rank's handle on a tpar communicator, made from a torch ProcessGroup.
+
+Tensors are passed to the library as (device pointer, element count, dtype code) together with
+the raw handle of the caller's current CUDA stream: the call only enqueues work on that stream,
+so it is legal inside ``torch.cuda.graph`` capture and replays with no host work.
+"""
+from __future__ import annotations
+
+import threading
+from typing import Any, Iterable, Mapping, Optional, Union
+
+from . import _C
+from ._errors import Result, TparArgumentError, TparError, check, raise_for
+
+# Live communicators by handle, for the torch ops (they carry the handle as an int).
+_LIVE: dict = {}
+_LIVE_LOCK = threading.Lock()
+
+_OPS = {"sum": 0, "max": 1, "min": 2}
+_TRANSPORTS = {"auto": 0, "host": 1, "p2p": 2}
+_CONFIG_KEYS = ("timeout_ms", "algorithm", "max_bytes_per_call", "transport", "allow_shared_device")
+
+
+def _torch():
+    import torch  # imported on first use: `import tpar` works without torch
+
+    return torch
+
+
+_dtype_codes: Optional[dict] = None
+
+
+def dtype_code(dtype) -> Optional[int]:
+    """tparDataType_t of a torch dtype, or None when tpar does not reduce it."""
+    global _dtype_codes
+    if _dtype_codes is None:
+        torch = _torch()
+        _dtype_codes = {torch.float32: 0, torch.float16: 1, torch.bfloat16: 2}
+    return _dtype_codes.get(dtype)
+
+
+def op_code(op) -> int:
+    """tparRedOp_t of "sum"/"max"/"min" (or torch.distributed.ReduceOp.SUM/MAX/MIN)."""
+    code = _OPS.get(op) if isinstance(op, str) else None
+    if code is None and not isinstance(op, str):
+        name = getattr(op, "name", None) or str(op).rsplit(".", 1)[-1]
+        code = _OPS.get(str(name).lower())
+    if code is None:
+        raise TparArgumentError(f"op {op!r} is not one of 'sum', 'max', 'min'")
+    return code
+
+
+def algorithm_names() -> list:
+    """The names tpar gives its algorithms (index = tparAlgo_t)."""
+    names = []
+    for i in range(64):
+        n = _C.algo_name(i)
+        if n == "unknown":
+            break
+        names.append(n)
+    return names
+
+
+def _config_args(config: Optional[Mapping[str, Any]]) -> dict:
+    """tparConfig_t fields from a dict; anything unknown or out of range is named."""
+    out = {}
+    if config is None:
+        return out
+    if not isinstance(config, Mapping):
+        raise TparArgumentError(f"config must be a dict of {', '.join(_CONFIG_KEYS)}, not {type(config).__name__}")
+    for key, value in config.items():
+        if key not in _CONFIG_KEYS:
+            raise TparArgumentError(f"config key {key!r} is not one of {', '.join(_CONFIG_KEYS)}")
+        if key == "algorithm":
+            if isinstance(value, str):
+                names = algorithm_names()
+                if value not in names:
+                    raise TparArgumentError(f"config['algorithm'] {value!r} is not one of {', '.join(names)}")
+                value = names.index(value)
+        elif key == "transport":
+            if isinstance(value, str):
+                if value not in _TRANSPORTS:
+                    raise TparArgumentError(f"config['transport'] {value!r} is not one of auto, host, p2p")
+                value = _TRANSPORTS[value]
+        elif key == "allow_shared_device":
+            value = 1 if value else 0
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise TparArgumentError(f"config[{key!r}] must be an integer, not {value!r}")
+        if value < 0:
+            raise TparArgumentError(f"config[{key!r}] = {value} is negative")
+        out[key] = value
+    return out
+
+
+def _device_index(device) -> int:
+    torch = _torch()
+    if device is None:
+        return torch.cuda.current_device()
+    if isinstance(device, int) and not isinstance(device, bool):
+        index = device
+    else:
+        try:
+            dev = torch.device(device)
+        except (TypeError, RuntimeError) as e:
+            raise TparArgumentError(f"device {device!r} is not a CUDA device ({e})") from None
+        if dev.type != "cuda":
+            raise TparArgumentError(f"device {device!r} is not a CUDA device")
+        index = dev.index if dev.index is not None else torch.cuda.current_device()
+    count = torch.cuda.device_count()
+    if not 0 <= index < count:
+        raise TparArgumentError(f"device {device!r} is not one of this process's {count} CUDA devices")
+    return index
+
+
+def _raw_stream_getter():
+    torch = _torch()
+    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    if raw is not None:
+        return raw
+    return lambda index: torch.cuda.current_stream(index).cuda_stream
+
+
+def get_unique_id() -> bytes:
+    """A fresh id for Communicator.from_unique_id (call on one process, send to every rank)."""
+    rc, uid = _C.get_unique_id()
+    check(rc)
+    return uid
+
+
+def _exchange_unique_id(group, rank: int, how: str, device_index: int) -> bytes:
+    """Rank 0 of `group` makes the id and sends it over the group.
+
+    how="tensor": a uint8 tensor broadcast (on the CPU for a gloo group, on the GPU otherwise);
+    how="object": torch.distributed.broadcast_object_list. A failure on rank 0 is sent too, so
+    that no rank waits for an id that never comes.
+    """
+    torch = _torch()
+    import torch.distributed as dist
+
+    backend = str(dist.get_backend(group))
+    if how == "auto":
+        how = "tensor" if "gloo" in backend else "object"
+    if how not in ("tensor", "object"):
+        raise TparArgumentError(f"id_exchange {how!r} is not one of 'auto', 'tensor', 'object'")
+    src = dist.get_global_rank(group, 0) if group is not None else 0
+    uid, failure = b"", ""
+    if rank == 0:
+        try:
+            uid = get_unique_id()
+        except TparError as e:
+            failure = str(e)
+    nbytes = _C.UNIQUE_ID_BYTES
+    if how == "tensor":
+        dev = torch.device("cpu") if "gloo" in backend else torch.device("cuda", device_index)
+        buf = torch.zeros(nbytes + 1, dtype=torch.uint8, device=dev)
+        if rank == 0 and not failure:
+            buf[0] = 1
+            buf[1:] = torch.frombuffer(bytearray(uid), dtype=torch.uint8).to(dev)
+        dist.broadcast(buf, src=src, group=group)
+        data = bytes(buf.cpu().tolist())
+        ok, uid = data[0] == 1, data[1:]
+    else:
+        payload = [(uid, failure)]
+        dev = None if "gloo" in backend else torch.device("cuda", device_index)
+        dist.broadcast_object_list(payload, src=src, group=group, device=dev)
+        uid, failure = payload[0]
+        ok = not failure and len(uid) == nbytes
+    if not ok:
+        raise TparError(Result.REMOTE_ERROR, f"rank 0 could not create the unique id: {failure or 'unknown'}")
+    return uid
+
+
+class Communicator:
+    """One rank of a tpar communicator over the ranks of a torch.distributed ProcessGroup.
+
+    ``Communicator(group)`` is collective over ``group`` (default: the world group): rank 0 makes
+    the unique id and sends it over the group, then every rank connects. ``device`` is the CUDA
+    device of this rank (default: the current one); ``config`` a dict of ``timeout_ms``,
+    ``algorithm`` (e.g. "auto", "oneshot", "twoshot"), ``max_bytes_per_call``, ``transport``
+    ("auto", "host", "p2p") and ``allow_shared_device``.
+    """
+
+    def __init__(self, group=None, device=None, config: Optional[Mapping[str, Any]] = None, *,
+                 id_exchange: str = "auto"):
+        torch = _torch()
+        import torch.distributed as dist
+
+        if not dist.is_available() or not dist.is_initialized():
+            raise TparError(Result.INVALID_USAGE,
+                            "torch.distributed is not initialized: call init_process_group first "
+                            "(or use Communicator.from_unique_id)")
+        if group is None:
+            group = dist.group.WORLD
+        args = _config_args(config)
+        index = _device_index(device)
+        rank = dist.get_rank(group)
+        size = dist.get_world_size(group)
+        if rank < 0:
+            raise TparArgumentError("this process is not a member of group")
+        uid = _exchange_unique_id(group, rank, id_exchange, index)
+        self._init(uid, rank, size, index, args)
+        self.group = group
+
+    @classmethod
+    def from_unique_id(cls, unique_id: bytes, rank: int, world_size: int, device=None,
+                       config: Optional[Mapping[str, Any]] = None) -> "Communicator":
+        """Rank `rank` of `world_size`, from an id made by tpar.get_unique_id() on one process."""
+        if not isinstance(unique_id, (bytes, bytearray)) or len(unique_id) != _C.UNIQUE_ID_BYTES:
+            raise TparArgumentError(f"unique_id must be {_C.UNIQUE_ID_BYTES} bytes from tpar.get_unique_id()")
+        self = cls.__new__(cls)
+        self._init(bytes(unique_id), rank, world_size, _device_index(device), _config_args(config))
+        self.group = None
+        return self
+
+    @classmethod
+    def init_all(cls, devices: Iterable, config: Optional[Mapping[str, Any]] = None) -> list:
+        """One communicator per device, all in this process (rank i on devices[i])."""
+        indices = [_device_index(d) for d in devices]
+        rc, handles = _C.comm_init_all(indices, **_config_args(config))
+        check(rc)
+        comms = []
+        for rank, (h, index) in enumerate(zip(handles, indices)):
+            c = cls.__new__(cls)
+            c._adopt(h, rank, len(indices), index)
+            c.group = None
+            comms.append(c)
+        return comms
+
+    def _init(self, uid: bytes, rank: int, size: int, index: int, args: dict) -> None:
+        if not isinstance(rank, int) or not isinstance(size, int) or not 0 <= rank < size:
+            raise TparArgumentError(f"rank {rank!r} is not in 0..world_size-1 (world_size {size!r})")
+        rc, handle = _C.comm_init_rank(size, uid, rank, index, **args)
+        check(rc)
+        self._adopt(handle, rank, size, index)
+
+    def _adopt(self, handle: int, rank: int, size: int, index: int) -> None:
+        torch = _torch()
+        self._handle = handle
+        self.rank = rank
+        self.world_size = size
+        self.device = torch.device("cuda", index)
+        self._index = index
+        self._stream = _raw_stream_getter()
+        self._is_compiling = getattr(getattr(torch, "compiler", None), "is_compiling", lambda: False)
+        with _LIVE_LOCK:
+            _LIVE[handle] = self
+
+    # ---- the call -------------------------------------------------------------------------
+
+    @property
+    def handle(self) -> int:
+        """The tparComm_t as an integer (what the torch ops take); 0 once closed."""
+        return self._handle
+
+    def all_reduce(self, tensor, out=None, op="sum"):
+        """Reduces `tensor` over the ranks; in place when `out` is None or `tensor` itself.
+
+        Returns the tensor holding the result. Every rank gets bitwise-identical values.
+        """
+        if self._is_compiling():
+            from . import ops
+
+            if out is None or out is tensor:
+                ops.all_reduce_(tensor, self, op)
+                return tensor
+            out.copy_(ops.all_reduce(tensor, self, op))
+            return out
+        handle = self._handle
+        if not handle:
+            raise TparError(Result.INVALID_USAGE, "the communicator is closed")
+        # Every refusal comes before any GPU work, and names the argument.
+        code = dtype_code(getattr(tensor, "dtype", None))
+        if code is None:
+            _refuse(tensor, "tensor")
+        if not tensor.is_contiguous():
+            raise TparArgumentError("tensor is not contiguous")
+        if out is None:
+            out = tensor
+        elif out is not tensor:
+            _check_out(tensor, out)
+        opc = _OPS.get(op) if op.__class__ is str else None
+        if opc is None:
+            opc = op_code(op)
+        if tensor.get_device() != self._index:
+            raise TparArgumentError(f"tensor is on {tensor.device}, the communicator on cuda:{self._index}")
+        rc = _C.all_reduce(handle, tensor.data_ptr(), out.data_ptr(), tensor.numel(), code, opc,
+                           self._stream(self._index))
+        if rc:
+            raise_for(rc, handle)
+        return out
+
+    # ---- state ------------------------------------------------------------------------------
+
+    def check_async_error(self) -> None:
+        """Raises TparError when a kernel of this communicator recorded an error (a peer that
+        never arrived within timeout_ms, ranks that disagreed on a call, an abort)."""
+        rc, err = _C.comm_get_async_error(self._live_handle())
+        check(rc, self._handle)
+        if err:
+            text = _C.last_error(self._handle)
+            if not text:
+                text = (f"{_C.error_string(err)}: recorded by this communicator's kernels; the "
+                        "communicator only accepts close() or abort() now")
+            raise TparError(err, text)
+
+    def query(self) -> dict:
+        """tparCommQuery as a dict (transport, topology, launch shape, limits)."""
+        rc, info = _C.comm_query(self._live_handle())
+        check(rc, self._handle)
+        return info
+
+    def select_algorithm(self, nbytes: int) -> str:
+        """The algorithm a bf16 call of `nbytes` would use ("nccl" when it goes to NCCL)."""
+        rc, name = _C.comm_select_algorithm(self._live_handle(), int(nbytes))
+        check(rc, self._handle)
+        return name
+
+    def attach_nccl(self, nccl) -> None:
+        """Attaches an NCCL communicator of the same ranks, so that sizes a tuning table measured
+        faster on NCCL go there. `nccl` is a raw ncclComm_t (int), an object with a ``comm``
+        attribute holding one (vLLM's PyNcclCommunicator), a torch ProcessGroup whose NCCL
+        backend exposes its communicator, or None to detach."""
+        ptr = _nccl_pointer(nccl, self._index)
+        rc = _C.comm_set_nccl_comm(self._live_handle(), ptr)
+        check(rc, self._handle)
+
+    def close(self) -> None:
+        """Waits for this communicator's work, then frees it. Idempotent."""
+        handle = self._release()
+        if handle:
+            check(_C.comm_destroy(handle))
+
+    def abort(self) -> None:
+        """Makes waiting kernels give up at once, then frees the communicator. Idempotent."""
+        handle = self._release()
+        if handle:
+            check(_C.comm_abort(handle))
+
+    def _release(self) -> int:
+        handle = getattr(self, "_handle", 0)
+        self._handle = 0
+        with _LIVE_LOCK:
+            _LIVE.pop(handle, None)
+        return handle
+
+    def _live_handle(self) -> int:
+        if not self._handle:
+            raise TparError(Result.INVALID_USAGE, "the communicator is closed")
+        return self._handle
+
+    def __enter__(self) -> "Communicator":
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is None:
+            self.close()
+        else:  # peers may be waiting for a call this rank will never make
+            self.abort()
+
+    def __repr__(self) -> str:
+        state = "closed" if not self._handle else f"handle=0x{self._handle:x}"
+        return f"tpar.Communicator(rank={self.rank}, world_size={self.world_size}, device={self.device}, {state})"
+
+
+def lookup(handle: int) -> Communicator:
+    """The live communicator with this handle (what the torch ops receive)."""
+    comm = _LIVE.get(handle)
+    if comm is None:
+        raise TparArgumentError(f"comm {handle:#x} is not a live tpar communicator (closed, or never made)")
+    return comm
+
+
+def _refuse(tensor, name: str) -> None:
+    torch = _torch()
+    if not isinstance(tensor, torch.Tensor):
+        raise TparArgumentError(f"{name} must be a torch.Tensor, not {type(tensor).__name__}")
+    raise TparArgumentError(f"{name} has dtype {tensor.dtype}; tpar reduces float32, float16 and bfloat16")
+
+
+def _check_out(tensor, out) -> None:
+    if dtype_code(getattr(out, "dtype", None)) is None:
+        _refuse(out, "out")
+    if out.dtype != tensor.dtype:
+        raise TparArgumentError(f"out has dtype {out.dtype}, tensor {tensor.dtype}")
+    if out.numel() != tensor.numel():
+        raise TparArgumentError(f"out has {out.numel()} elements, tensor {tensor.numel()}")
+    if out.get_device() != tensor.get_device():
+        raise TparArgumentError(f"out is on {out.device}, tensor on {tensor.device}")
+    if not out.is_contiguous():
+        raise TparArgumentError("out is not contiguous")
+
+
+def _nccl_pointer(nccl, device_index: int) -> int:
+    if nccl is None:
+        return 0
+    if isinstance(nccl, int) and not isinstance(nccl, bool):
+        return nccl
+    inner = getattr(nccl, "comm", None)
+    if inner is not None:  # vLLM's PyNcclCommunicator holds a ctypes ncclComm_t
+        value = getattr(inner, "value", inner)
+        if isinstance(value, int):
+            return value
+    torch = _torch()
+    get_backend = getattr(nccl, "_get_backend", None)
+    if get_backend is not None:
+        try:
+            backend = get_backend(torch.device("cuda", device_index))
+        except RuntimeError as e:
+            raise TparArgumentError(f"nccl: the group has no CUDA backend ({e})") from None
+        comm_ptr = getattr(backend, "_comm_ptr", None)
+        if comm_ptr is None:
+            raise TparArgumentError("nccl: this torch's NCCL process group does not expose its "
+                                    "communicator (_comm_ptr); pass the ncclComm_t as an int")
+        ptr = comm_ptr()
+        if not ptr:
+            # torch creates its NCCL communicator at the first collective.
+            import torch.distributed as dist
+
+            probe = torch.zeros(1, device=torch.device("cuda", device_index))
+            dist.all_reduce(probe, group=nccl)
+            torch.cuda.synchronize(device_index)
+            ptr = comm_ptr()
+        if not ptr:
+            raise TparArgumentError("nccl: the process group has no NCCL communicator yet")
+        return ptr
+    raise TparArgumentError(f"nccl must be an ncclComm_t (int), an object with .comm, a ProcessGroup or "
+                            f"None, not {type(nccl).__name__}")
+
+
+def all_reduce(tensor, comm: Communicator, out=None, op="sum"):
+    """tpar.all_reduce(t, comm): Communicator.all_reduce as a function."""
+    return comm.all_reduce(tensor, out=out, op=op)

@@ -1,0 +1,65 @@
+// What the ranks of a communicator must agree on before their calls can meet on the device.
+//
+// NOTE [agreement]
+// A call's device-side shape comes from settings each rank resolves for itself: the grid
+// (TPAR_MAX_BLOCKS, then what the GPU can host), the block size (TPAR_THREADS), the algorithm
+// choice (TPAR_ALGO, TPAR_ONESHOT_MAX_BYTES, the tuning table, which also fixes the active
+// blocks, threads, steps and pull mode of every size), the workspace (maxBytesPerCall) and the
+// first epoch. Ranks that differ slice one message differently and wait for blocks that never
+// come: wrong results or a hang, which the call header (datatype, op, algorithm, count) cannot
+// see. So every rank publishes a CallShape at init; a setting that differs fails init on every
+// rank with tparInvalidUsage naming it, and the grid, which depends on the GPU, is the smallest
+// any rank can host (every rank can run it). The NCCL attachment comes after init
+// (tparCommSetNcclComm); it travels in every call header instead (NOTE [call header]), and
+// tpar.h says what happens to calls routed to NCCL when ranks attach differently.
+#ifndef TPAR_CORE_AGREEMENT_H_
+#define TPAR_CORE_AGREEMENT_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "tpar/tpar.h"
+
+struct tparComm;
+
+namespace tpar {
+
+struct TuningTable;
+class Bootstrap;
+
+// Plain bytes: it travels between ranks in an init round.
+struct CallShape {
+  int32_t grid_blocks;         // the most blocks this rank's GPU can host (comm->max_blocks)
+  int32_t configured_blocks;   // TPAR_MAX_BLOCKS (0: derived)
+  int32_t threads;             // TPAR_THREADS
+  int32_t forced_algo;         // TPAR_ALGO / config->algorithm
+  int64_t one_shot_max_bytes;  // TPAR_ONESHOT_MAX_BYTES (-1: built in)
+  uint64_t max_bytes_per_call;
+  uint32_t epoch_start;
+  uint32_t has_tuning;         // a tuning table is in use
+  uint64_t tuning_hash;        // tuningTableHash of it (0 without one)
+  char tuning_source[128];     // its file, for the message (cut to fit)
+};
+
+// This rank's shape (after createLocal and applyTopology).
+CallShape describeCallShape(const tparComm& comm);
+
+// Checks that `shapes` (one per rank, in rank order) agree. Fails with tparInvalidUsage naming
+// the setting and the two ranks' values on the first difference from rank 0; on success
+// *grid_blocks is the smallest grid_blocks of all.
+tparResult_t agreeOnCallShapes(const std::vector<CallShape>& shapes, int* grid_blocks);
+
+// The last init round of tparCommInitRank: every rank reports whether it set up its peers
+// (`local`, this rank's result so far; its error text is this thread's last error) and its
+// CallShape. Fails on every rank when any rank failed (tparRemoteError naming it) or when the
+// shapes disagree; on success the communicator adopts the agreed grid. Every rank must call it,
+// failed or not, so that the rounds stay matched.
+tparResult_t checkGroupReady(Bootstrap& boot, tparComm* comm, tparResult_t local);
+
+// What selection reads from a table (signature, rank count and every entry's size, datatype
+// and plan); not when or on what it was measured.
+uint64_t tuningTableHash(const TuningTable& table);
+
+}  // namespace tpar
+
+#endif  // TPAR_CORE_AGREEMENT_H_

@@ -1,0 +1,112 @@
+"""One process, several ranks (Communicator.init_all): on one GPU as virtual ranks, or one rank
+per GPU. Every rank's call is issued on its own stream before any is waited for; inputs and
+outputs are made before the first call, so that no kernel of torch is loaded for the first time
+while an all-reduce waits (the lazy-loading deadlock that tpar.h describes)."""
+import pytest
+import torch
+
+import tpar
+from helpers import DTYPES, fresh, poisoned_like, reference, same_bits
+
+pytestmark = pytest.mark.gpu
+
+
+def make_comms(nranks, devices=None, **config):
+    if devices is None:
+        devices = [0] * nranks
+    config.setdefault("allow_shared_device", True)
+    config.setdefault("timeout_ms", 20000)
+    return tpar.Communicator.init_all(devices, config=config)
+
+
+def run_round(comms, inputs, outs, op, streams):
+    for c, x, y, s in zip(comms, inputs, outs, streams):
+        with torch.cuda.stream(s):
+            c.all_reduce(x, out=y, op=op)
+    for s in streams:
+        s.synchronize()
+
+
+@pytest.fixture(scope="module")
+def virtual4():
+    comms = make_comms(4)
+    yield comms
+    for c in comms:
+        c.close()
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("op", ["sum", "max", "min"])
+@pytest.mark.parametrize("n", [1, 5, 4099, 300_000])
+def test_virtual_ranks_match_the_exact_reference(virtual4, dtype, op, n):
+    g = torch.Generator(device="cuda").manual_seed(hash((n, op, str(dtype))) % (1 << 31))
+    inputs = [fresh(n, dtype, "cuda", g) for _ in virtual4]
+    saved = [x.clone() for x in inputs]
+    outs = [poisoned_like(x) for x in inputs]
+    streams = [torch.cuda.Stream() for _ in virtual4]
+    torch.cuda.synchronize()
+    run_round(virtual4, inputs, outs, op, streams)
+    ref = reference(saved, op)
+    for r, y in enumerate(outs):
+        assert same_bits(y, ref), f"rank {r} differs from the fp32 rank-order reference"
+        assert same_bits(inputs[r], saved[r]), f"rank {r}'s input changed in an out-of-place call"
+
+
+def test_in_place_and_ops_in_one_graph(virtual4):
+    n = 10_000
+    g = torch.Generator(device="cuda").manual_seed(7)
+    xs = [fresh(n, torch.bfloat16, "cuda", g) for _ in virtual4]
+    streams = [torch.cuda.Stream() for _ in virtual4]
+    graphs = [torch.cuda.CUDAGraph() for _ in virtual4]
+    torch.cuda.synchronize()
+    # Capture every rank's call (each on its own stream) before replaying any graph.
+    for c, x, s, gr in zip(virtual4, xs, streams, graphs):
+        with torch.cuda.graph(gr, stream=s):
+            torch.ops.tpar.all_reduce_(x, c.handle, "sum")
+    for _ in range(3):
+        fill = [fresh(n, torch.bfloat16, "cuda", g) for _ in virtual4]
+        for x, f in zip(xs, fill):
+            x.copy_(f)
+        torch.cuda.synchronize()
+        for gr, s in zip(graphs, streams):
+            with torch.cuda.stream(s):
+                gr.replay()
+        torch.cuda.synchronize()
+        ref = reference(fill, "sum")
+        for x in xs:
+            assert same_bits(x, ref)
+
+
+def test_query_describes_the_group(virtual4):
+    info = virtual4[2].query()
+    assert info["rank"] == 2 and info["nranks"] == 4 and info["cuda_device"] == 0
+    assert info["transport"] == "same-device"
+    assert virtual4[2].select_algorithm(12 * 1024) in tpar.algorithm_names()
+
+
+def test_a_rank_that_never_calls_gives_a_timeout_not_a_hang():
+    comms = make_comms(2, timeout_ms=500)
+    x = torch.ones(1024, device="cuda")
+    torch.cuda.synchronize()
+    comms[0].all_reduce(x)  # rank 1 never calls
+    torch.cuda.synchronize()
+    with pytest.raises(tpar.TparError) as info:
+        comms[0].check_async_error()
+    assert info.value.result == tpar.Result.TIMEOUT
+    with pytest.raises(tpar.TparError):
+        comms[0].all_reduce(x)  # a failed communicator refuses further calls
+    for c in comms:
+        c.abort()
+
+
+def test_wrong_device_tensor_is_refused_before_gpu_work():
+    if torch.cuda.device_count() < 2:
+        pytest.skip("needs 2 GPUs: a tensor on another GPU than the communicator's")
+    comms = make_comms(2)
+    x = torch.randn(8, device="cuda:1")
+    before = x.clone()
+    with pytest.raises(tpar.TparArgumentError, match="cuda:1"):
+        comms[0].all_reduce(x)
+    assert torch.equal(x, before)
+    for c in comms:
+        c.close()
