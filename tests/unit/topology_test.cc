@@ -13,7 +13,7 @@
 #include <gtest/gtest.h>
 
 #include "core/error.h"
-#include "tools/tpar/doctor.h"
+#include "tools/tpar/doctor/doctor.h"
 #include "topology/topology.h"
 
 namespace tpar {
