@@ -185,7 +185,7 @@ RealNccl load() {
     using GetVersion = ncclResult_t (*)(int*);
     if (auto get = reinterpret_cast<GetVersion>(real.fns[static_cast<int>(Api::k_ncclGetVersion)]))
       get(&real.version);
-    TPAR_INFO("libtpar_nccl.so (%s): forwarding to NCCL %s at %s (found: %s)", self.path.c_str(),
+    TPAR_INFO(kLogNccl, "libtpar_nccl.so (%s): forwarding to NCCL %s at %s (found: %s)", self.path.c_str(),
               ncclVersionString(real.version).c_str(), real.path.c_str(), real.how.c_str());
     return real;
   }

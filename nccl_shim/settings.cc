@@ -19,7 +19,7 @@ const ShimSettings& shimSettings() {
     }
     s.policy.disabled = env->shim_disable;
     s.policy.max_bytes = env->shim_max_bytes;
-    s.log_info = env->log_level >= 1;
+    s.log_info = logEnabled(LogLevel::kInfo, kLogNccl);
     s.setup_timeout_ms = env->bootstrap_timeout_ms;
     s.nccl_library = env->nccl_library;
     return s;

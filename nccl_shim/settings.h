@@ -12,7 +12,7 @@ namespace shim {
 
 struct ShimSettings {
   RoutePolicy policy;          // TPAR_SHIM_DISABLE, TPAR_SHIM_MAX_BYTES
-  bool log_info = false;       // TPAR_DEBUG=info or debug
+  bool log_info = false;       // TPAR_DEBUG=info or trace, NCCL among TPAR_DEBUG_SUBSYS
   int64_t setup_timeout_ms = 120000;  // TPAR_BOOTSTRAP_TIMEOUT_MS: bound of each setup collective
   std::string nccl_library;    // TPAR_NCCL_LIBRARY
 };

@@ -57,9 +57,9 @@ void logDecision(ShimComm* c, ncclComm_t comm, size_t count, int datatype, int o
     tparDataType_t dtype = tparFloat32;
     tparDataTypeOfNccl(datatype, &dtype);
     where = std::string("tpar:") +
-            planAlgoName(planFor(c->tpar, uint64_t(count) * tparElemBytes(dtype), dtype));
+            planAlgoName(planFor(c->tpar, uint64_t(count) * elementBytes(dtype), dtype));
   }
-  TPAR_INFO("libtpar_nccl.so: comm %p rank %s: all-reduce of %zu x %s %s -> %s",
+  TPAR_INFO(kLogNccl, "libtpar_nccl.so: comm %p rank %s: all-reduce of %zu x %s %s -> %s",
             static_cast<void*>(comm), rankText(*c).c_str(), count, ncclTypeName(datatype).c_str(),
             ncclOpName(op).c_str(), where.c_str());
 }
@@ -74,7 +74,7 @@ void logSummary(const char* what, ncclComm_t comm, const ShimComm& c) {
       nccl += std::string(nccl.empty() ? "" : ", ") + routeName(static_cast<Route>(r)) + " " +
               std::to_string(n);
   }
-  TPAR_INFO("libtpar_nccl.so: comm %p rank %s %s: %" PRIu64 " all-reduces, %" PRIu64
+  TPAR_INFO(kLogNccl, "libtpar_nccl.so: comm %p rank %s %s: %" PRIu64 " all-reduces, %" PRIu64
             " through tpar, %" PRIu64 " to NCCL%s%s%s",
             static_cast<void*>(comm), rankText(c).c_str(), what, total,
             c.calls[static_cast<int>(Route::kTpar)].load(),

@@ -53,13 +53,13 @@ void logAdopted(const char* api, ncclComm_t comm, const ShimComm& c) {
   if (c.tpar != nullptr) {
     tparCommInfo_t info;
     const bool known = tparCommQuery(c.tpar, &info) == tparSuccess;
-    TPAR_INFO("libtpar_nccl.so: %s: comm %p rank %s: tpar communicator made (transport %s, "
+    TPAR_INFO(kLogNccl, "libtpar_nccl.so: %s: comm %p rank %s: tpar communicator made (transport %s, "
               "tuning table %s); all-reduces up to TPAR_SHIM_MAX_BYTES go to tpar",
               api, static_cast<void*>(comm), rank.c_str(),
               known ? tparTransportName(info.transport) : "?",
               known && info.tuningTableLoaded ? "loaded" : "none");
   } else {
-    TPAR_INFO("libtpar_nccl.so: %s: comm %p rank %s: every call goes to NCCL: %s", api,
+    TPAR_INFO(kLogNccl, "libtpar_nccl.so: %s: comm %p rank %s: every call goes to NCCL: %s", api,
               static_cast<void*>(comm), rank.c_str(), c.why.c_str());
   }
 }

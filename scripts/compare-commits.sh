@@ -4,7 +4,9 @@
 # every algorithm and both transports (GPU memory and --transport host): 2, 4 and 8 virtual ranks
 # on GPU 0, and real ranks (one per GPU) when there are 2 or more GPUs; hier runs on a
 # two-socket fixture topology (4 and 8 virtual ranks), since a flat machine runs it as two-shot.
-# CUDA-graph timing (sizes <= 4 MB, eager above), results unchecked (the GPU tests check them).
+# CUDA-graph timing (sizes <= 4 MB, eager above: bench's default, which means the same before
+# and after bench took nccl-tests' flags, where `-G N` became "graphs for every size"), results
+# unchecked (the GPU tests check them).
 # Prints old us / new us / ratio per (transport, ranks, algorithm, size), medians over the
 # rounds, with FAIL where the new commit is more than 3 % slower (out of place or in place);
 # exits 1 if any row fails.
@@ -79,7 +81,7 @@ for c in "${configs[@]}"; do
     echo "== $name $tag (run $((i + 1))/${#order[@]}, $(( $(date +%s) - t0 )) s so far)"
     # shellcheck disable=SC2086  # envs and args are word lists
     if ! env $envs "$out/build-$tag/tools/tpar/tpar" bench $args --sizes "$sizes" -n "$iters" \
-        -w "$warmup" -G 1 -c 0 --json "$json" >"$out/runs/$name-$tag-$i.txt" 2>&1; then
+        -w "$warmup" -c 0 --json "$json" >"$out/runs/$name-$tag-$i.txt" 2>&1; then
       echo "   failed: $(tail -3 "$out/runs/$name-$tag-$i.txt")"
       status=1
     fi

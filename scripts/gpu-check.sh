@@ -126,7 +126,7 @@ if [ $run_bench = 1 ]; then
   "$build/tools/tpar/tpar" bench --transport host --ranks 2,4,8 \
     --sizes 4K,12K,48K,112K,384K,1M,4M -n 200 -w 20 \
     --json "$out/bench-host.json" >"$out/bench-host.txt" 2>&1 || status=1
-  grep -E "^# host link|^# +backend|^  tpar |wrong elements" "$out/bench-host.txt"
+  grep -E "^# host link|^# +size|  tpar |wrong elements" "$out/bench-host.txt"
   python3 scripts/plot_bench.py "$out/bench-host.json" -o "$out/bench-host.png" || status=1
   echo "== doctor"
   "$build/tools/tpar/tpar" doctor --json "$out/doctor.json" >"$out/doctor.txt" 2>&1 || status=1
@@ -137,10 +137,10 @@ if [ $run_bench = 1 ]; then
   tail -12 "$out/tune.txt"
   TPAR_TUNING_FILE="$out/tuning.json" "$build/tools/tpar/tpar" bench --ranks 8 --backends tpar \
     --sizes 4K,64K,512K,4M -n 50 >"$out/bench-tuned.txt" 2>&1 || status=1
-  grep -E "^  tpar|wrong" "$out/bench-tuned.txt"
+  grep -E "^# +size|  tpar |wrong" "$out/bench-tuned.txt"
   echo "== verify (kimi-k2 shape, tp 8, 8 and 64 tokens)"
   [ $run_verify = 1 ] && for t in 8 64; do
-    "$build/tools/tpar/tpar" verify --model kimi-k2 --tp 8 --tokens $t --iters 10 \
+    "$build/tools/tpar/tpar" verify --model kimi-k2 --ranks 8 --tokens $t --iters 10 \
       --json "$out/verify-$t.json" >"$out/verify-$t.txt" 2>&1 || status=1
     tail -16 "$out/verify-$t.txt"
   done

@@ -62,7 +62,7 @@ grep -E "^# host link|speed-up|x$|wrong elements" "$out/bench-host.txt" | tail -
 
 echo "== 5. verify pass, kimi-k2, tp $ngpus, NCCL against tpar"
 for t in 8 64; do
-  "$tpar" verify --model kimi-k2 --tp "$ngpus" --tokens $t --backends tpar,nccl --iters 20 \
+  "$tpar" verify --model kimi-k2 --ranks "$ngpus" --tokens $t --backends tpar,nccl --iters 20 \
     --json "$out/verify-$t.json" >"$out/verify-$t.txt" 2>&1 || status=1
   tail -8 "$out/verify-$t.txt"
 done

@@ -4,6 +4,8 @@
 dashed line of the same colour.
 
     scripts/plot_bench.py bench.json -o bench.png
+
+Needs matplotlib (python3 -m pip install matplotlib, or the python3-matplotlib package).
 """
 import argparse
 import json
@@ -17,7 +19,12 @@ def main() -> int:
     ap.add_argument("--in-place", action="store_true", help="plot in-place times")
     args = ap.parse_args()
 
-    import matplotlib
+    try:
+        import matplotlib
+    except ImportError:
+        print("plot_bench.py needs matplotlib: python3 -m pip install matplotlib "
+              "(or apt-get install python3-matplotlib)", file=sys.stderr)
+        return 2
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -29,21 +36,28 @@ def main() -> int:
         print(f"{args.json}: no rows to plot", file=sys.stderr)
         return 1
     key = "us_in_place" if args.in_place else "us_out_of_place"
+    # One line per backend and rank count, and per datatype and op when the run had several
+    # (-d all, -o all).
+    kinds = {(r.get("dtype", run.get("dtype", "")), r.get("op", "sum")) for r in rows}
     lines = {}
     floors = {}
     for r in rows:
-        lines.setdefault((r["ranks"], r["backend"]), []).append((r["bytes"], r[key]))
+        k = (r["ranks"], r["backend"], r.get("dtype", run.get("dtype", "")), r.get("op", "sum"))
+        lines.setdefault(k, []).append((r["bytes"], r[key]))
         if "floor_us" in r:
-            floors.setdefault((r["ranks"], r["backend"]), []).append((r["bytes"], r["floor_us"]))
+            floors.setdefault(k, []).append((r["bytes"], r["floor_us"]))
 
     fig, ax = plt.subplots(figsize=(9, 5.5))
     any_floor = False
-    for (ranks, backend), pts in sorted(lines.items()):
+    for k, pts in sorted(lines.items()):
+        ranks, backend, dtype, op = k
         pts.sort()
         virtual = any(r["virtual"] for r in rows if r["ranks"] == ranks)
         label = f"{backend}, {ranks} {'virtual ' if virtual else ''}ranks"
+        if len(kinds) > 1:
+            label += f", {dtype} {op}"
         (line,) = ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", ms=3, label=label)
-        fl = sorted(floors.get((ranks, backend), []))
+        fl = sorted(floors.get(k, []))
         if fl:
             ax.plot([p[0] for p in fl], [p[1] for p in fl], ls="--", lw=1, color=line.get_color())
             any_floor = True
@@ -62,7 +76,9 @@ def main() -> int:
     gpus = ", ".join(sorted({g["name"] for g in run.get("gpus", [])})) or "no GPU"
     transport = run.get("transport", "env")
     where = "" if transport == "env" else f", transport {transport}"
-    ax.set_title(f"tpar bench: {run.get('dtype', '')} sum on {gpus}{where}, "
+    what = (f"{kinds.copy().pop()[0]} {kinds.copy().pop()[1]}" if len(kinds) == 1
+            else "several datatypes and ops")
+    ax.set_title(f"tpar bench: {what} on {gpus}{where}, "
                  f"commit {run.get('commit', '?')}", fontsize=10)
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8)

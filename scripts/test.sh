@@ -3,11 +3,14 @@
 # skipped (CTest "Not Run"), never as passed.
 #   scripts/test.sh            build into build/; run the unit tests under AddressSanitizer +
 #                              UndefinedBehaviorSanitizer, the fuzz targets for a bounded time,
-#                              the Python package's tests, then every test (CTest)
+#                              the Python package's tests, then every test (CTest); and build
+#                              examples/consumer against the installed package, pkg-config and
+#                              add_subdirectory (scripts/check-package.sh)
 # Environment: TPAR_CUDA_ARCHS (default: 90 here; the release build lists every architecture),
-#              BUILD_DIR (default build), TPAR_TEST_SANITIZE=0 / TPAR_TEST_FUZZ=0 to skip those,
-#              FUZZ_SECONDS (default 20 per target), TPAR_TEST_PYTHON=0 to skip the Python
-#              package (scripts/python-tests.sh: builds it into a virtual environment).
+#              BUILD_DIR (default build), TPAR_TEST_SANITIZE=0 / TPAR_TEST_FUZZ=0 /
+#              TPAR_TEST_PACKAGE=0 to skip those, FUZZ_SECONDS (default 20 per target),
+#              TPAR_TEST_PYTHON=0 to skip the Python package (scripts/python-tests.sh: builds it
+#              into a virtual environment).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/deps.sh
@@ -16,6 +19,10 @@ build=${BUILD_DIR:-build}
 archs=${TPAR_CUDA_ARCHS:-90}
 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTPAR_CUDA_ARCHS="$archs" >/dev/null
 cmake --build "$build" -j "$(nproc)"
+
+if [ "${TPAR_TEST_PACKAGE:-1}" != 0 ]; then
+  TPAR_CUDA_ARCHS="$archs" bash scripts/check-package.sh "$build"
+fi
 
 if [ "${TPAR_TEST_SANITIZE:-1}" != 0 ]; then
   echo "== unit tests under AddressSanitizer + UndefinedBehaviorSanitizer"

@@ -37,10 +37,22 @@
 extern "C" {
 #endif
 
+/* The one place the version is written: CMakeLists.txt (and through it tparConfigVersion.cmake,
+ * tpar.pc, the soname) and pyproject.toml (the Python package) read these three lines. */
 #define TPAR_MAJOR 0
 #define TPAR_MINOR 1
 #define TPAR_PATCH 0
 #define TPAR_VERSION_CODE (TPAR_MAJOR * 10000 + TPAR_MINOR * 100 + TPAR_PATCH)
+
+/* Marks the functions libtpar.so exports; the library is built with hidden visibility, so
+ * nothing else leaves it. */
+#ifndef TPAR_API
+#if defined(__GNUC__) || defined(__clang__)
+#define TPAR_API __attribute__((visibility("default")))
+#else
+#define TPAR_API
+#endif
+#endif
 
 /* The largest number of ranks in one communicator. */
 #define TPAR_MAX_RANKS 16
@@ -141,14 +153,14 @@ typedef struct {
   }
 
 /* Static text for a result code. Never NULL. */
-const char* tparGetErrorString(tparResult_t result);
+TPAR_API const char* tparGetErrorString(tparResult_t result);
 
 /* Details of the last failure on this thread (or, with a non-NULL comm, on that communicator).
  * Never NULL; empty when nothing failed. */
-const char* tparGetLastError(tparComm_t comm);
+TPAR_API const char* tparGetLastError(tparComm_t comm);
 
 /* The library's version as TPAR_VERSION_CODE. */
-tparResult_t tparGetVersion(int* version);
+TPAR_API tparResult_t tparGetVersion(int* version);
 
 /*
  * Creates an id for tparCommInitRank. Call it on one process and pass the bytes to every rank
@@ -160,16 +172,16 @@ tparResult_t tparGetVersion(int* version);
  * that they hold it without sending it; only processes of the user that called this function
  * may join, unless TPAR_BOOTSTRAP_ALLOW_OTHER_USERS=1 (docs/RELIABILITY.md, trust boundaries).
  */
-tparResult_t tparGetUniqueId(tparUniqueId* uniqueId);
+TPAR_API tparResult_t tparGetUniqueId(tparUniqueId* uniqueId);
 
 /*
  * Creates a communicator for `rank` of `nranks` on the current CUDA device. Collective: every
  * rank must call it, each with the same id. Blocks until all ranks have arrived (or the
  * bootstrap timeout passes). *comm is written only on success.
  */
-tparResult_t tparCommInitRank(tparComm_t* comm, int nranks, tparUniqueId uniqueId, int rank);
-tparResult_t tparCommInitRankConfig(tparComm_t* comm, int nranks, tparUniqueId uniqueId, int rank,
-                                    const tparConfig_t* config);
+TPAR_API tparResult_t tparCommInitRank(tparComm_t* comm, int nranks, tparUniqueId uniqueId, int rank);
+TPAR_API tparResult_t tparCommInitRankConfig(tparComm_t* comm, int nranks, tparUniqueId uniqueId,
+                                             int rank, const tparConfig_t* config);
 
 /*
  * Creates `ndev` communicators in this process, rank i on CUDA device devlist[i] (devlist NULL:
@@ -182,12 +194,12 @@ tparResult_t tparCommInitRankConfig(tparComm_t* comm, int nranks, tparUniqueId u
  * waits can deadlock under lazy module loading (the load waits for the GPU to go idle). Launch
  * each of your kernels once before, or set CUDA_MODULE_LOADING=EAGER.
  */
-tparResult_t tparCommInitAll(tparComm_t* comms, int ndev, const int* devlist);
-tparResult_t tparCommInitAllConfig(tparComm_t* comms, int ndev, const int* devlist,
-                                   const tparConfig_t* config);
+TPAR_API tparResult_t tparCommInitAll(tparComm_t* comms, int ndev, const int* devlist);
+TPAR_API tparResult_t tparCommInitAllConfig(tparComm_t* comms, int ndev, const int* devlist,
+                                            const tparConfig_t* config);
 
 /* Waits for the communicator's outstanding work, then frees it. NULL is accepted (no-op). */
-tparResult_t tparCommDestroy(tparComm_t comm);
+TPAR_API tparResult_t tparCommDestroy(tparComm_t comm);
 
 /* Makes every kernel of this communicator that is still waiting give up at once (they record
  * tparRemoteError), waits for them, then frees the communicator. NULL is accepted (no-op).
@@ -199,17 +211,17 @@ tparResult_t tparCommDestroy(tparComm_t comm);
  * ends. Then it returns tparTimeout, and the communicator's memory is freed later, once the GPU
  * is idle (tpar's kernels queued behind that work still need it). Abort a stuck NCCL call with
  * ncclCommAbort on its NCCL communicator. */
-tparResult_t tparCommAbort(tparComm_t comm);
+TPAR_API tparResult_t tparCommAbort(tparComm_t comm);
 
 /* The first error recorded by this communicator's kernels (tparTimeout, tparInvalidUsage for
  * ranks that disagreed on a call, tparRemoteError after an abort), or tparSuccess. Reads host
  * memory only: it never blocks. After an asynchronous error the communicator only accepts
  * tparCommDestroy or tparCommAbort. */
-tparResult_t tparCommGetAsyncError(tparComm_t comm, tparResult_t* asyncError);
+TPAR_API tparResult_t tparCommGetAsyncError(tparComm_t comm, tparResult_t* asyncError);
 
-tparResult_t tparCommCount(tparComm_t comm, int* count);
-tparResult_t tparCommUserRank(tparComm_t comm, int* rank);
-tparResult_t tparCommCuDevice(tparComm_t comm, int* device);
+TPAR_API tparResult_t tparCommCount(tparComm_t comm, int* count);
+TPAR_API tparResult_t tparCommUserRank(tparComm_t comm, int* rank);
+TPAR_API tparResult_t tparCommCuDevice(tparComm_t comm, int* device);
 
 /*
  * Sums (or max/min) `count` elements of `sendbuff` over all ranks into `recvbuff` on every rank.
@@ -219,9 +231,9 @@ tparResult_t tparCommCuDevice(tparComm_t comm, int* device);
  * Every rank must issue the same sequence of calls with the same count, datatype and op; a
  * mismatch is reported as tparInvalidUsage (asynchronously). count == 0 is a no-op.
  */
-tparResult_t tparAllReduce(const void* sendbuff, void* recvbuff, size_t count,
-                           tparDataType_t datatype, tparRedOp_t op, tparComm_t comm,
-                           cudaStream_t stream);
+TPAR_API tparResult_t tparAllReduce(const void* sendbuff, void* recvbuff, size_t count,
+                                    tparDataType_t datatype, tparRedOp_t op, tparComm_t comm,
+                                    cudaStream_t stream);
 
 /* What tparCommQuery reports. */
 typedef struct {
@@ -244,7 +256,7 @@ typedef struct {
   int ncclAttached;            /* 1 when an NCCL communicator is attached (tparCommSetNcclComm) */
 } tparCommInfo_t;
 
-tparResult_t tparCommQuery(tparComm_t comm, tparCommInfo_t* info);
+TPAR_API tparResult_t tparCommQuery(tparComm_t comm, tparCommInfo_t* info);
 
 /*
  * Attaches an NCCL communicator (an ncclComm_t, passed as void* so that this header does not
@@ -274,18 +286,18 @@ tparResult_t tparCommQuery(tparComm_t comm, tparCommInfo_t* info);
  * communicator or its rank count, rank or CUDA device differs from this communicator's, and
  * with tparInvalidUsage when NCCL cannot be loaded. On failure the previous attachment stays.
  */
-tparResult_t tparCommSetNcclComm(tparComm_t comm, void* ncclComm);
+TPAR_API tparResult_t tparCommSetNcclComm(tparComm_t comm, void* ncclComm);
 
 /* The algorithm tparAllReduce would use for a bfloat16 message of `bytes` on this
  * communicator: tparAlgoNccl when the call goes to the attached NCCL communicator (or is forced
  * there and would fail for want of one). */
-tparResult_t tparCommSelectAlgorithm(tparComm_t comm, size_t bytes, tparAlgo_t* algo);
+TPAR_API tparResult_t tparCommSelectAlgorithm(tparComm_t comm, size_t bytes, tparAlgo_t* algo);
 
 /* Printable names for the enums; "unknown" for values out of range. */
-const char* tparAlgoName(tparAlgo_t algo);
-const char* tparTransportName(tparTransport_t transport);
-const char* tparDataTypeName(tparDataType_t datatype);
-const char* tparRedOpName(tparRedOp_t op);
+TPAR_API const char* tparAlgoName(tparAlgo_t algo);
+TPAR_API const char* tparTransportName(tparTransport_t transport);
+TPAR_API const char* tparDataTypeName(tparDataType_t datatype);
+TPAR_API const char* tparRedOpName(tparRedOp_t op);
 
 #ifdef __cplusplus
 }

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <exception>
 #include <memory>
@@ -11,6 +12,7 @@
 #include <set>
 #include <vector>
 
+#include "api/api_log.h"
 #include "bootstrap/bootstrap.h"
 #include "core/agreement.h"
 #include "core/algorithms.h"
@@ -284,9 +286,6 @@ tparResult_t commInitRank(tparComm_t* out, int nranks, const tparUniqueId& id, i
   if (res != tparSuccess) return cleanup(res);
   registerComm(comm);
   *out = comm;
-  TPAR_INFO("rank %d/%d on GPU %s: %s transport, %llu bytes of workspace", rank, nranks,
-            where[rank].bus_id, tparTransportName(comm->transport),
-            (unsigned long long)comm->layout.totalBytes());
   return tparSuccess;
 }
 
@@ -412,6 +411,38 @@ tparResult_t commInitAll(tparComm_t* comms, int ndev, const int* devlist,
   return tparSuccess;
 }
 
+double msSince(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// The init entry points, logged (api_log.h): start, then completion or the failure.
+tparResult_t initRankLogged(const char* call, tparComm_t* comm, int nranks,
+                            const tparUniqueId& id, int rank, const tparConfig_t* config) {
+  int device = -1;
+  if (cudaGetDevice(&device) != cudaSuccess) (void)cudaGetLastError();
+  LogScope scope(rank, device);
+  logInitStart(call, rank, nranks);
+  const auto t0 = std::chrono::steady_clock::now();
+  const tparResult_t res = guarded([&] { return commInitRank(comm, nranks, id, rank, config); });
+  if (res == tparSuccess) logInitDone(*comm, msSince(t0));
+  else logInitFailed(call, res, rank, nranks);
+  return res;
+}
+
+tparResult_t initAllLogged(const char* call, tparComm_t* comms, int ndev, const int* devlist,
+                           const tparConfig_t* config) {
+  logInitStart(call, -1, ndev);
+  const auto t0 = std::chrono::steady_clock::now();
+  const tparResult_t res = guarded([&] { return commInitAll(comms, ndev, devlist, config); });
+  if (res == tparSuccess) {
+    const double ms = msSince(t0);
+    for (int i = 0; i < ndev; ++i) logInitDone(comms[i], ms);
+  } else {
+    logInitFailed(call, res, -1, ndev);
+  }
+  return res;
+}
+
 bool overlaps(const void* a, const void* b, size_t bytes) {
   const uintptr_t x = reinterpret_cast<uintptr_t>(a);
   const uintptr_t y = reinterpret_cast<uintptr_t>(b);
@@ -462,27 +493,28 @@ tparResult_t tparGetUniqueId(tparUniqueId* uniqueId) {
 }
 
 tparResult_t tparCommInitRank(tparComm_t* comm, int nranks, tparUniqueId uniqueId, int rank) {
-  return guarded([&] { return commInitRank(comm, nranks, uniqueId, rank, nullptr); });
+  return initRankLogged("tparCommInitRank", comm, nranks, uniqueId, rank, nullptr);
 }
 
 tparResult_t tparCommInitRankConfig(tparComm_t* comm, int nranks, tparUniqueId uniqueId, int rank,
                                     const tparConfig_t* config) {
-  return guarded([&] { return commInitRank(comm, nranks, uniqueId, rank, config); });
+  return initRankLogged("tparCommInitRankConfig", comm, nranks, uniqueId, rank, config);
 }
 
 tparResult_t tparCommInitAll(tparComm_t* comms, int ndev, const int* devlist) {
-  return guarded([&] { return commInitAll(comms, ndev, devlist, nullptr); });
+  return initAllLogged("tparCommInitAll", comms, ndev, devlist, nullptr);
 }
 
 tparResult_t tparCommInitAllConfig(tparComm_t* comms, int ndev, const int* devlist,
                                    const tparConfig_t* config) {
-  return guarded([&] { return commInitAll(comms, ndev, devlist, config); });
+  return initAllLogged("tparCommInitAllConfig", comms, ndev, devlist, config);
 }
 
 tparResult_t tparCommDestroy(tparComm_t comm) {
   return guarded([&] {
     if (comm == nullptr) return tparSuccess;
     TPAR_TRY(checkComm(comm));
+    logCommEnd(comm, /*abort=*/false);
     unregisterComm(comm);
     destroyComm(comm);
     return tparSuccess;
@@ -493,6 +525,7 @@ tparResult_t tparCommAbort(tparComm_t comm) {
   return guarded([&] {
     if (comm == nullptr) return tparSuccess;
     TPAR_TRY(checkComm(comm));
+    logCommEnd(comm, /*abort=*/true);
     unregisterComm(comm);
     return abortComm(comm);  // NOTE [bounded abort]
   });
@@ -503,6 +536,7 @@ tparResult_t tparCommGetAsyncError(tparComm_t comm, tparResult_t* asyncError) {
     TPAR_TRY(checkComm(comm));
     if (asyncError == nullptr) return finish(comm, setError(tparInvalidArgument, "asyncError is NULL"));
     const uint32_t code = reinterpret_cast<volatile uint32_t*>(&comm->host_state->error)[0];
+    logAsyncError(comm, code);
     *asyncError = static_cast<tparResult_t>(code);
     return tparSuccess;
   });
@@ -550,6 +584,7 @@ tparResult_t tparAllReduce(const void* sendbuff, void* recvbuff, size_t count,
     }
     const uint32_t async = reinterpret_cast<volatile uint32_t*>(&comm->host_state->error)[0];
     if (async != 0) {
+      logAsyncError(comm, async);
       return bad(setError(static_cast<tparResult_t>(async),
                           "the communicator failed earlier (%s); destroy or abort it",
                           tparGetErrorString(static_cast<tparResult_t>(async))));
@@ -598,6 +633,7 @@ tparResult_t tparAllReduce(const void* sendbuff, void* recvbuff, size_t count,
                             stream_device, comm->device));
       }
     }
+    logAllReduce(comm, sendbuff, recvbuff, count, datatype, op, stream);
     return bad(allReduce(comm, sendbuff, recvbuff, count, datatype, op, stream));
   });
 }

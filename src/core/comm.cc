@@ -300,7 +300,7 @@ tparResult_t applyTopology(tparComm* comm, const Topology& topo) {
     if (loadTuningFile(path, ctx, &table) == tparSuccess) {
       comm->tuning = table;
       comm->has_tuning = true;
-      TPAR_INFO("rank %d: tuning table %s", comm->rank, path.c_str());
+      TPAR_INFO(kLogTuning, "rank %d: tuning table %s", comm->rank, path.c_str());
     } else {
       static std::once_flag warned;
       const std::string why = lastError();

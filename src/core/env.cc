@@ -7,6 +7,7 @@
 #include <limits>
 #include <mutex>
 #include <sstream>
+#include <utility>
 
 #include "core/algorithms.h"
 #include "core/error.h"
@@ -37,8 +38,14 @@ const std::vector<EnvVarSpec>& envRegistry() {
        "Largest grid per call and rank (0: 32, and less when ranks share a GPU)."},
       {"TPAR_THREADS", EnvType::kInt, "512", nullptr,
        "Threads per block of the all-reduce kernels (a multiple of 32, 64..512)."},
-      {"TPAR_DEBUG", EnvType::kChoice, "warn", "warn|info|debug",
-       "Log level of messages printed to stderr."},
+      {"TPAR_DEBUG", EnvType::kChoice, "warn", "none|version|warn|info|trace",
+       "Log level (any case; debug is read as trace): version prints the version once, info "
+       "init, transport and algorithm choices, trace every call (docs/LOGGING.md)."},
+      {"TPAR_DEBUG_SUBSYS", EnvType::kString, "ALL", nullptr,
+       "Subsystems that log at info and trace: INIT, COLL, BOOTSTRAP, TOPO, TRANSPORT, TUNING, "
+       "ENV, NCCL, comma-separated, or ALL; ^ first excludes those listed."},
+      {"TPAR_DEBUG_FILE", EnvType::kString, "", nullptr,
+       "File for log messages instead of stderr; %h becomes the host name, %p the process id."},
       {"TPAR_LAUNCH_OVERLAP", EnvType::kBool, "1", nullptr,
        "Let a call's launch overlap the end of the previous kernel (GPUs of sm_90 and newer)."},
       {"TPAR_EPOCH_START", EnvType::kInt, "0", nullptr,
@@ -121,6 +128,50 @@ bool parseBool(const std::string& text, bool* out) {
   return false;
 }
 
+bool parseLogLevel(const std::string& text, LogLevel* out) {
+  std::string t;
+  for (char c : text) t += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  static const std::pair<const char*, LogLevel> kLevels[] = {
+      {"none", LogLevel::kNone},   {"version", LogLevel::kVersion}, {"warn", LogLevel::kWarn},
+      {"info", LogLevel::kInfo},   {"trace", LogLevel::kTrace},     {"debug", LogLevel::kTrace},
+  };
+  for (const auto& [name, level] : kLevels) {
+    if (t == name) {
+      *out = level;
+      return true;
+    }
+  }
+  return false;
+}
+
+bool parseLogSubsys(const std::string& text, uint32_t* out) {
+  static const std::pair<const char*, uint32_t> kNames[] = {
+      {"INIT", kLogInit},   {"COLL", kLogColl},     {"BOOTSTRAP", kLogBootstrap},
+      {"TOPO", kLogTopo},   {"TRANSPORT", kLogTransport}, {"TUNING", kLogTuning},
+      {"ENV", kLogEnv},     {"NCCL", kLogNccl},     {"ALL", kLogAll},
+  };
+  const bool invert = !text.empty() && text[0] == '^';
+  std::stringstream ss(invert ? text.substr(1) : text);
+  std::string item;
+  uint32_t mask = 0;
+  bool any = false;
+  while (std::getline(ss, item, ',')) {
+    for (auto& c : item) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+    bool known = false;
+    for (const auto& [name, bit] : kNames) {
+      if (item == name) {
+        mask |= bit;
+        known = true;
+      }
+    }
+    if (!known) return false;
+    any = true;
+  }
+  if (!any) return false;
+  *out = invert ? ~mask : mask;
+  return true;
+}
+
 namespace {
 
 int choiceIndex(const char* choices, const std::string& value) {
@@ -191,9 +242,18 @@ tparResult_t parseEnv(const EnvGetter& get, Env* out) {
         return badValue(spec, value, "a multiple of 32 in 64..512");
       env.threads = static_cast<int>(i);
     } else if (name == "TPAR_DEBUG") {
-      int idx = choiceIndex(spec.choices, value);
-      if (idx < 0) return badValue(spec, value, "one of warn|info|debug");
-      env.log_level = idx;
+      LogLevel level = LogLevel::kWarn;
+      if (!parseLogLevel(value, &level))
+        return badValue(spec, value, "one of none|version|warn|info|trace (any case)");
+      env.log_level = static_cast<int>(level);
+      env.log_level_set = is_set;
+    } else if (name == "TPAR_DEBUG_SUBSYS") {
+      if (!parseLogSubsys(value, &env.log_subsys))
+        return badValue(spec, value,
+                        "a list of INIT, COLL, BOOTSTRAP, TOPO, TRANSPORT, TUNING, ENV, NCCL or "
+                        "ALL (^ first: all but those)");
+    } else if (name == "TPAR_DEBUG_FILE") {
+      env.log_file = value;  // opened (and checked) when the first message is written
     } else if (name == "TPAR_LAUNCH_OVERLAP") {
       if (!parseBool(value, &flag)) return badValue(spec, value, "a boolean (0/1)");
       env.launch_overlap = flag;

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "core/log.h"
 #include "tpar/tpar.h"
 
 namespace tpar {
@@ -43,7 +44,10 @@ struct Env {
   int64_t one_shot_max_bytes = -1;    // -1: built-in table by rank count
   int max_blocks = 0;                 // 0: derived from occupancy
   int threads = 0;
-  int log_level = 0;                  // 0 warn, 1 info, 2 debug
+  int log_level = 2;                  // LogLevel: 0 none, 1 version, 2 warn, 3 info, 4 trace
+  bool log_level_set = false;         // TPAR_DEBUG was given
+  uint32_t log_subsys = kLogAll;      // LogSubsys bits that print at info and trace
+  std::string log_file;               // TPAR_DEBUG_FILE, unexpanded; empty: stderr
   uint32_t epoch_start = 0;
   bool launch_overlap = true;
   std::string tuning_file;            // empty: the per-machine file in the cache directory
@@ -71,6 +75,11 @@ std::string envMarkdown();
 bool parseInt(const std::string& text, int64_t* out);
 bool parseBytes(const std::string& text, uint64_t* out);  // 4096, 64K, 8M, 1G (binary units)
 bool parseBool(const std::string& text, bool* out);       // 0/1/true/false/yes/no/on/off
+// TPAR_DEBUG: none|version|warn|info|trace (debug: the old name of trace), any case.
+bool parseLogLevel(const std::string& text, LogLevel* out);
+// TPAR_DEBUG_SUBSYS: subsystem names (INIT, COLL, BOOTSTRAP, TOPO, TRANSPORT, TUNING, ENV,
+// NCCL; any case) separated by commas, or ALL; a leading ^ selects all but those listed.
+bool parseLogSubsys(const std::string& text, uint32_t* out);
 
 }  // namespace tpar
 

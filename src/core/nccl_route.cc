@@ -237,7 +237,7 @@ tparResult_t attachNcclComm(tparComm* comm, void* nccl_comm) {
   comm->nccl.lib = lib;
   comm->nccl.comm = nc;
   comm->tuner_ctx.nccl = true;
-  TPAR_INFO("rank %d: NCCL %s (%s) attached", comm->rank,
+  TPAR_INFO(kLogNccl, "rank %d: NCCL %s (%s) attached", comm->rank,
             ncclVersionString(lib->version).c_str(), lib->path.c_str());
   return tparSuccess;
 }

@@ -88,7 +88,8 @@ tparResult_t createHostRegion(size_t bytes, int cuda_device, void (*fill)(void*,
   if (tparResult_t res = mapFd(r.fd, bytes, &r); res != tparSuccess) return fail(res);
   std::string why;
   if (!bindToGpuNumaNode(r.host, bytes, cuda_device, &why)) {
-    TPAR_INFO("host region of GPU %d not bound to a NUMA node: %s", cuda_device, why.c_str());
+    TPAR_INFO(kLogTransport, "host region of GPU %d not bound to a NUMA node: %s", cuda_device,
+              why.c_str());
   }
   // The first touch allocates the pages, on the bound node.
   fill(r.host, bytes, fill_arg);

@@ -75,7 +75,7 @@ void checkParsed(const tpar::Env& env, const std::map<std::string, std::string>&
   if (env.algo < 0 || env.algo >= tparNumAlgos) fail("algo %d is not a tparAlgo_t", env.algo);
   if (env.max_blocks < 0 || env.max_blocks > 1024)
     fail("max_blocks %d outside 0..1024", env.max_blocks);
-  if (env.log_level < 0 || env.log_level > 2) fail("log_level %d outside 0..2", env.log_level);
+  if (env.log_level < 0 || env.log_level > 4) fail("log_level %d outside 0..4", env.log_level);
 
   // set_vars lists exactly the registered variables the input set, in registry order, so that
   // the log of the settings in force is complete and has no stray entries.

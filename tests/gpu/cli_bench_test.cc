@@ -1,12 +1,14 @@
 // `tpar bench` as a user runs it: a short run on this machine's GPUs, checked, with JSON.
 #include <unistd.h>
 
+#include <algorithm>
 #include <fstream>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "common/nccl_tests_output.h"
 #include "gpu/test_util.h"
 
 namespace tpar_test {
@@ -148,6 +150,103 @@ TEST(CliBench, OneProcessPerRankOverHostMemoryChecksEveryResult) {
     EXPECT_TRUE(r.contains("floor_us")) << r.dump();
   }
   unlink(json.c_str());
+}
+
+}  // namespace
+}  // namespace tpar_test
+
+namespace tpar_test {
+namespace {
+
+int gpuCount() {
+  int n = 0;
+  cudaGetDeviceCount(&n);
+  return n;
+}
+
+// stdout only (warnings on stderr are no rows), as a script reading nccl-tests' output sees it.
+int runTableOnly(const std::string& args, std::string* out) {
+  return runProcess({"/bin/sh", "-c", std::string("'") + TPAR_CLI_BINARY + "' " + args + " 2>/dev/null"},
+                    {}, 600, out);
+}
+
+// An nccl-tests command line as its users type it (-g GPUs, -c check count, -G graph launches,
+// -o all, -d all, -m aggregation), read by a reader written for nccl-tests' output.
+TEST(CliBench, NcclTestsCommandLineRunsAndReadsLikeNcclTestsOutput) {
+  TPAR_REQUIRE_GPU();
+  // -g 2: two GPUs, or two virtual ranks on one.
+  std::string out;
+  const int rc = runTableOnly("bench -b 8 -e 1M -f 32 -g 2 -c 2 -n 3 -w 1 -G 2 -m 2 -o all "
+                              "-d all -a 1 --backends tpar,tpar:twoshot",
+                              &out);
+  ASSERT_EQ(0, rc) << out;
+  const NcclTestsOutput t = parseNcclTestsOutput(out);
+  ASSERT_EQ("", t.error) << out;
+  // 2 backends x 3 types x 3 ops x 5 sizes (8, 256, 8K, 256K, 1M).
+  ASSERT_EQ(90u, t.rows.size()) << out;
+  for (const NcclTestsRow& r : t.rows) {
+    const std::string what = r.type + " " + r.redop + " " + std::to_string(r.size);
+    EXPECT_TRUE(r.type == "half" || r.type == "float" || r.type == "bfloat16") << what;
+    EXPECT_TRUE(r.redop == "sum" || r.redop == "max" || r.redop == "min") << what;
+    EXPECT_EQ(-1, r.root) << what;
+    EXPECT_GT(r.out_of_place.time_us, 0.0) << what;
+    EXPECT_GT(r.in_place.time_us, 0.0) << what;
+    EXPECT_EQ(0, r.out_of_place.wrong) << what;  // checked: a number, not N/A
+    EXPECT_EQ(0, r.in_place.wrong) << what;
+    ASSERT_GE(r.extras.size(), 2u) << what;
+    EXPECT_TRUE(r.extras[0] == "tpar" || r.extras[0] == "tpar:twoshot") << what;
+  }
+  EXPECT_EQ(0, t.out_of_bounds) << out;
+  EXPECT_EQ(2u, t.avg_busbw.size()) << out;  // one per backend
+}
+
+TEST(CliBench, PerRankTimesAndCpuTimeAreReported) {
+  TPAR_REQUIRE_GPU();
+  const std::string json = "/tmp/tpar_cli_bench_ranks_" + std::to_string(getpid()) + ".json";
+  std::string out;
+  const int rc = runTableOnly("bench --ranks 3 --sizes 4K,64K -n 5 -w 1 -C 1 -a 2 --backends "
+                              "tpar -J " + json, &out);
+  ASSERT_EQ(0, rc) << out;
+  const NcclTestsOutput t = parseNcclTestsOutput(out);
+  ASSERT_EQ("", t.error) << out;
+  ASSERT_GE(t.columns.size(), 13u);
+  EXPECT_EQ("cputime", t.columns[5]) << out;
+  std::ifstream f(json);
+  nlohmann::json j;
+  ASSERT_NO_THROW(f >> j) << out;
+  EXPECT_TRUE(j["cputime"].get<bool>());
+  EXPECT_EQ(2, j["average"].get<int>());
+  ASSERT_EQ(2u, j["rows"].size());
+  for (const auto& r : j["rows"]) {
+    ASSERT_EQ(3u, r["rank_us_out_of_place"].size()) << r.dump();
+    for (const auto& us : r["rank_us_out_of_place"]) EXPECT_GT(us.get<double>(), 0.0);
+  }
+  unlink(json.c_str());
+}
+
+TEST(CliBench, NoBackendThatCanRunExitsFour) {
+  TPAR_REQUIRE_GPU();
+  // NCCL refuses two ranks on one GPU: more ranks than GPUs leaves nothing to measure.
+  const int ranks = std::min(gpuCount() + 1, TPAR_MAX_RANKS);
+  std::string out;
+  EXPECT_EQ(4, runProcess({TPAR_CLI_BINARY, "bench", "--backends", "nccl", "--ranks",
+                           std::to_string(ranks), "--sizes", "4K", "-n", "2"},
+                          {}, 300, &out))
+      << out;
+  EXPECT_NE(std::string::npos, out.find("skipped nccl")) << out;
+}
+
+// -R 1: NCCL's buffers registered (ncclCommRegister), results still checked.
+TEST(CliBench, RegisteredNcclBuffersAreMeasuredAndChecked) {
+  TPAR_REQUIRE_GPU();
+  if (gpuCount() < 2) GTEST_SKIP() << "NCCL needs two GPUs";
+  std::string out;
+  const int rc = runTableOnly("bench -g 2 -b 1K -e 64K -f 8 -n 3 -w 1 -R 1 --backends nccl", &out);
+  ASSERT_EQ(0, rc) << out;
+  const NcclTestsOutput t = parseNcclTestsOutput(out);
+  ASSERT_EQ("", t.error) << out;
+  ASSERT_EQ(3u, t.rows.size()) << out;
+  for (const NcclTestsRow& r : t.rows) EXPECT_EQ(0, r.out_of_place.wrong) << r.size;
 }
 
 }  // namespace

@@ -81,7 +81,7 @@ TEST(CliVerify, BadOptionsExitWithTwoAndSayWhy) {
   EXPECT_EQ(2,
             runProcess({TPAR_CLI_BINARY, "verify", "--hidden", "1000", "--tp", "3"}, {}, 60, &out))
       << out;
-  EXPECT_NE(std::string::npos, out.find("--hidden 1000 is not divisible by --tp 3")) << out;
+  EXPECT_NE(std::string::npos, out.find("--hidden 1000 is not divisible by --ranks 3")) << out;
 }
 
 }  // namespace

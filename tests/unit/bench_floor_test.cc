@@ -5,10 +5,10 @@
 
 #include <gtest/gtest.h>
 
-#include "tools/tpar/backend.h"
-#include "tools/tpar/bench.h"
-#include "tools/tpar/cli_options.h"
-#include "tools/tpar/report.h"
+#include "tools/tpar/common/backend.h"
+#include "tools/tpar/bench/bench.h"
+#include "tools/tpar/common/cli_options.h"
+#include "tools/tpar/common/report.h"
 
 namespace tpar_cli {
 namespace {

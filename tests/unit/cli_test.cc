@@ -1,12 +1,19 @@
-// The tpar CLI's argument parsing, bandwidth arithmetic and JSON records (no GPU needed).
+// `tpar bench` as nccl-tests' users drive it: their command lines, parsed with the meaning
+// all_reduce_perf gives them, and a table that a reader of nccl-tests' output reads (no GPU
+// needed: the table is formatted from rows made here).
+#include <cstdint>
+#include <limits>
+#include <random>
+#include <sstream>
 #include <string>
 #include <vector>
 
 #include <gtest/gtest.h>
 
-#include "tools/tpar/bench.h"
+#include "common/nccl_tests_output.h"
 #include "core/algorithms.h"
-#include "tools/tpar/report.h"
+#include "tools/tpar/bench/bench.h"
+#include "tools/tpar/common/report.h"
 
 namespace tpar_cli {
 namespace {
@@ -21,67 +28,301 @@ TEST(Info, AlgorithmTableNamesScheduleProtocolAndDirectionOfEveryAlgorithm) {
   EXPECT_EQ(tpar::algorithms().size(), lines);
 }
 
-TEST(BenchArgs, NcclTestsFlagsAreUnderstood) {
-  BenchOptions opt;
-  ASSERT_EQ("", parseBenchArgs({"-b", "8K", "-e", "1M", "-f", "4", "-n", "50", "-w", "3", "-G",
-                                "0", "-c", "0", "-d", "float16"},
-                               &opt));
-  EXPECT_EQ(8u << 10, opt.min_bytes);
-  EXPECT_EQ(1u << 20, opt.max_bytes);
-  EXPECT_DOUBLE_EQ(4.0, opt.factor);
-  EXPECT_EQ(50, opt.iters);
-  EXPECT_EQ(3, opt.warmup);
-  EXPECT_FALSE(opt.graph);
-  EXPECT_FALSE(opt.check);
-  EXPECT_EQ(tparFloat16, opt.dtype);
-  const std::vector<size_t> want = {8u << 10, 32u << 10, 128u << 10, 512u << 10, 1u << 20};
-  EXPECT_EQ(want, benchSizes(opt));
+std::vector<std::string> words(const std::string& line) {
+  std::istringstream in(line);
+  std::vector<std::string> out;
+  std::string w;
+  while (in >> w) out.push_back(w);
+  return out;
 }
 
-TEST(BenchArgs, BackendsRanksAndSizeLists) {
+BenchOptions parsed(const std::string& line) {
   BenchOptions opt;
-  ASSERT_EQ("", parseBenchArgs({"--backends", "tpar,nccl:shm,tpar:twoshot", "--ranks", "2,8",
-                                "--sizes", "12K,112K,4096", "--json", "/tmp/x.json"},
-                               &opt));
-  EXPECT_EQ((std::vector<std::string>{"tpar", "nccl:shm", "tpar:twoshot"}), opt.backends);
-  EXPECT_EQ((std::vector<int>{2, 8}), opt.ranks);
-  EXPECT_EQ((std::vector<size_t>{12288, 114688, 4096}), benchSizes(opt));
-  EXPECT_EQ("/tmp/x.json", opt.json_path);
-  EXPECT_FALSE(opt.procs);
-  BenchOptions p;
-  ASSERT_EQ("", parseBenchArgs({"--procs", "--ranks", "4"}, &p));
+  const std::string err = parseBenchArgs(words(line), &opt);
+  EXPECT_EQ("", err) << line;
+  return opt;
+}
+
+TEST(BenchArgs, NcclTestsCommandLinesRunAsTheyAre) {
+  // The lines of nccl-tests' documentation and of everyday use, unchanged.
+  for (const char* line : {
+           "-b 8 -e 128M -f 2 -g 1",
+           "-b 8 -e 256M -f 2 -g 8",
+           "-b 8 -e 128M -f 2 -t 2",
+           "-b 1M -e 64M -i 1M",
+           "-b 8 -e 128M -f 2 -g 8 -c 5 -G 10 -o all -d all -a 1 -z 0 -p 1 -m 2 -N 2 -C 1 -R 1 "
+           "-T 100 -J /tmp/out.json",
+           "-b 8 -e 128M -f 2 -g 4 -n 50 -w 5 -c 0 -u 1 -M 1 -S 1 -r 0 -x 0 -V 16 -K 0 -I 0 -y 0 "
+           "-D 0",
+           "--minbytes 8 --maxbytes 1G --stepfactor 2 --ngpus 8 --check 1 --op sum --datatype "
+           "bfloat16 --iters 20 --warmup_iters 5 --cudagraph 1 --blocking 0 --average 1",
+       }) {
+    parsed(line);
+  }
+}
+
+TEST(BenchArgs, EveryFlagKeepsItsNcclTestsMeaning) {
+  BenchOptions o = parsed(
+      "-b 8 -e 128M -f 2 -g 4 -t 2 -n 50 -w 3 -m 2 -N 3 -p 1 -c 5 -o max -d float -z 0 -T 100 "
+      "-G 10 -C 1 -S 1 -J /tmp/x.json -a 1 -R 1 -M 1 -u 3");
+  EXPECT_EQ(8u, o.min_bytes);
+  EXPECT_EQ(128u << 20, o.max_bytes);
+  EXPECT_DOUBLE_EQ(2.0, o.factor);
+  EXPECT_EQ((std::vector<int>{8}), benchRankCounts(o, 4));  // -t 2 x -g 4
+  EXPECT_EQ(50, o.iters);
+  EXPECT_EQ(3, o.warmup);
+  EXPECT_EQ(2, o.agg_iters);
+  EXPECT_EQ(3, o.run_cycles);
+  EXPECT_EQ(1, o.parallel_init);
+  EXPECT_EQ(5, o.check_iters);  // a count of checked calls, not a switch
+  EXPECT_EQ((std::vector<tparRedOp_t>{tparMax}), o.ops);
+  EXPECT_EQ((std::vector<tparDataType_t>{tparFloat32}), o.dtypes);
+  EXPECT_EQ(100, o.timeout_s);
+  EXPECT_EQ(10, o.graph_launches);  // a count of graph launches
+  EXPECT_TRUE(usesGraph(o, 128u << 20));  // -G given: every size, as in nccl-tests
+  EXPECT_EQ(1, o.report_cputime);
+  EXPECT_EQ(1, o.report_timestamps);
+  EXPECT_EQ("/tmp/x.json", o.json_path);
+  EXPECT_EQ(1, o.average);
+  EXPECT_EQ(1, o.local_register);
+  EXPECT_EQ(1, o.memory_report);
+  EXPECT_EQ(3, o.unalign);
+}
+
+TEST(BenchArgs, AllRunsEveryTypeAndOpTparHas) {
+  BenchOptions o = parsed("-d all -o all");
+  EXPECT_EQ((std::vector<tparDataType_t>{tparFloat16, tparFloat32, tparBfloat16}), o.dtypes);
+  EXPECT_EQ((std::vector<tparRedOp_t>{tparSum, tparMax, tparMin}), o.ops);
+  BenchOptions l = parsed("-d half,bf16 -o min,sum");
+  EXPECT_EQ((std::vector<tparDataType_t>{tparFloat16, tparBfloat16}), l.dtypes);
+  EXPECT_EQ((std::vector<tparRedOp_t>{tparMin, tparSum}), l.ops);
+}
+
+TEST(BenchArgs, SizeSweepsFollowNcclTests) {
+  // -f > 1 multiplies; -i alone adds (nccl-tests' factor is 1 unless -f is given).
+  BenchOptions f = parsed("-b 8K -e 1M -f 4");
+  EXPECT_EQ((std::vector<size_t>{8u << 10, 32u << 10, 128u << 10, 512u << 10, 1u << 20}),
+            benchSizes(f));
+  BenchOptions i = parsed("-b 1M -e 4M -i 1M");
+  EXPECT_EQ((std::vector<size_t>{1u << 20, 2u << 20, 3u << 20, 4u << 20}), benchSizes(i));
+  BenchOptions one = parsed("-b 1K -e 3K -f 1 -i 1K");
+  EXPECT_EQ((std::vector<size_t>{1024, 2048, 3072}), benchSizes(one));
+  BenchOptions both = parsed("-b 1K -e 4K -f 2 -i 1K");  // a factor > 1 wins, as there
+  EXPECT_EQ((std::vector<size_t>{1024, 2048, 4096}), benchSizes(both));
+  BenchOptions edge;
+  edge.min_bytes = 1000;
+  edge.max_bytes = 5000;
+  edge.factor = 2;
+  EXPECT_EQ((std::vector<size_t>{1000, 2000, 4000, 5000}), benchSizes(edge));  // max included
+}
+
+TEST(BenchArgs, GraphsAndEagerTimingByDefaultAndByFlag) {
+  BenchOptions d = parsed("");
+  EXPECT_TRUE(usesGraph(d, 4u << 20));
+  EXPECT_FALSE(usesGraph(d, 8u << 20));  // tpar's default: graphs up to 4 MiB
+  BenchOptions e = parsed("-G 0");
+  EXPECT_FALSE(usesGraph(e, 1024));
+  BenchOptions bounded = parsed("-G 3 --graph-max-bytes 1M");
+  EXPECT_TRUE(usesGraph(bounded, 1u << 20));
+  EXPECT_FALSE(usesGraph(bounded, 2u << 20));
+  BenchOptions z = parsed("-z 1");
+  EXPECT_EQ(0, z.graph_launches);  // waiting between calls: eager
+}
+
+TEST(BenchArgs, TparLongOptionsStillWork) {
+  BenchOptions o = parsed(
+      "--backends tpar,nccl:shm,tpar:twoshot --ranks 2,8 --sizes 12K,112K,4096 --json "
+      "/tmp/x.json --transport host");
+  EXPECT_EQ((std::vector<std::string>{"tpar", "nccl:shm", "tpar:twoshot"}), o.backends);
+  EXPECT_EQ((std::vector<int>{2, 8}), benchRankCounts(o, 1));
+  EXPECT_EQ((std::vector<size_t>{12288, 114688, 4096}), benchSizes(o));
+  EXPECT_EQ("/tmp/x.json", o.json_path);
+  EXPECT_EQ(1, o.transport);
+  EXPECT_FALSE(o.procs);
+  BenchOptions p = parsed("--procs --ranks 4 --dtype float16");
   EXPECT_TRUE(p.procs);
   EXPECT_EQ(-1, p.worker_rank);
+  EXPECT_EQ((std::vector<tparDataType_t>{tparFloat16}), p.dtypes);
+  // No rank count given: every GPU, or 8 virtual ranks on one.
+  EXPECT_EQ((std::vector<int>{4}), benchRankCounts(parsed(""), 4));
+  EXPECT_EQ((std::vector<int>{8}), benchRankCounts(parsed(""), 1));
 }
 
-TEST(BenchArgs, BadValuesAreRejectedWithTheirName) {
-  const std::vector<std::vector<std::string>> bad = {
-      {"-b", "12Q"},          {"-e", "0"},           {"--sizes", "1K,x"},
-      {"-d", "int8"},         {"--backends", "mpi"}, {"--ranks", "0"},
-      {"--ranks", "99"},      {"-n", "0"},           {"-f", "1"},
-      {"--no-such-flag"},     {"-b", "2M", "-e", "1M"},
+TEST(BenchArgs, BadAndUnsupportedValuesAreRejectedWithTheirName) {
+  struct Bad {
+    const char* line;
+    const char* mentions;
   };
-  for (const auto& args : bad) {
+  const Bad bad[] = {
+      {"-b 12Q", "--minbytes"},        {"-e 0", "--maxbytes"},
+      {"--sizes 1K,x", "--sizes"},     {"-d int32", "int32"},
+      {"-d fp64", "fp64"},             {"-o prod", "prod"},
+      {"-o avg", "avg"},               {"--backends mpi", "mpi"},
+      {"--ranks 0", "--ranks"},        {"--ranks 99", "--ranks"},
+      {"-n 0", "iters"},               {"-f 0.5", "stepfactor"},
+      {"--no-such-flag", "no-such-flag"}, {"-b 2M -e 1M", "--minbytes"},
+      {"-y 1", "--stream_null"},       {"-I 1", "--per_iter_timing"},
+      {"-D 1", "--device_implementation"}, {"-R 2", "--local_register"},
+      {"-z 1 -G 5", "--blocking"},     {"--ranks 2 -g 2", "--ranks"},
+      {"-b 8 -e 1G -i 8", "sizes"},    {"-a 4", "average"},
+  };
+  for (const Bad& b : bad) {
     BenchOptions opt;
-    const std::string err = parseBenchArgs(args, &opt);
-    EXPECT_FALSE(err.empty()) << args[0];
+    const std::string err = parseBenchArgs(words(b.line), &opt);
+    EXPECT_NE(std::string::npos, err.find(b.mentions)) << b.line << " -> '" << err << "'";
   }
-  BenchOptions opt;
-  EXPECT_NE(std::string::npos, parseBenchArgs({"--backends", "mpi"}, &opt).find("mpi"));
 }
 
-TEST(BenchSizes, MaxIsAlwaysIncluded) {
-  BenchOptions opt;
-  opt.min_bytes = 1000;
-  opt.max_bytes = 5000;
-  opt.factor = 2;
-  EXPECT_EQ((std::vector<size_t>{1000, 2000, 4000, 5000}), benchSizes(opt));
-  opt.min_bytes = opt.max_bytes = 4096;
-  EXPECT_EQ((std::vector<size_t>{4096}), benchSizes(opt));
+TEST(BenchArgs, ChildrenGetTheSameMeasurement) {
+  // A child (an NCCL variant, a --procs rank) parses the arguments it is given to the same
+  // measurement as its parent.
+  BenchOptions o = parsed("-b 8 -e 1M -f 4 -n 7 -w 2 -m 3 -c 2 -G 5 -o all -d half -a 1 -C 1 "
+                          "-u 2 -T 9 --transport host");
+  std::vector<std::string> args = childBenchArgs(o, "tpar:twoshot");
+  ASSERT_EQ("bench", args.front());
+  args.erase(args.begin());
+  BenchOptions c;
+  ASSERT_EQ("", parseBenchArgs(args, &c));
+  EXPECT_EQ(benchSizes(o), benchSizes(c));
+  EXPECT_EQ((std::vector<std::string>{"tpar:twoshot"}), c.backends);
+  for (size_t b : {size_t{8}, size_t{1} << 20})
+    EXPECT_EQ(usesGraph(o, b), usesGraph(c, b)) << b;
+  EXPECT_EQ(o.iters, c.iters);
+  EXPECT_EQ(o.warmup, c.warmup);
+  EXPECT_EQ(o.agg_iters, c.agg_iters);
+  EXPECT_EQ(o.check_iters, c.check_iters);
+  EXPECT_EQ(o.graph_launches, c.graph_launches);
+  EXPECT_EQ(o.ops, c.ops);
+  EXPECT_EQ(o.dtypes, c.dtypes);
+  EXPECT_EQ(o.average, c.average);
+  EXPECT_EQ(o.report_cputime, c.report_cputime);
+  EXPECT_EQ(o.unalign, c.unalign);
+  EXPECT_EQ(o.timeout_s, c.timeout_s);
+  EXPECT_EQ(o.transport, c.transport);
+}
+
+TEST(BenchTime, AverageFlagReducesRankTimesAsNcclTests) {
+  const std::vector<double> us = {4.0, 2.0, 9.0, 5.0};
+  EXPECT_DOUBLE_EQ(4.0, averageRankTimes(us, 0));  // rank 0
+  EXPECT_DOUBLE_EQ(5.0, averageRankTimes(us, 1));  // mean
+  EXPECT_DOUBLE_EQ(2.0, averageRankTimes(us, 2));  // min
+  EXPECT_DOUBLE_EQ(9.0, averageRankTimes(us, 3));  // max
+  EXPECT_DOUBLE_EQ(0.0, averageRankTimes({}, 1));
+}
+
+// Rows with random values, as a run would make them.
+std::vector<BenchRow> randomRows(std::mt19937* rng, int n) {
+  std::uniform_real_distribution<double> us(0.5, 5e5);
+  std::uniform_int_distribution<int> pick(0, 2);
+  std::uniform_int_distribution<long long> wrong(-1, 3);
+  const char* backends[] = {"tpar", "tpar:twoshot", "nccl:p2p-sys"};
+  const tparDataType_t types[] = {tparFloat16, tparFloat32, tparBfloat16};
+  const tparRedOp_t ops[] = {tparSum, tparMax, tparMin};
+  std::vector<BenchRow> rows;
+  for (int i = 0; i < n; ++i) {
+    BenchRow r;
+    r.backend = backends[pick(*rng)];
+    r.ranks = 2 + pick(*rng) * 3;
+    r.dtype = types[pick(*rng)];
+    r.op = ops[pick(*rng)];
+    r.count = size_t{1} << std::uniform_int_distribution<int>(0, 27)(*rng);
+    r.bytes = r.count * tpar::elementBytes(r.dtype);
+    r.us_out = us(*rng);
+    r.us_in = us(*rng);
+    r.wrong_out = wrong(*rng);
+    r.wrong_in = wrong(*rng);
+    r.chosen = pick(*rng) ? "twoshot" : "";
+    rows.push_back(r);
+  }
+  return rows;
+}
+
+TEST(BenchTable, ReadsLikeNcclTestsOutput) {
+  // A reader written for nccl-tests' output reads what it reads there.
+  const std::string nccl_tests =
+      "# nThread 1 nGpus 8 minBytes 8 maxBytes 134217728 step: 2(factor) warmup iters: 5 "
+      "iters: 20 agg iters: 1 validation: 1 graph: 0\n"
+      "#\n"
+      "#                                                              out-of-place             "
+      "          in-place          \n"
+      "#       size         count      type   redop    root     time   algbw   busbw #wrong     "
+      "time   algbw   busbw #wrong\n"
+      "#        (B)    (elements)                               (us)  (GB/s)  (GB/s)            "
+      "(us)  (GB/s)  (GB/s)       \n"
+      "           8             2     float     sum      -1    36.51    0.00    0.00      0    "
+      "35.23    0.00    0.00      0\n"
+      "   134217728      33554432     float     sum      -1   1234.5  108.72  190.26      0   "
+      "1230.1  109.11  190.94      0\n"
+      "# Out of bounds values : 0 OK\n"
+      "# Avg bus bandwidth    : 95.3 \n";
+  const auto ref = tpar_test::parseNcclTestsOutput(nccl_tests);
+  ASSERT_EQ("", ref.error);
+  ASSERT_EQ(2u, ref.rows.size());
+  EXPECT_EQ(134217728, ref.rows[1].size);
+  EXPECT_DOUBLE_EQ(190.26, ref.rows[1].out_of_place.busbw);
+  EXPECT_EQ(0, ref.out_of_bounds);
+  ASSERT_EQ(1u, ref.avg_busbw.size());
+
+  std::mt19937 rng(std::random_device{}());
+  const std::vector<BenchRow> rows = randomRows(&rng, 40);
+  for (const bool floors : {false, true}) {
+    for (const bool timestamps : {false, true}) {
+      TableStyle style;
+      style.floors = floors;
+      style.timestamps = timestamps;
+      std::string text = tableHeader(style);
+      for (BenchRow r : rows) {
+        r.timestamp = "2026-01-02 03:04:05";
+        text += tableRow(r, style);
+      }
+      text += tableFooter(rows);
+      const auto got = tpar_test::parseNcclTestsOutput(text);
+      ASSERT_EQ("", got.error) << text;
+      // nccl-tests' 13 columns first, in its order; tpar's after them.
+      ASSERT_GE(got.columns.size(), ref.columns.size());
+      EXPECT_EQ(ref.columns, std::vector<std::string>(got.columns.begin(),
+                                                       got.columns.begin() + ref.columns.size()));
+      ASSERT_EQ(rows.size(), got.rows.size());
+      long long wrong = 0;
+      for (size_t i = 0; i < rows.size(); ++i) {
+        const BenchRow& r = rows[i];
+        const tpar_test::NcclTestsRow& g = got.rows[i];
+        EXPECT_EQ(static_cast<long long>(r.bytes), g.size);
+        EXPECT_EQ(static_cast<long long>(r.count), g.count);
+        EXPECT_EQ(ncclTestsTypeName(r.dtype), g.type);
+        EXPECT_EQ(ncclTestsOpName(r.op), g.redop);
+        EXPECT_EQ(-1, g.root);
+        // Printed in 7 (time) and 6 (bandwidth) characters: 2 decimals or 4 significant digits.
+        EXPECT_NEAR(r.us_out, g.out_of_place.time_us, std::max(0.006, r.us_out * 1e-3));
+        EXPECT_NEAR(r.us_in, g.in_place.time_us, std::max(0.006, r.us_in * 1e-3));
+        const double bw = busBandwidth(r.bytes, r.us_out, r.ranks);
+        EXPECT_NEAR(bw, g.out_of_place.busbw, std::max(0.006, bw * 1e-2));
+        EXPECT_EQ(r.wrong_out, g.out_of_place.wrong);
+        EXPECT_EQ(r.wrong_in, g.in_place.wrong);
+        wrong += std::max(0LL, r.wrong_out) + std::max(0LL, r.wrong_in);
+        // tpar's columns come after: (-S's date and time), backend, algo, (floor, x floor).
+        const size_t first = timestamps ? 2 : 0;
+        ASSERT_EQ(first + 2 + (floors ? 2 : 0), g.extras.size());
+        EXPECT_EQ(r.backend, g.extras[first]);
+        EXPECT_EQ(r.chosen.empty() ? "-" : r.chosen, g.extras[first + 1]);
+      }
+      EXPECT_EQ(wrong, got.out_of_bounds);
+      EXPECT_FALSE(got.avg_busbw.empty());
+    }
+  }
+}
+
+TEST(BenchTable, CputimeNamesTheTimeColumns) {
+  TableStyle style;
+  style.cputime = true;
+  const auto got = tpar_test::parseNcclTestsOutput(tableHeader(style));
+  ASSERT_GE(got.columns.size(), 13u);
+  EXPECT_EQ("cputime", got.columns[5]);
+  EXPECT_EQ("cputime", got.columns[9]);
 }
 
 TEST(Bandwidth, BusBandwidthFollowsNcclTests) {
-  // 1 GB in 1000 us: 1000 GB/s... 1e9 B / 1e-3 s = 1e12 B/s = 1000 GB/s.
+  // 1 GB in 1000 us: 1e9 B / 1e-3 s = 1e12 B/s = 1000 GB/s.
   EXPECT_DOUBLE_EQ(1000.0, algBandwidth(1000000000, 1000.0));
   EXPECT_DOUBLE_EQ(1750.0, busBandwidth(1000000000, 1000.0, 8));  // x 2*7/8
   EXPECT_DOUBLE_EQ(1000.0, busBandwidth(1000000000, 1000.0, 2));  // x 2*1/2
@@ -89,24 +330,24 @@ TEST(Bandwidth, BusBandwidthFollowsNcclTests) {
   EXPECT_DOUBLE_EQ(0.0, algBandwidth(100, 0.0));
 }
 
-TEST(BenchJson, RowsCarryEveryColumn) {
-  BenchRow r;
-  r.backend = "tpar";
-  r.ranks = 4;
-  r.bytes = 114688;
-  r.count = 57344;
-  r.us_out = 4.0;
-  r.us_in = 5.0;
-  r.wrong_out = 0;
-  r.wrong_in = 3;
-  const auto j = rowToJson(r);
-  for (const char* key : {"backend", "ranks", "virtual", "bytes", "count", "chosen", "graph",
-                          "us_out_of_place", "us_in_place", "algbw_out_of_place",
-                          "busbw_out_of_place", "wrong_out_of_place", "wrong_in_place"}) {
-    EXPECT_TRUE(j.contains(key)) << key;
+TEST(BenchJson, RowsCarryEveryColumnAndComeBack) {
+  std::mt19937 rng(std::random_device{}());
+  for (const BenchRow& r : randomRows(&rng, 10)) {
+    const auto j = rowToJson(r);
+    for (const char* key : {"backend", "ranks", "virtual", "dtype", "op", "bytes", "count",
+                            "chosen", "graph", "us_out_of_place", "us_in_place",
+                            "algbw_out_of_place", "busbw_out_of_place", "wrong_out_of_place",
+                            "wrong_in_place"}) {
+      EXPECT_TRUE(j.contains(key)) << key;
+    }
+    const BenchRow back = rowFromJson(j);
+    EXPECT_EQ(r.backend, back.backend);
+    EXPECT_EQ(r.dtype, back.dtype);
+    EXPECT_EQ(r.op, back.op);
+    EXPECT_EQ(r.bytes, back.bytes);
+    EXPECT_DOUBLE_EQ(r.us_out, back.us_out);
+    EXPECT_EQ(r.wrong_in, back.wrong_in);
   }
-  EXPECT_EQ(3, j["wrong_in_place"].get<int>());
-  EXPECT_NEAR(busBandwidth(114688, 4.0, 4), j["busbw_out_of_place"].get<double>(), 1e-9);
 }
 
 TEST(MachineReport, NamesTheRunEvenWithoutAGpu) {

@@ -1,6 +1,6 @@
 // `tpar doctor` without a GPU: its verdict, tables and JSON are pure functions of recorded
 // probe results, checked here on machines the CI never runs on.
-#include "tools/tpar/doctor.h"
+#include "tools/tpar/doctor/doctor.h"
 
 #include <gtest/gtest.h>
 
@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "tools/tpar/commands.h"
-#include "tools/tpar/nvml.h"
+#include "tools/tpar/common/commands.h"
+#include "tools/tpar/doctor/nvml.h"
 
 namespace tpar_cli {
 namespace {
@@ -245,11 +245,13 @@ TEST(DoctorVerdict, SelfTestThatNeverRanIsAFailure) {
 
 TEST(DoctorVerdict, NoGpuExitsThreeWithAClearMessage) {
   DoctorResults r;
-  r.no_gpu = "no CUDA-capable device is detected";
+  r.no_gpu = "no NVIDIA driver found (libcuda.so.1: cannot open shared object file)";
   const Verdict v = makeVerdict(r);
   EXPECT_EQ(kDoctorNoGpu, v.exit_code);
-  EXPECT_EQ("no CUDA GPU: tpar cannot run here (no CUDA-capable device is detected).", v.headline);
-  EXPECT_NE(std::string::npos, renderReport(r, v).find("Verdict: no CUDA GPU"));
+  EXPECT_EQ(3, v.exit_code);  // the command's map (common/exit_codes.h)
+  EXPECT_EQ("tpar cannot run here: " + r.no_gpu + ".", v.headline);
+  EXPECT_NE(std::string::npos,
+            renderReport(r, v).find("Verdict: tpar cannot run here: no NVIDIA driver found"));
 }
 
 TEST(DoctorVerdict, WarnsAboutANarrowPcieLinkAndFailedProbes) {

@@ -15,6 +15,7 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "common/child_process.h"
@@ -59,11 +60,23 @@ bool parseIdentity(const std::string& output, ProcessIdentity* id) {
   return true;
 }
 
-// Runs the child above in a PID namespace of its own (as root, or through a user namespace).
-bool identityInNewPidNamespace(ProcessIdentity* id, std::string* why) {
+// The same, then stays alive a while: a namespace's inode can be reused once it is gone, so two
+// namespaces are compared while both exist.
+TEST(DISABLED_IdentityChild, PrintsItsIdentityAndWaits) {
+  ProcessIdentity id;
+  ASSERT_EQ(tparSuccess, processIdentity(&id)) << lastError();
+  std::printf("IDENTITY %llx %llx %d\n", static_cast<unsigned long long>(id.host),
+              static_cast<unsigned long long>(id.pid_namespace), id.pid);
+  std::fflush(stdout);
+  usleep(3000 * 1000);
+}
+
+// Runs a child above in a PID namespace of its own (as root, or through a user namespace).
+bool identityInNewPidNamespace(ProcessIdentity* id, std::string* why,
+                               const char* child = "PrintsItsIdentity") {
   const std::string exe = selfExe();
   const std::vector<std::string> tail = {exe, "--gtest_also_run_disabled_tests",
-                                         "--gtest_filter=DISABLED_IdentityChild.PrintsItsIdentity"};
+                                         std::string("--gtest_filter=DISABLED_IdentityChild.") + child};
   for (const std::vector<std::string>& prefix :
        {std::vector<std::string>{"unshare", "--pid", "--fork"},
         std::vector<std::string>{"unshare", "--user", "--map-root-user", "--pid", "--fork"}}) {
@@ -84,7 +97,15 @@ TEST(Identity, ProcessesInTwoPidNamespacesAreNeverOneProcess) {
   if (!identityInNewPidNamespace(&a, &why)) {
     GTEST_SKIP() << "cannot make a PID namespace here (needs root or user namespaces): " << why;
   }
-  ASSERT_TRUE(identityInNewPidNamespace(&b, &why)) << why;
+  // Both namespaces alive at once (each child waits 3 s after printing): the kernel may hand a
+  // finished namespace's inode to the next one, which would make two sequential ones compare
+  // equal without either being wrong.
+  std::string why_b;
+  bool got_b = false;
+  std::thread second([&] { got_b = identityInNewPidNamespace(&b, &why_b, "PrintsItsIdentityAndWaits"); });
+  ASSERT_TRUE(identityInNewPidNamespace(&a, &why, "PrintsItsIdentityAndWaits")) << why;
+  second.join();
+  ASSERT_TRUE(got_b) << why_b;
   ASSERT_EQ(tparSuccess, processIdentity(&self)) << lastError();
   EXPECT_EQ(1, a.pid);
   EXPECT_EQ(1, b.pid);

@@ -21,7 +21,7 @@
 #include "core/env.h"
 #include "core/error.h"
 #include "core/nccl_route.h"
-#include "tools/tpar/tune.h"
+#include "tools/tpar/tune/tune.h"
 #include "topology/topology.h"
 #include "tuner/select.h"
 #include "tuner/tuner.h"

@@ -1,6 +1,6 @@
 // `tpar verify`'s options and arithmetic: presets, overrides, per-rank GEMM shapes, all-reduce
 // bytes, the tokens/s projection, and the options it must refuse (no GPU needed).
-#include "tools/tpar/verify.h"
+#include "tools/tpar/verify/verify.h"
 
 #include <gtest/gtest.h>
 
@@ -51,6 +51,7 @@ TEST(VerifyModel, DefaultsAreKimiK2WithSixteenTokensAndTheDocumentedKnobs) {
 TEST(VerifyModel, OneGpuDefaultsToEightVirtualRanks) {
   EXPECT_EQ(8, parseOk({}, 1).shape.tp);
   EXPECT_EQ(2, parseOk({"--tp", "2"}, 1).shape.tp);
+  EXPECT_EQ(4, parseOk({"--ranks", "4"}, 1).shape.tp);
 }
 
 TEST(VerifyModel, ExplicitSizesOverrideThePreset) {
@@ -180,8 +181,8 @@ TEST(VerifyArgs, BadOptionsAreRejectedWithTheirName) {
       {{"--intermediate", "1001", "--hidden", "1024", "--tp", "2"}, "--intermediate"},
       {{"--tokens", "0"}, "--tokens"},
       {{"--tokens", "-4"}, "--tokens"},
-      {{"--tp", "0"}, "--tp"},
-      {{"--tp", "17"}, "--tp"},
+      {{"--tp", "0"}, "--ranks"},
+      {{"--ranks", "17"}, "--ranks"},
       {{"--layers", "0"}, "--layers"},
       {{"--model", "gpt-5"}, "gpt-5"},
       {{"--backends", "mpi"}, "mpi"},
@@ -191,7 +192,8 @@ TEST(VerifyArgs, BadOptionsAreRejectedWithTheirName) {
       {{"--accept-len", "0"}, "--accept-len"},
       {{"--draft-ms", "-1"}, "--draft-ms"},
       {{"--iters", "0"}, "--iters"},
-      {{"--dtype", "fp16"}, "bf16"},
+      {{"--dtype", "fp16"}, "bfloat16"},
+      {{"-d", "float32"}, "--datatype"},
       {{"--tokens", "abc"}, "tokens"},
       {{"--no-such-option"}, "no-such-option"},
   };
@@ -206,7 +208,7 @@ TEST(VerifyArgs, BadOptionsAreRejectedWithTheirName) {
 TEST(VerifyArgs, DefaultTpThatDoesNotDivideSaysItWasTheDefault) {
   VerifyConfig cfg;
   const std::string err = parseVerifyArgs({}, 3, &cfg);  // 3 GPUs, hidden 7168
-  EXPECT_NE(std::string::npos, err.find("--tp 3 (the default")) << err;
+  EXPECT_NE(std::string::npos, err.find("--ranks 3 (the default")) << err;
 }
 
 }  // namespace
