@@ -38,7 +38,5 @@ bool tparRedOpOfNccl(int nccl_op, tparRedOp_t* out) {
   }
 }
 
-size_t tparElemBytes(tparDataType_t dtype) { return dtype == tparFloat32 ? 4 : 2; }
-
 }  // namespace shim
 }  // namespace tpar

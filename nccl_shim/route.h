@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "core/algorithms.h"
 #include "tpar/tpar.h"
 
 namespace tpar {
@@ -49,9 +50,6 @@ struct AllReduceCall {
 bool tparDataTypeOfNccl(int nccl_datatype, tparDataType_t* out);
 bool tparRedOpOfNccl(int nccl_op, tparRedOp_t* out);
 
-// The element size of a datatype tpar runs.
-size_t tparElemBytes(tparDataType_t dtype);
-
 // NOTE [shim routing]
 // Every rank must send a call to the same place: a rank that runs tpar's kernel while another
 // enters NCCL leaves both waiting (the tpar rank times out). So the route is a function of
@@ -73,7 +71,7 @@ Route decideRoute(const RoutePolicy& policy, const AllReduceCall& call,
   tparRedOp_t op;
   if (!tparRedOpOfNccl(call.nccl_op, &op)) return Route::kOp;
   if (call.count == 0) return Route::kEmpty;
-  const size_t esize = tparElemBytes(dtype);
+  const size_t esize = elementBytes(dtype);
   if (call.count > policy.max_bytes / esize) return Route::kTooLarge;
   if (plan_says_nccl(static_cast<uint64_t>(call.count) * esize, dtype)) return Route::kTunedNccl;
   return Route::kTpar;

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <vector>
 
+#include "core/hash.h"
 #include "core/identity.h"
 
 namespace tpar {
@@ -116,11 +117,7 @@ uint64_t hostIdentity(std::string* why) {
   if (stat("/proc/self/ns/net", &st) == 0) {
     // FNV-1a step over the namespace's inode: processes in different network namespaces of one
     // host cannot reach each other's abstract sockets.
-    const uint64_t ino = static_cast<uint64_t>(st.st_ino);
-    for (int i = 0; i < 8; ++i) {
-      id ^= (ino >> (8 * i)) & 0xff;
-      id *= 1099511628211ull;
-    }
+    id = fnv1aU64(id, static_cast<uint64_t>(st.st_ino));
   }
   return id;
 }

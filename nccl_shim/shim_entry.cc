@@ -57,7 +57,7 @@ void logDecision(ShimComm* c, ncclComm_t comm, size_t count, int datatype, int o
     tparDataType_t dtype = tparFloat32;
     tparDataTypeOfNccl(datatype, &dtype);
     where = std::string("tpar:") +
-            planAlgoName(planFor(c->tpar, uint64_t(count) * tparElemBytes(dtype), dtype));
+            planAlgoName(planFor(c->tpar, uint64_t(count) * elementBytes(dtype), dtype));
   }
   TPAR_INFO(kLogNccl, "libtpar_nccl.so: comm %p rank %s: all-reduce of %zu x %s %s -> %s",
             static_cast<void*>(comm), rankText(*c).c_str(), count, ncclTypeName(datatype).c_str(),

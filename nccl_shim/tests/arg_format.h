@@ -10,17 +10,14 @@
 #include <tuple>
 #include <type_traits>
 
+#include "core/hash.h"
 #include "nccl_api_gates.h"
 
 namespace tpar_shim_test {
 
 inline std::string argText(const ncclUniqueId& id) {
   // Every byte counts: FNV-1a over all 128.
-  uint64_t h = 1469598103934665603ull;
-  for (char c : id.internal) {
-    h ^= static_cast<unsigned char>(c);
-    h *= 1099511628211ull;
-  }
+  const uint64_t h = tpar::fnv1a(id.internal, sizeof(id.internal));
   char buf[40];
   std::snprintf(buf, sizeof(buf), "id:%016" PRIx64, h);
   return buf;

@@ -4,6 +4,7 @@
 #include <string>
 #include <unordered_set>
 
+#include "core/algorithms.h"
 #include "core/comm.h"
 #include "core/env.h"
 #include "core/error.h"
@@ -173,7 +174,7 @@ void logAllReduce(tparComm_t comm, const void* send, void* recv, size_t count,
   if (!logEnabled(LogLevel::kTrace, kLogColl)) return;
   const tparComm* c = comm;
   LogScope scope(c->rank, c->device);
-  const size_t bytes = count * (dtype == tparFloat32 ? 4 : 2);
+  const size_t bytes = count * elementBytes(dtype);
   const Plan plan = planFor(c, bytes, dtype);
   TPAR_TRACE(kLogColl,
              "AllReduce: sendbuff %p recvbuff %p count %zu datatype %s op %s comm %p stream %p "

@@ -15,6 +15,7 @@
 #include "api/api_log.h"
 #include "bootstrap/bootstrap.h"
 #include "core/agreement.h"
+#include "core/algorithms.h"
 #include "core/comm.h"
 #include "core/config.h"
 #include "core/env.h"
@@ -589,7 +590,7 @@ tparResult_t tparAllReduce(const void* sendbuff, void* recvbuff, size_t count,
                           tparGetErrorString(static_cast<tparResult_t>(async))));
     }
     if (count == 0) return tparSuccess;
-    const size_t esize = datatype == tparFloat32 ? 4 : 2;
+    const size_t esize = elementBytes(datatype);
     if (count > SIZE_MAX / esize) {
       return bad(setError(tparInvalidArgument, "count %zu overflows the byte size", count));
     }
@@ -686,27 +687,13 @@ tparResult_t tparCommSelectAlgorithm(tparComm_t comm, size_t bytes, tparAlgo_t* 
       *algo = tparAlgoNccl;
       return tparSuccess;
     }
-    if (plan.algo == kernels::Algo::kHier && !comm->hier_ok) plan.algo = kernels::Algo::kTwoShot;
+    if (algorithm(plan.algo).needs_islands && !comm->hier_ok) plan.algo = kernels::Algo::kTwoShot;
     *algo = publicAlgoOf(plan.algo);
     return tparSuccess;
   });
 }
 
-const char* tparAlgoName(tparAlgo_t algo) {
-  switch (algo) {
-    case tparAlgoAuto: return "auto";
-    case tparAlgoOneShot: return "oneshot";
-    case tparAlgoTwoShot: return "twoshot";
-    case tparAlgoStaged: return "staged";
-    case tparAlgoHierarchical: return "hier";
-    case tparAlgoOneShotPull: return "oneshot-pull";
-    case tparAlgoTwoShotPull: return "twoshot-pull";
-    case tparAlgoNccl: return "nccl";
-    case tparAlgoPipelined: return "pipelined";
-    case tparAlgoTwoShotLL: return "twoshot-ll";
-    default: return "unknown";
-  }
-}
+const char* tparAlgoName(tparAlgo_t algo) { return tpar::publicAlgoName(algo); }
 
 const char* tparTransportName(tparTransport_t transport) {
   switch (transport) {

@@ -16,18 +16,10 @@
 
 #include "bootstrap/sha256.h"
 #include "core/error.h"
+#include "core/hash.h"
 
 namespace tpar {
 namespace bootstrap_detail {
-namespace {
-
-uint64_t fnv1a(const void* data, size_t size, uint64_t hash = 0xcbf29ce484222325ull) {
-  const unsigned char* p = static_cast<const unsigned char*>(data);
-  for (size_t i = 0; i < size; ++i) hash = (hash ^ p[i]) * 0x100000001b3ull;
-  return hash;
-}
-
-}  // namespace
 
 int64_t nowMs() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(

@@ -10,15 +10,11 @@
 #include "bootstrap/bootstrap.h"
 #include "core/comm.h"
 #include "core/error.h"
+#include "core/hash.h"
 #include "tuner/tuner.h"
 
 namespace tpar {
 namespace {
-
-uint64_t mix(uint64_t h, uint64_t v) {
-  for (int i = 0; i < 8; ++i) h = (h ^ ((v >> (8 * i)) & 0xff)) * 0x100000001b3ull;
-  return h;
-}
 
 std::string algoText(int32_t algo) {
   return std::string(tparAlgoName(static_cast<tparAlgo_t>(algo)));
@@ -34,17 +30,17 @@ std::string tuningText(const CallShape& s) {
 }  // namespace
 
 uint64_t tuningTableHash(const TuningTable& table) {
-  uint64_t h = 0xcbf29ce484222325ull;
-  for (char c : table.signature) h = mix(h, static_cast<unsigned char>(c));
-  h = mix(h, static_cast<uint64_t>(table.nranks));
+  uint64_t h = kFnvOffset;
+  for (char c : table.signature) h = fnv1aU64(h, static_cast<unsigned char>(c));
+  h = fnv1aU64(h, static_cast<uint64_t>(table.nranks));
   for (const TuningEntry& e : table.entries) {
-    h = mix(h, e.max_bytes);
-    h = mix(h, static_cast<uint64_t>(e.dtype));
-    h = mix(h, static_cast<uint64_t>(e.plan.algo));
-    h = mix(h, static_cast<uint64_t>(e.plan.active_blocks));
-    h = mix(h, static_cast<uint64_t>(e.plan.threads));
-    h = mix(h, static_cast<uint64_t>(e.plan.steps));
-    h = mix(h, (e.plan.pull ? 1u : 0u) | (e.plan.nccl ? 2u : 0u));
+    h = fnv1aU64(h, e.max_bytes);
+    h = fnv1aU64(h, static_cast<uint64_t>(e.dtype));
+    h = fnv1aU64(h, static_cast<uint64_t>(e.plan.algo));
+    h = fnv1aU64(h, static_cast<uint64_t>(e.plan.active_blocks));
+    h = fnv1aU64(h, static_cast<uint64_t>(e.plan.threads));
+    h = fnv1aU64(h, static_cast<uint64_t>(e.plan.steps));
+    h = fnv1aU64(h, (e.plan.pull ? 1u : 0u) | (e.plan.nccl ? 2u : 0u));
   }
   return h;
 }

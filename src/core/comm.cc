@@ -13,6 +13,8 @@
 #include <thread>
 #include <unordered_set>
 
+#include "core/algorithms.h"
+#include "core/launch.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "tuner/select.h"
@@ -27,8 +29,6 @@ std::unordered_set<tparComm*>& registry() {
   static std::unordered_set<tparComm*> live;
   return live;
 }
-
-size_t elemBytes(tparDataType_t dtype) { return dtype == tparFloat32 ? 4 : 2; }
 
 }  // namespace
 
@@ -52,7 +52,8 @@ tparResult_t createLocal(int rank, int nranks, const ResolvedConfig& cfg, int ra
   int device = 0;
   TPAR_CUDA_TRY(cudaGetDevice(&device));
   // NOTE [preload]: before any kernel of this communicator can spin.
-  TPAR_CUDA_TRY(kernels::preloadKernels());
+  const auto& sets = allKernelSets();
+  TPAR_CUDA_TRY(kernels::preloadKernels(sets.data(), static_cast<int>(sets.size())));
 
   auto comm = new tparComm();
   comm->rank = rank;
@@ -73,7 +74,8 @@ tparResult_t createLocal(int rank, int nranks, const ResolvedConfig& cfg, int ra
   if (err != cudaSuccess) return fail(cudaFailure(err, "cudaDeviceGetAttribute", __FILE__, __LINE__));
   int per_sm = 0;
   // The pipelined kernel runs with at least kMinPipelinedThreads: size the grid for that too.
-  err = kernels::maxActiveBlocksPerSm(std::max(comm->threads, kernels::kMinPipelinedThreads),
+  err = kernels::maxActiveBlocksPerSm(sets.data(), static_cast<int>(sets.size()),
+                                      std::max(comm->threads, kernels::kMinPipelinedThreads),
                                       &per_sm);
   if (err != cudaSuccess) return fail(cudaFailure(err, "occupancy query", __FILE__, __LINE__));
   if (per_sm < 1) {
@@ -316,31 +318,18 @@ Plan planFor(const tparComm* comm, uint64_t bytes, tparDataType_t dtype) {
 
 tparResult_t allReduce(tparComm* comm, const void* send, void* recv, size_t count,
                        tparDataType_t dtype, tparRedOp_t op, cudaStream_t stream) {
-  const size_t esize = elemBytes(dtype);
+  const size_t esize = elementBytes(dtype);
   const uint64_t bytes = uint64_t(count) * esize;
   Plan plan = planFor(comm, bytes, dtype);
   if (plan.nccl) return ncclRouteAllReduce(comm, send, recv, count, dtype, op, stream);
-  if (plan.algo == kernels::Algo::kHier && !comm->hier_ok) plan.algo = kernels::Algo::kTwoShot;
-  const kernels::Algo algo = plan.algo;
-  uint64_t algo_limit = 0;
-  switch (algo) {
-    case kernels::Algo::kOneShot: algo_limit = comm->layout.oneShotMaxBytes(comm->nranks); break;
-    case kernels::Algo::kTwoShot:
-    case kernels::Algo::kStaged: algo_limit = comm->layout.twoShotMaxBytes(comm->nranks); break;
-    case kernels::Algo::kHier:
-      algo_limit = comm->layout.hierMaxBytes(comm->hier_m, comm->hier_k, esize);
-      break;
-    case kernels::Algo::kOneShotPull: algo_limit = comm->layout.oneShotPullMaxBytes(); break;
-    case kernels::Algo::kTwoShotPull:
-      algo_limit = comm->layout.twoShotPullMaxBytes(comm->nranks);
-      break;
-    case kernels::Algo::kPipelined:
-      algo_limit = comm->layout.pipelinedMaxBytes(comm->nranks);
-      break;
-    case kernels::Algo::kTwoShotLL:
-      algo_limit = comm->layout.twoShotLLMaxBytes(comm->nranks);
-      break;
-  }
+  if (algorithm(plan.algo).needs_islands && !comm->hier_ok) plan.algo = kernels::Algo::kTwoShot;
+  const Algorithm& algo = algorithm(plan.algo);
+  AlgoShape shape;
+  shape.nranks = comm->nranks;
+  shape.hier_m = comm->hier_m;
+  shape.hier_k = comm->hier_k;
+  shape.elem_bytes = esize;
+  const uint64_t algo_limit = algo.max_bytes(comm->layout, shape);
   const uint64_t piece_limit = std::min<uint64_t>(comm->cfg.max_bytes_per_call, algo_limit);
   const uint64_t piece_elems = piece_limit / esize;  // piece_limit is a multiple of 16
 
@@ -354,16 +343,13 @@ tparResult_t allReduce(tparComm* comm, const void* send, void* recv, size_t coun
   args.data_bytes = comm->layout.data_bytes;
   args.pull_base = comm->layout.pullBase();
   args.pull_bytes = comm->layout.pull_bytes;
-  args.meta = kernels::makeCallMeta(dtype, op, algo, count, comm->nccl.comm != nullptr);
+  args.meta = kernels::makeCallMeta(dtype, op, algo.id, count, comm->nccl.comm != nullptr);
   args.rank = comm->rank;
   args.nranks = comm->nranks;
   args.op = op;
   args.active_blocks = plan.active_blocks;
-  // Its flag lines exist for the first kLineBlocks blocks (NOTE [flag lines]).
-  if (algo == kernels::Algo::kPipelined &&
-      (args.active_blocks <= 0 || args.active_blocks > kernels::WorkspaceLayout::kLineBlocks)) {
-    args.active_blocks = std::min(comm->max_blocks, kernels::WorkspaceLayout::kLineBlocks);
-  }
+  if (algo.max_blocks > 0 && (args.active_blocks <= 0 || args.active_blocks > algo.max_blocks))
+    args.active_blocks = std::min(comm->max_blocks, algo.max_blocks);
   args.steps = plan.steps;
   args.pull = plan.pull ? 1 : 0;
   args.hier_k = comm->hier_k;
@@ -386,17 +372,16 @@ tparResult_t allReduce(tparComm* comm, const void* send, void* recv, size_t coun
     // Always the same grid (NOTE [epochs and parity]); the block size follows the work.
     const int active = args.active_blocks > 0 ? std::min(args.active_blocks, comm->max_blocks)
                                               : comm->max_blocks;
-    const uint64_t work = kernels::workVectors(
-        algo, n, esize, algo == kernels::Algo::kHier ? comm->hier_m : comm->nranks);
+    const uint64_t work = algo.work_vectors((n * esize + kernels::kVecBytes - 1) / kernels::kVecBytes, shape);
     int threads = plan.threads > 0 ? std::min(plan.threads, comm->threads)
                                    : kernels::threadsFor(work, active, comm->threads);
-    // The pipelined kernel's three groups of warps run side by side: every thread it may have.
-    if (algo == kernels::Algo::kPipelined) {
-      threads = std::max(kernels::kMinPipelinedThreads,
-                         plan.threads > 0 ? threads : comm->threads);
-    }
-    cudaError_t err = kernels::launchAllReduce(algo, dtype, args, comm->max_blocks, threads,
-                                               comm->launch_overlap, stream);
+    // Groups of warps that run side by side (the flag-line two-shots): every thread they may
+    // have.
+    if (algo.min_threads > 0)
+      threads = std::max(algo.min_threads, plan.threads > 0 ? threads : comm->threads);
+    cudaError_t err = kernels::launchAllReduce(algo.kernels->get(dtype, comm->nranks > 8), args,
+                                               comm->max_blocks, threads, comm->launch_overlap,
+                                               stream);
     if (err != cudaSuccess) {
       result = cudaFailure(err, "launching the all-reduce kernel", __FILE__, __LINE__);
       // Peers may already wait for this kernel: the group is out of step for good.

@@ -9,6 +9,7 @@
 #include <sstream>
 #include <utility>
 
+#include "core/algorithms.h"
 #include "core/error.h"
 
 namespace tpar {
@@ -24,8 +25,7 @@ const std::vector<EnvVarSpec>& envRegistry() {
        "user that called tparGetUniqueId; see docs/RELIABILITY.md, trust boundaries)."},
       {"TPAR_MAX_BYTES_PER_CALL", EnvType::kBytes, "8M", nullptr,
        "Largest message one kernel launch handles; larger calls are split. Workspace is 4x this."},
-      {"TPAR_ALGO", EnvType::kChoice, "auto",
-       "auto|oneshot|twoshot|staged|hier|oneshot-pull|twoshot-pull|nccl|pipelined|twoshot-ll",
+      {"TPAR_ALGO", EnvType::kChoice, "auto", publicAlgoChoices(),
        "Force an all-reduce algorithm for every call (hier without equal islands: twoshot)."},
       {"TPAR_TRANSPORT", EnvType::kChoice, "auto", "auto|host|p2p",
        "Where receive regions live: auto (GPU memory; pinned host memory when a pair of GPUs "

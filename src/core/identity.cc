@@ -11,17 +11,12 @@
 #include <string>
 
 #include "core/error.h"
+#include "core/hash.h"
 
 namespace tpar {
 namespace {
 
 constexpr const char* kBootIdPath = "/proc/sys/kernel/random/boot_id";
-
-uint64_t fnv1a(const void* data, size_t size, uint64_t hash = 0xcbf29ce484222325ull) {
-  const unsigned char* p = static_cast<const unsigned char*>(data);
-  for (size_t i = 0; i < size; ++i) hash = (hash ^ p[i]) * 0x100000001b3ull;
-  return hash;
-}
 
 std::string errnoText(int err) {
   char buf[128];

@@ -7,6 +7,8 @@
 #include <cstdio>
 #include <set>
 
+#include "core/hash.h"
+
 namespace tpar {
 namespace {
 
@@ -71,15 +73,6 @@ bool componentsWithin(const std::vector<std::vector<int>>& dist, int limit,
       for (int b : island)
         if (a != b && dist[a][b] > limit) return false;
   return true;
-}
-
-// FNV-1a, 64 bits: stable across compilers and runs, unlike std::hash.
-uint64_t fnv1a(uint64_t h, uint64_t value) {
-  for (int i = 0; i < 8; ++i) {
-    h ^= (value >> (8 * i)) & 0xff;
-    h *= 0x100000001b3ULL;
-  }
-  return h;
 }
 
 std::string shortName(const Topology& t, int a, int b) {
@@ -177,13 +170,12 @@ void deriveIslands(Topology* topo) {
   // The signature covers everything the islands and a tuner can see: the rank count, every
   // pair's distance (its link class, and the socket split of kAcrossNuma) and the islands.
   // Bus ids are left out on purpose, so that two machines of one model share tuning results.
-  uint64_t h = 0xcbf29ce484222325ULL;
-  h = fnv1a(h, static_cast<uint64_t>(n));
+  uint64_t h = fnv1aU64(kFnvOffset, static_cast<uint64_t>(n));
   for (int a = 0; a < n; ++a)
-    for (int b = a + 1; b < n; ++b) h = fnv1a(h, static_cast<uint64_t>(dist[a][b]));
+    for (int b = a + 1; b < n; ++b) h = fnv1aU64(h, static_cast<uint64_t>(dist[a][b]));
   for (const std::vector<int>& island : topo->islands) {
-    h = fnv1a(h, island.size());
-    for (int r : island) h = fnv1a(h, static_cast<uint64_t>(r));
+    h = fnv1aU64(h, island.size());
+    for (int r : island) h = fnv1aU64(h, static_cast<uint64_t>(r));
   }
   char buf[32];
   std::snprintf(buf, sizeof(buf), "v1-%016" PRIx64, h);

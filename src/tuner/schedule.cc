@@ -1,13 +1,18 @@
 #include "tuner/schedule.h"
 
+#include "kernels/prims/schedule.h"
+
 namespace tpar {
 
+// The kernels' own formulas (kernels/prims/schedule.h): rank r's target in step s.
 std::vector<Transfer> stagedSchedule(int n) {
+  using kernels::stagedTarget;
   std::vector<Transfer> out;
   for (int s = 1; s < n; ++s)
-    for (int r = 0; r < n; ++r) out.push_back({Phase::kReduceScatter, s, r, (r + s) % n, (r + s) % n});
+    for (int r = 0; r < n; ++r)
+      out.push_back({Phase::kReduceScatter, s, r, stagedTarget(r, s, n), stagedTarget(r, s, n)});
   for (int s = 1; s < n; ++s)
-    for (int r = 0; r < n; ++r) out.push_back({Phase::kAllGather, n - 1 + s, r, (r + s) % n, r});
+    for (int r = 0; r < n; ++r) out.push_back({Phase::kAllGather, n - 1 + s, r, stagedTarget(r, s, n), r});
   return out;
 }
 
@@ -16,23 +21,24 @@ std::vector<Transfer> hierSchedule(const std::vector<std::vector<int>>& islands)
   const int k = static_cast<int>(islands.size());
   if (k == 0) return out;
   const int m = static_cast<int>(islands[0].size());
-  // Step 1, as the kernel pushes: position p sends chunk (p+i) % m to position (p+i) % m.
+  using kernels::ahead;
+  // Step 1, as the kernel pushes: position p sends chunk p+i to position p+i (mod m).
   for (int i = 1; i < m; ++i)
     for (int isl = 0; isl < k; ++isl)
       for (int p = 0; p < m; ++p)
-        out.push_back({Phase::kReduceScatter, i, islands[isl][p], islands[isl][(p + i) % m],
-                       (p + i) % m});
-  // Step 2: position p of island isl sends its partial of chunk p to island (isl+i) % k.
+        out.push_back({Phase::kReduceScatter, i, islands[isl][p], islands[isl][ahead(p, i, m)],
+                       ahead(p, i, m)});
+  // Step 2: position p of island isl sends its partial of chunk p to island isl+i (mod k).
   for (int i = 1; i < k; ++i)
     for (int isl = 0; isl < k; ++isl)
       for (int p = 0; p < m; ++p)
-        out.push_back({Phase::kCrossIslands, m - 1 + i, islands[isl][p], islands[(isl + i) % k][p], p});
-  // Step 3: position p sends the result of chunk p to position (p+i) % m.
+        out.push_back({Phase::kCrossIslands, m - 1 + i, islands[isl][p], islands[ahead(isl, i, k)][p], p});
+  // Step 3: position p sends the result of chunk p to position p+i (mod m).
   for (int i = 1; i < m; ++i)
     for (int isl = 0; isl < k; ++isl)
       for (int p = 0; p < m; ++p)
         out.push_back({Phase::kAllGather, m - 1 + k - 1 + i, islands[isl][p],
-                       islands[isl][(p + i) % m], p});
+                       islands[isl][ahead(p, i, m)], p});
   return out;
 }
 

@@ -1,8 +1,8 @@
 // The communication schedules of the staged and hierarchical algorithms as plain data, so that
 // their properties can be checked on the CPU: every element reduced exactly once, one inbound
 // and one outbound peer per rank and step (staged), and the bytes that cross between islands
-// (hierarchical). The kernels compute the same peers with the same formulas
-// (src/kernels/staged.cu, src/kernels/hierarchical.cu).
+// (hierarchical). They are built from the kernels' own formulas (src/kernels/prims/schedule.h),
+// which tests/unit/schedule_props_test.cc also checks directly.
 #ifndef TPAR_TUNER_SCHEDULE_H_
 #define TPAR_TUNER_SCHEDULE_H_
 

@@ -16,7 +16,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/algorithms.h"
 #include "core/env.h"
+#include "core/hash.h"
 #include "core/error.h"
 #include "topology/topology.h"
 #include "tuner/select.h"
@@ -59,8 +61,15 @@ bool dtypeFromKey(const std::string& s, tparDataType_t* out) {
 // Hierarchical needs equal islands; a table or a forced choice may name it on a group that
 // has none, and the communicator must still run.
 Plan runnable(Plan p, const TunerContext& ctx) {
-  if (p.algo == kernels::Algo::kHier && !ctx.hierarchical_ok) p.algo = kernels::Algo::kTwoShot;
+  if (algorithm(p.algo).needs_islands && !ctx.hierarchical_ok) p.algo = kernels::Algo::kTwoShot;
   return p;
+}
+
+// "oneshot, twoshot, ... or nccl": every name a table entry may give.
+std::string planAlgoNames() {
+  std::string s;
+  for (const Algorithm& a : algorithms()) s += std::string(a.name) + ", ";
+  return s.substr(0, s.size() - 2) + " or nccl";
 }
 
 bool validThreads(int64_t t) { return t == 0 || (t >= 64 && t <= 512 && t % 32 == 0); }
@@ -116,9 +125,7 @@ tparResult_t entryFromJson(const nlohmann::json& e, size_t index, TuningEntry* o
   std::string algo;
   TPAR_TRY(getString(e, "algo", at + ".algo", true, &algo));
   if (!planAlgoFromName(algo, &entry.plan))
-    return bad(at + ".algo", "is '" + algo +
-                                 "'; expected oneshot, twoshot, staged, hier, oneshot-pull, "
-                                 "twoshot-pull, pipelined, twoshot-ll or nccl");
+    return bad(at + ".algo", "is '" + algo + "'; expected one of " + planAlgoNames());
 
   int64_t v = 0;
   TPAR_TRY(getInt(e, "active_blocks", at + ".active_blocks", 0, kernels::kMaxBlocks, &v));
@@ -160,11 +167,7 @@ std::string fileNamePart(const std::string& signature) {
              c == '-' || c == '_' || c == '.';
   }
   if (plain) return signature;
-  uint64_t h = 1469598103934665603ull;  // FNV-1a: stable across builds and platforms
-  for (unsigned char c : signature) {
-    h ^= c;
-    h *= 1099511628211ull;
-  }
+  const uint64_t h = fnv1a(signature.data(), signature.size());
   char buf[17];
   std::snprintf(buf, sizeof(buf), "%016" PRIx64, h);
   return buf;
@@ -191,63 +194,20 @@ bool makeDirs(const std::string& dir, std::string* why) {
 
 }  // namespace
 
-namespace {
-
-// Public algorithm <-> kernel, in one place.
-struct AlgoPair {
-  tparAlgo_t pub;
-  kernels::Algo kernel;
-};
-constexpr AlgoPair kAlgoPairs[] = {
-    {tparAlgoOneShot, kernels::Algo::kOneShot},         {tparAlgoTwoShot, kernels::Algo::kTwoShot},
-    {tparAlgoStaged, kernels::Algo::kStaged},           {tparAlgoHierarchical, kernels::Algo::kHier},
-    {tparAlgoOneShotPull, kernels::Algo::kOneShotPull}, {tparAlgoTwoShotPull, kernels::Algo::kTwoShotPull},
-    {tparAlgoPipelined, kernels::Algo::kPipelined},     {tparAlgoTwoShotLL, kernels::Algo::kTwoShotLL},
-};
-
-}  // namespace
-
 bool kernelAlgoOf(tparAlgo_t algo, kernels::Algo* out) {
-  for (const AlgoPair& p : kAlgoPairs) {
-    if (p.pub == algo) {
-      *out = p.kernel;
-      return true;
-    }
-  }
-  return false;
+  const Algorithm* a = findAlgorithm(algo);
+  if (a != nullptr) *out = a->id;
+  return a != nullptr;
 }
 
-tparAlgo_t publicAlgoOf(kernels::Algo a) {
-  for (const AlgoPair& p : kAlgoPairs)
-    if (p.kernel == a) return p.pub;
-  return tparAlgoAuto;
-}
+tparAlgo_t publicAlgoOf(kernels::Algo a) { return algorithm(a).pub; }
 
-const char* algoName(kernels::Algo a) {
-  switch (a) {
-    case kernels::Algo::kOneShot: return "oneshot";
-    case kernels::Algo::kTwoShot: return "twoshot";
-    case kernels::Algo::kStaged: return "staged";
-    case kernels::Algo::kHier: return "hier";
-    case kernels::Algo::kOneShotPull: return "oneshot-pull";
-    case kernels::Algo::kTwoShotPull: return "twoshot-pull";
-    case kernels::Algo::kPipelined: return "pipelined";
-    case kernels::Algo::kTwoShotLL: return "twoshot-ll";
-  }
-  return "unknown";
-}
+const char* algoName(kernels::Algo a) { return algorithm(a).name; }
 
 bool algoFromName(const std::string& name, kernels::Algo* out) {
-  for (kernels::Algo a : {kernels::Algo::kOneShot, kernels::Algo::kTwoShot,
-                          kernels::Algo::kStaged, kernels::Algo::kHier,
-                          kernels::Algo::kOneShotPull, kernels::Algo::kTwoShotPull,
-                          kernels::Algo::kPipelined, kernels::Algo::kTwoShotLL}) {
-    if (name == algoName(a)) {
-      *out = a;
-      return true;
-    }
-  }
-  return false;
+  const Algorithm* a = findAlgorithm(name);
+  if (a != nullptr) *out = a->id;
+  return a != nullptr;
 }
 
 TuningTable singlePlanTable(const TunerContext& ctx, const Plan& plan) {

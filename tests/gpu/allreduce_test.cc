@@ -12,13 +12,9 @@ namespace tpar_test {
 namespace {
 
 // Every algorithm a caller can force, and auto.
-const tparAlgo_t kAlgos[] = {tparAlgoOneShot,     tparAlgoTwoShot,     tparAlgoStaged,
-                             tparAlgoOneShotPull, tparAlgoTwoShotPull, tparAlgoPipelined,
-                             tparAlgoTwoShotLL,   tparAlgoAuto};
+const std::vector<tparAlgo_t> kAlgos = forcedAlgos(false, true);
 // The same without auto (auto picks one of them by size).
-const tparAlgo_t kForcedAlgos[] = {tparAlgoOneShot,     tparAlgoTwoShot,     tparAlgoStaged,
-                                   tparAlgoOneShotPull, tparAlgoTwoShotPull, tparAlgoPipelined,
-                                   tparAlgoTwoShotLL};
+const std::vector<tparAlgo_t> kForcedAlgos = forcedAlgos();
 
 tparConfig_t configFor(int transport, tparAlgo_t algo) {
   tparConfig_t cfg = sharedDeviceConfig();
@@ -37,7 +33,7 @@ TEST_P(AllReduceVirtualRanks, MatchesReferenceAndAgreesBitwiseAcrossRanks) {
   const auto [transport, n, algo, dtype] = GetParam();
   VirtualGroup g;
   ASSERT_EQ("", g.init(n, configFor(transport, algo)));
-  const size_t es = elemSize(dtype);
+  const size_t es = tpar::elementBytes(dtype);
   // Odd counts, vector tails, the sizes (12K, 112K, 384K, 1M, 8M bytes).
   std::vector<size_t> counts = {1, 2, 3, 7, 8, 9, 17, 100, 1000, 4097, 12288 / es,
                                 114688 / es + 3, 393216 / es, (1u << 20) / es + 5};

@@ -431,9 +431,7 @@ class OneRankSweep : public ::testing::TestWithParam<int> {};
 
 TEST_P(OneRankSweep, EveryAlgorithmDatatypeOpOffsetAndPieceIsCorrect) {
   TPAR_REQUIRE_GPU();
-  for (tparAlgo_t algo : {tparAlgoAuto, tparAlgoOneShot, tparAlgoTwoShot, tparAlgoStaged,
-                          tparAlgoHierarchical, tparAlgoOneShotPull, tparAlgoTwoShotPull,
-                          tparAlgoPipelined, tparAlgoTwoShotLL}) {
+  for (tparAlgo_t algo : forcedAlgos(true, true)) {
     SCOPED_TRACE(tparAlgoName(algo));
     tparConfig_t cfg = sharedDeviceConfig();
     cfg.transport = GetParam();

@@ -86,10 +86,7 @@ TEST_P(AllReduceGraph, HundredCallsReplayedManyTimesWithNewDataEachReplay) {
 INSTANTIATE_TEST_SUITE_P(
     Transports, AllReduceGraph,
     ::testing::Combine(::testing::Values(kTransportDefault, kTransportHost),
-                       ::testing::Values(tparAlgoAuto, tparAlgoOneShot, tparAlgoTwoShot,
-                                         tparAlgoStaged, tparAlgoOneShotPull,
-                                         tparAlgoTwoShotPull, tparAlgoPipelined,
-                                         tparAlgoTwoShotLL)),
+                       ::testing::ValuesIn(forcedAlgos(false, true))),
     [](const ::testing::TestParamInfo<GraphParam>& info) {
       return transportLabel(std::get<0>(info.param)) + "_" +
              testNamePart(tparAlgoName(std::get<1>(info.param)));

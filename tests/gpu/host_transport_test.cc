@@ -27,9 +27,7 @@ tparConfig_t hostConfig(tparAlgo_t algo = tparAlgoAuto, int64_t timeout_ms = 200
   return cfg;
 }
 
-const tparAlgo_t kForcedAlgos[] = {tparAlgoOneShot,     tparAlgoTwoShot,     tparAlgoStaged,
-                                   tparAlgoOneShotPull, tparAlgoTwoShotPull, tparAlgoPipelined,
-                                   tparAlgoTwoShotLL};
+const std::vector<tparAlgo_t> kForcedAlgos = forcedAlgos();
 
 // ---------------------------------------------------------------------------------------------
 // What the communicator reports
@@ -148,8 +146,7 @@ TEST(HostTransportFaults, EveryWaitingRankGivesUpWhenOneRankNeverArrives) {
 
 TEST(HostTransportFaults, RanksThatDisagreeOnCountGetInvalidUsage) {
   TPAR_REQUIRE_GPU();
-  for (tparAlgo_t algo : {tparAlgoAuto, tparAlgoOneShot, tparAlgoTwoShot, tparAlgoOneShotPull,
-                          tparAlgoTwoShotPull, tparAlgoPipelined, tparAlgoTwoShotLL}) {
+  for (tparAlgo_t algo : forcedAlgos(false, true)) {
     SCOPED_TRACE(tparAlgoName(algo));
     VirtualGroup g;
     ASSERT_EQ("", g.init(2, hostConfig(algo, 2000)));
@@ -212,7 +209,7 @@ StressCall randomCall(std::mt19937_64& rng, size_t max_bytes) {
   const uint64_t op_pick = rng() % 10;
   c.op = op_pick < 8 ? tparSum : (op_pick == 8 ? tparMax : tparMin);
   c.in_place = rng() % 4 == 0;
-  const size_t max_count = max_bytes / elemSize(c.dtype);
+  const size_t max_count = max_bytes / tpar::elementBytes(c.dtype);
   const double u = std::uniform_real_distribution<double>(0.0, 1.0)(rng);
   c.count = static_cast<size_t>(std::exp(u * std::log(static_cast<double>(max_count) + 1.0)));
   c.count = std::min(std::max<size_t>(c.count, 1), max_count);
@@ -253,7 +250,7 @@ void stress(int n, tparAlgo_t algo, int calls, size_t max_bytes) {
     for (int i = first; i < last; ++i) {
       const StressCall c = randomCall(rng, max_bytes);
       issued.push_back(c);
-      const size_t es = elemSize(c.dtype);
+      const size_t es = tpar::elementBytes(c.dtype);
       for (int r = 0; r < n; ++r) {
         char* send = static_cast<char*>(b.in[r]) + c.send_off * es;
         char* recv = c.in_place ? send : static_cast<char*>(b.out[r]) + c.recv_off * es;

@@ -102,7 +102,7 @@ std::string checkOnHost(const Call& c, const std::vector<std::vector<unsigned ch
                         const std::vector<std::vector<unsigned char>>& out) {
   const int n = static_cast<int>(in.size());
   const double tol = c.dtype == tparFloat32 ? 1e-6 : (c.dtype == tparFloat16 ? 2e-3 : 1e-2);
-  const size_t bytes = c.count * elemSize(c.dtype);
+  const size_t bytes = c.count * tpar::elementBytes(c.dtype);
   for (size_t i = 0; i < c.count; ++i) {
     float acc = 0.f;
     double ref = 0.0, mag = 0.0;
@@ -155,7 +155,7 @@ std::vector<Call> randomSchedule(std::mt19937_64& rng, size_t* total_bytes) {
     c.dtype = pick < 0.5 ? tparBfloat16 : (pick < 0.75 ? tparFloat16 : tparFloat32);
     const double op = unit(rng);
     c.op = op < 0.8 ? tparSum : (op < 0.9 ? tparMax : tparMin);
-    const size_t es = elemSize(c.dtype);
+    const size_t es = tpar::elementBytes(c.dtype);
     // Log-uniform counts: as many tiny calls as large ones, from one element to 1 MiB.
     const double max_count = double(kMaxCallBytes / es);
     c.count = std::max<size_t>(1, static_cast<size_t>(std::exp(unit(rng) * std::log(max_count))));
@@ -204,7 +204,7 @@ TEST_P(Soak, DISABLED_MillionGraphReplayedCallsOfRandomSizesStayExactWithFlatMem
       for (const Call& c : schedules[s]) {
         const char* in = static_cast<const char*>(b.in[r]) + c.offset;
         char* out = static_cast<char*>(b.out[r]) + c.offset;
-        const size_t bytes = c.count * elemSize(c.dtype);
+        const size_t bytes = c.count * tpar::elementBytes(c.dtype);
         if (c.in_place) {
           CUDA_OK(cudaMemcpyAsync(out, in, bytes, cudaMemcpyDeviceToDevice, st));
           in = out;
@@ -243,7 +243,7 @@ TEST_P(Soak, DISABLED_MillionGraphReplayedCallsOfRandomSizesStayExactWithFlatMem
           << "rank " << r << ", replay " << rep << ": " << tparGetErrorString(async);
     }
     const Call& c = schedules[s][rng() % kCallsPerGraph];
-    const size_t bytes = c.count * elemSize(c.dtype);
+    const size_t bytes = c.count * tpar::elementBytes(c.dtype);
     for (int r = 0; r < kRanks; ++r) {
       hin[r].resize(bytes);
       hout[r].resize(bytes + kGuardBytes);

@@ -1,6 +1,7 @@
 // Device half of the host-transport stress test (stress_kernels.h).
 #include "gpu/stress_kernels.h"
 
+#include "core/algorithms.h"
 #include "gpu/elem_device.cuh"
 
 #include <cuda_bf16.h>
@@ -38,7 +39,7 @@ constexpr unsigned char kPoison = 0xA7;
 // guard bytes after the output in both cases.
 __global__ void stressFill(void* send, void* recv, size_t count, int dtype, uint64_t seed,
                            int rank, bool in_place) {
-  const size_t es = dtype == tparFloat32 ? 4 : 2;
+  const size_t es = tpar::elementBytes(static_cast<tparDataType_t>(dtype));
   const size_t stride = size_t(gridDim.x) * blockDim.x;
   for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < count; i += stride) {
     storeFromFloat(send, i, dtype, stressInput(seed, rank, i, dtype));
@@ -50,7 +51,7 @@ __global__ void stressFill(void* send, void* recv, size_t count, int dtype, uint
 
 __global__ void stressCheck(const void* recv, size_t count, int dtype, int op, uint64_t seed,
                             int nranks, unsigned long long call, StressCounters* c) {
-  const size_t es = dtype == tparFloat32 ? 4 : 2;
+  const size_t es = tpar::elementBytes(static_cast<tparDataType_t>(dtype));
   const size_t stride = size_t(gridDim.x) * blockDim.x;
   unsigned long long wrong = 0;
   for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < count; i += stride) {

@@ -19,6 +19,14 @@
 
 namespace tpar_test {
 
+std::vector<tparAlgo_t> forcedAlgos(bool with_islands, bool with_auto) {
+  std::vector<tparAlgo_t> out;
+  for (const tpar::Algorithm& a : tpar::algorithms())
+    if (with_islands || !a.needs_islands) out.push_back(a.pub);
+  if (with_auto) out.push_back(tparAlgoAuto);
+  return out;
+}
+
 bool gpuAvailable(std::string* why) {
   int n = 0;
   cudaError_t err = cudaGetDeviceCount(&n);
@@ -34,7 +42,6 @@ bool gpuAvailable(std::string* why) {
   return true;
 }
 
-size_t elemSize(tparDataType_t dtype) { return dtype == tparFloat32 ? 4 : 2; }
 
 int gpuCount() {
   int n = 0;
@@ -331,7 +338,7 @@ void runAndCheck(VirtualGroup& g, size_t count, tparDataType_t dtype, tparRedOp_
                  bool in_place, size_t send_off, size_t recv_off,
                  const std::vector<int>& island_of) {
   const int n = g.size();
-  const size_t es = elemSize(dtype);
+  const size_t es = tpar::elementBytes(dtype);
   Buffers b;
   CUDA_OK(b.alloc(n, (count + 8) * es));
   const uint64_t seed = freshSeed();

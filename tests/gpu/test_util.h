@@ -11,9 +11,15 @@
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
+#include "core/algorithms.h"
 #include "tpar/tpar.h"
 
 namespace tpar_test {
+
+// Every algorithm a caller can force, from the registry (src/core/algorithms.h), so that a new
+// algorithm is tested without touching the tests: `hier` only with `with_islands` (on a flat
+// topology it runs two-shot), tparAlgoAuto last with `with_auto`.
+std::vector<tparAlgo_t> forcedAlgos(bool with_islands = false, bool with_auto = false);
 
 // True when a CUDA GPU is usable; otherwise `why` says what was found.
 bool gpuAvailable(std::string* why);
@@ -28,7 +34,6 @@ bool gpuAvailable(std::string* why);
 #define CUDA_OK(call) ASSERT_EQ(cudaSuccess, (call)) << #call
 #define TPAR_OK(call) ASSERT_EQ(tparSuccess, (call)) << #call << ": " << tparGetLastError(nullptr)
 
-size_t elemSize(tparDataType_t dtype);
 
 // CUDA devices of this process (0 when CUDA cannot say).
 int gpuCount();

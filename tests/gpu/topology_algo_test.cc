@@ -17,9 +17,7 @@ TEST(DISABLED_FixtureTopologyChild, EveryAlgorithmIsCorrectOnTheFixtureIslands) 
   // 8 GPUs as 4 switch pairs on 2 sockets: 4 ranks (one socket, two switch pairs) and 8 ranks
   // (two sockets).
   for (int n : {4, 8}) {
-    for (tparAlgo_t algo : {tparAlgoOneShot, tparAlgoTwoShot, tparAlgoStaged, tparAlgoHierarchical,
-                            tparAlgoOneShotPull, tparAlgoTwoShotPull, tparAlgoPipelined,
-                            tparAlgoTwoShotLL, tparAlgoAuto}) {
+    for (tparAlgo_t algo : forcedAlgos(true, true)) {
       SCOPED_TRACE(std::string("n ") + std::to_string(n) + " " + tparAlgoName(algo));
       tparConfig_t cfg = sharedDeviceConfig();
       cfg.algorithm = algo;

@@ -42,6 +42,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/hash.h"
 #include "gpu/test_util.h"
 #include "multiprocess/resource_check.h"
 
@@ -54,15 +55,6 @@ using Clock = std::chrono::steady_clock;
 int fail(const char* what, const std::string& detail) {
   std::fprintf(stderr, "mp_worker %d: %s: %s\n", static_cast<int>(getpid()), what, detail.c_str());
   return 1;
-}
-
-uint64_t fnv(const std::vector<char>& bytes) {
-  uint64_t h = 1469598103934665603ull;
-  for (char c : bytes) {
-    h ^= static_cast<unsigned char>(c);
-    h *= 1099511628211ull;
-  }
-  return h;
 }
 
 bool parseId(const std::string& hex, tparUniqueId* id) {
@@ -134,7 +126,7 @@ int runCheckedCalls(tparComm_t comm, int rank, int nranks, uint64_t seed, std::o
   const size_t counts[] = {1, 4099, 300001};
   for (tparDataType_t dt : {tparBfloat16, tparFloat32}) {
     for (size_t count : counts) {
-      const size_t bytes = count * elemSize(dt);
+      const size_t bytes = count * tpar::elementBytes(dt);
       std::vector<void*> in(nranks);
       void* out = nullptr;
       for (int r = 0; r < nranks; ++r) {
@@ -165,7 +157,7 @@ int runCheckedCalls(tparComm_t comm, int rank, int nranks, uint64_t seed, std::o
       if (result != nullptr) {
         std::vector<char> host(bytes);
         cudaMemcpy(host.data(), out, bytes, cudaMemcpyDeviceToHost);
-        *result << tparDataTypeName(dt) << " " << count << " " << std::hex << fnv(host) << std::dec
+        *result << tparDataTypeName(dt) << " " << count << " " << std::hex << tpar::fnv1a(host.data(), host.size()) << std::dec
                 << "\n";
       }
       for (void* p : in) cudaFree(p);

@@ -11,11 +11,22 @@
 #include <gtest/gtest.h>
 
 #include "common/nccl_tests_output.h"
+#include "core/algorithms.h"
 #include "tools/tpar/bench/bench.h"
 #include "tools/tpar/common/report.h"
 
 namespace tpar_cli {
 namespace {
+
+TEST(Info, AlgorithmTableNamesScheduleProtocolAndDirectionOfEveryAlgorithm) {
+  const std::string t = algorithmTable();
+  EXPECT_NE(std::string::npos, t.find("  twoshot-ll    two-shot      ll        push\n")) << t;
+  EXPECT_NE(std::string::npos, t.find("  oneshot-pull  one-shot      ll        pull\n")) << t;
+  EXPECT_NE(std::string::npos, t.find("  pipelined     two-shot      flags     plan\n")) << t;
+  size_t lines = 0;
+  for (char c : t) lines += c == '\n';
+  EXPECT_EQ(tpar::algorithms().size(), lines);
+}
 
 std::vector<std::string> words(const std::string& line) {
   std::istringstream in(line);
@@ -215,7 +226,7 @@ std::vector<BenchRow> randomRows(std::mt19937* rng, int n) {
     r.dtype = types[pick(*rng)];
     r.op = ops[pick(*rng)];
     r.count = size_t{1} << std::uniform_int_distribution<int>(0, 27)(*rng);
-    r.bytes = r.count * (r.dtype == tparFloat32 ? 4 : 2);
+    r.bytes = r.count * tpar::elementBytes(r.dtype);
     r.us_out = us(*rng);
     r.us_in = us(*rng);
     r.wrong_out = wrong(*rng);

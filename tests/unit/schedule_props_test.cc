@@ -1,10 +1,12 @@
-// Properties of the staged and hierarchical schedules (CPU).
+// Properties of the schedules (CPU): the staged and hierarchical transfer lists, and the
+// formulas every kernel runs (src/kernels/prims/schedule.h).
 #include <map>
 #include <set>
 #include <tuple>
 
 #include <gtest/gtest.h>
 
+#include "kernels/prims/schedule.h"
 #include "tuner/schedule.h"
 
 namespace tpar {
@@ -123,6 +125,125 @@ TEST(HierSchedule, CrossIslandBytesMeetTheBound) {
     for (int r = 0; r < k * m; ++r) EXPECT_EQ(k - 1, cross[r]);
   }
 }
+
+
+// ---- the kernels' own formulas (src/kernels/prims/schedule.h) ---------------------------------
+
+namespace kernels_formulas {
+
+using kernels::blockSlice;
+using kernels::chunkVecs;
+using kernels::PeerPositions;
+using kernels::Slice;
+using kernels::spreadIndex;
+using kernels::stagedSource;
+using kernels::stagedTarget;
+using kernels::stepRange;
+
+TEST(KernelSchedule, ChunksCoverTheMessageAndFollowRows) {
+  for (uint64_t vecs : {1ull, 7ull, 64ull, 1000ull, 57344ull}) {
+    for (int n = 1; n <= 16; ++n) {
+      for (uint64_t row : {1ull, 3ull, 8ull}) {
+        const uint64_t c = chunkVecs(vecs, n, row);
+        EXPECT_GE(c * n, vecs) << vecs << " " << n;
+        EXPECT_EQ(0u, c % row);
+        EXPECT_LT(c, (vecs + n - 1) / n + row) << "no more than one row of padding";
+      }
+    }
+  }
+}
+
+TEST(KernelSchedule, BlockSlicesAndStepsCoverEveryPositionOfAChunkOnce) {
+  for (uint64_t vecs : {1ull, 5ull, 100ull, 4097ull, 65536ull}) {
+    for (int n : {1, 2, 3, 8, 16}) {
+      for (int grid : {1, 2, 7, 32, 64}) {
+        for (int steps : {1, 2, 5, 16}) {
+          std::vector<int> seen;
+          uint64_t chunk = 0;
+          for (int b = 0; b < grid; ++b) {
+            const Slice s = blockSlice(vecs, n, grid, b, 1);
+            chunk = s.chunk;
+            seen.resize(chunk, 0);
+            uint64_t covered = 0;
+            for (int k = 0; k < steps; ++k) {
+              uint64_t s0, s1;
+              stepRange(s, steps, k, &s0, &s1);
+              ASSERT_LE(s0, s1);
+              for (uint64_t j = s0; j < s1; ++j) ++seen[j];
+              covered += s1 - s0;
+            }
+            EXPECT_EQ(s.width(), covered) << "the steps of block " << b << " cover its slice";
+          }
+          for (uint64_t j = 0; j < chunk; ++j)
+            ASSERT_EQ(1, seen[j]) << "vecs " << vecs << " n " << n << " grid " << grid << " j " << j;
+        }
+      }
+    }
+  }
+}
+
+TEST(KernelSchedule, PeerPositionsVisitEveryOtherPeerOncePerPositionInRotation) {
+  for (int n : {1, 2, 3, 5, 8, 16}) {
+    for (uint32_t width : {1u, 3u, 32u, 100u}) {
+      const uint64_t s0 = 7;
+      // step q of every rank: rank me sends to ahead(me, 1 + q): one inbound per rank.
+      std::map<uint32_t, std::multiset<int>> targets;
+      for (int me = 0; me < n; ++me) {
+        const PeerPositions pp{n, me, s0, width};
+        std::set<std::pair<int, uint64_t>> pairs;
+        for (uint32_t u = 0; u < pp.pairs(); ++u) {
+          uint64_t j;
+          const int p = pp.peer(u, &j);
+          EXPECT_NE(me, p);
+          EXPECT_GE(j, s0);
+          EXPECT_LT(j, s0 + width);
+          EXPECT_TRUE(pairs.insert({p, j}).second) << "pair visited twice";
+          targets[u / width].insert(p);
+        }
+        EXPECT_EQ(size_t(n - 1) * width, pairs.size());
+      }
+      for (const auto& [q, t] : targets)
+        EXPECT_EQ(t.size() / width, std::set<int>(t.begin(), t.end()).size())
+            << "n " << n << ": two ranks target one peer in rotation step " << q;
+    }
+  }
+}
+
+TEST(KernelSchedule, StagedStepsArePermutationsWithMatchingSources) {
+  for (int n = 2; n <= 16; ++n) {
+    for (int s = 1; s < n; ++s) {
+      std::set<int> to;
+      for (int me = 0; me < n; ++me) {
+        const int t = stagedTarget(me, s, n);
+        EXPECT_NE(me, t);
+        to.insert(t);
+        EXPECT_EQ(me, stagedSource(t, s, n)) << "the receiver waits for the rank that sends";
+      }
+      EXPECT_EQ(size_t(n), to.size());
+    }
+  }
+}
+
+TEST(KernelSchedule, SpreadIndexIsABijectionThatKeepsWarpsContiguous) {
+  for (int grid : {1, 3, 32}) {
+    for (uint32_t threads : {32u, 64u, 512u}) {
+      std::set<uint64_t> seen;
+      for (int b = 0; b < grid; ++b) {
+        for (uint32_t t = 0; t < threads; ++t) {
+          const uint64_t i = spreadIndex(t, b, grid);
+          EXPECT_LT(i, uint64_t(grid) * threads);
+          EXPECT_TRUE(seen.insert(i).second);
+          if (t % 32 != 0) EXPECT_EQ(spreadIndex(t - 1, b, grid) + 1, i);
+        }
+      }
+      // The first warp of every block comes before any block's second warp: few items still
+      // reach every block.
+      for (int b = 0; b < grid; ++b) EXPECT_EQ(uint64_t(b), spreadIndex(0, b, grid) / 32);
+    }
+  }
+}
+
+}  // namespace kernels_formulas
 
 }  // namespace
 }  // namespace tpar

@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include "core/algorithms.h"
+#include "core/launch.h"
 #include "kernels/launch.h"
 #include "tuner/select.h"
 
@@ -23,11 +25,11 @@ TEST(WorkspaceLayout, EveryPieceFitsItsParityRegion) {
     const auto l = WorkspaceLayout::forMaxBytes(max & ~15ull);
     for (int n = 1; n <= kernels::kMaxRanks; ++n) {
       // One-shot: n slots of the padded message.
-      const uint64_t one = l.oneShotMaxBytes(n);
+      const uint64_t one = maxPieceBytes(Algo::kOneShot, l, n);
       EXPECT_EQ(0u, one % 16);
       EXPECT_LE(uint64_t(n) * ((one + 15) / 16) * 16, l.data_bytes);
       // Two-shot: reduce-scatter and all-gather areas of n chunks each.
-      const uint64_t two = l.twoShotMaxBytes(n);
+      const uint64_t two = maxPieceBytes(Algo::kTwoShot, l, n);
       EXPECT_GE(two, max & ~15ull) << "two-shot must carry a whole piece of maxBytesPerCall";
       const uint64_t vecs = (two + 15) / 16;
       const uint64_t chunk = (vecs + n - 1) / n;
@@ -47,14 +49,22 @@ TEST(WorkspaceLayout, HeaderSlotsAreDistinctAndBeforeTheData) {
   }
 }
 
+// Vectors of work of a piece of `count` elements of `elem_bytes` over `nranks`.
+uint64_t workVectors(Algo algo, uint64_t count, size_t elem_bytes, int nranks) {
+  AlgoShape s;
+  s.nranks = nranks;
+  s.elem_bytes = elem_bytes;
+  return algorithm(algo).work_vectors((count * elem_bytes + 15) / 16, s);
+}
+
 TEST(WorkVectors, TwoShotCountsOnePairPerPeerAndChunkPosition) {
-  EXPECT_EQ(1u, kernels::workVectors(Algo::kOneShot, 1, 2, 8));
-  EXPECT_EQ(2u, kernels::workVectors(Algo::kOneShot, 9, 2, 8));
-  EXPECT_EQ(3u, kernels::workVectors(Algo::kOneShot, 9, 4, 8));
+  EXPECT_EQ(1u, workVectors(Algo::kOneShot, 1, 2, 8));
+  EXPECT_EQ(2u, workVectors(Algo::kOneShot, 9, 2, 8));
+  EXPECT_EQ(3u, workVectors(Algo::kOneShot, 9, 4, 8));
   // Two-shot: (peers x chunk) pairs; a chunk is a rank's share of the vectors.
-  EXPECT_EQ(7u * 896u, kernels::workVectors(Algo::kTwoShot, 57344, 2, 8));
-  EXPECT_EQ(7u, kernels::workVectors(Algo::kTwoShot, 3, 2, 8));
-  EXPECT_EQ(1u, kernels::workVectors(Algo::kTwoShot, 3, 2, 1));
+  EXPECT_EQ(7u * 896u, workVectors(Algo::kTwoShot, 57344, 2, 8));
+  EXPECT_EQ(7u, workVectors(Algo::kTwoShot, 3, 2, 8));
+  EXPECT_EQ(1u, workVectors(Algo::kTwoShot, 3, 2, 1));
 }
 
 TEST(Select, ThresholdPicksOneShotForSmallMessagesAndForcedChoicesWin) {

@@ -1,11 +1,14 @@
 // Topology from hwloc XML fixtures (tests/fixtures/topology, written by
 // scripts/make_topology_fixtures.py): link classes, islands, signatures, bus-id selection and
-// errors; islands from hand-made link matrices; the live path's argument checks.
+// errors; islands from hand-made link matrices; the live path's argument checks; the FNV-1a
+// hash that signatures are made with.
 #include <unistd.h>
 
 #include <cuda_runtime_api.h>
 
+#include <cstdint>
 #include <fstream>
+#include <random>
 #include <set>
 #include <string>
 #include <vector>
@@ -13,6 +16,7 @@
 #include <gtest/gtest.h>
 
 #include "core/error.h"
+#include "core/hash.h"
 #include "tools/tpar/doctor/doctor.h"
 #include "topology/topology.h"
 
@@ -369,6 +373,30 @@ TEST(TopologyIslands, SignatureIsDeterministicAndFollowsEveryLink) {
   Topology five = matrix(5, L::kSameHostBridge);
   deriveIslands(&five);
   EXPECT_TRUE(seen.insert(five.signature).second);
+}
+
+TEST(TopologyIslands, SignatureOfVirtualRanksIsTheOneTuningFilesCarry) {
+  // Tuning files name the topology they were measured on (docs/TUNING.md's example and the
+  // H200 record in bench/results carry this one: 8 virtual ranks on one GPU). A change of the
+  // hash or of what it covers must come with a new "v<N>-" prefix (docs/TOPOLOGY.md).
+  Topology t = matrix(8, L::kSameDevice);
+  deriveIslands(&t);
+  EXPECT_EQ("v1-98cd4a6b19335ee5", t.signature);
+}
+
+TEST(Hash, Fnv1aIsTheStandardSixtyFourBitHash) {
+  // Published FNV-1a 64 values: the offset basis and prime are part of every name made with it.
+  EXPECT_EQ(0xcbf29ce484222325ull, fnv1a("", 0));
+  EXPECT_EQ(0xaf63dc4c8601ec8cull, fnv1a("a", 1));
+  EXPECT_EQ(0x85944171f73967e8ull, fnv1a("foobar", 6));
+  // fnv1aU64 hashes the value's bytes least significant first, whatever the host's order.
+  std::mt19937_64 rng(std::random_device{}());
+  for (int i = 0; i < 100; ++i) {
+    const uint64_t seed = rng(), v = rng();
+    unsigned char b[8];
+    for (int k = 0; k < 8; ++k) b[k] = static_cast<unsigned char>(v >> (8 * k));
+    EXPECT_EQ(fnv1a(b, 8, seed), fnv1aU64(seed, v));
+  }
 }
 
 TEST(TopologyNames, EveryClassHasItsOwnName) {

@@ -16,6 +16,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "core/algorithms.h"
 #include "core/comm.h"
 #include "core/env.h"
 #include "core/error.h"
@@ -1102,22 +1103,17 @@ TEST(HostLayout, PullLimitsFitTheirAreasAndGrowWithThePieceOnlyInHostMemory) {
           host ? max : std::min<uint64_t>(max, WorkspaceLayout::kDevicePullMaxBytes);
       for (int n : {2, 8, 16}) {
         // One-shot pull: two 16-byte lines per 16-byte vector, in groups of 32 vectors.
-        const uint64_t v1 = l.oneShotPullMaxBytes() / 16;
+        const uint64_t v1 = maxPieceBytes(kernels::Algo::kOneShotPull, l, n) / 16;
         EXPECT_LE((v1 + 31) / 32 * 64 * 16, 2 * half);
-        EXPECT_GE(l.oneShotPullMaxBytes() + 1024, pull_max);
-        // Two-shot pull: the input in the first half, one chunk in the second.
-        const uint64_t v2 = l.twoShotPullMaxBytes(n) / 16;
-        EXPECT_LE(v2 * 16, half);
-        EXPECT_LE((v2 + n - 1) / n * 16, half);
-        EXPECT_GE(l.twoShotPullMaxBytes(n) + 16 * n + 16, pull_max);
-        // Pipelined: n chunks of ceil(vecs / n) vectors in each half.
-        const uint64_t v3 = l.pipelinedMaxBytes(n) / 16;
+        EXPECT_GE(maxPieceBytes(kernels::Algo::kOneShotPull, l, n) + 1024, pull_max);
+        // Pipelined and two-shot pull: n chunks of ceil(vecs / n) vectors in each half.
+        const uint64_t v3 = maxPieceBytes(kernels::Algo::kPipelined, l, n) / 16;
         EXPECT_LE((v3 + n - 1) / n * n * 16, half);
-        EXPECT_GE(l.pipelinedMaxBytes(n) + 16 * n + 16, pull_max);
+        EXPECT_GE(maxPieceBytes(kernels::Algo::kPipelined, l, n) + 16 * n + 16, pull_max);
         // Two-shot LL: two lines per vector of n chunks, in groups of 32, in each half.
-        const uint64_t v4 = l.twoShotLLMaxBytes(n) / 16;
+        const uint64_t v4 = maxPieceBytes(kernels::Algo::kTwoShotLL, l, n) / 16;
         EXPECT_LE(((v4 + n - 1) / n * n + 31) / 32 * 64 * 16, half);
-        EXPECT_GE(2 * l.twoShotLLMaxBytes(n) + 2048 + 32 * n, pull_max);
+        EXPECT_GE(2 * maxPieceBytes(kernels::Algo::kTwoShotLL, l, n) + 2048 + 32 * n, pull_max);
       }
       EXPECT_EQ(l.totalBytes(), l.pullBase() + 2 * l.pull_bytes);
     }

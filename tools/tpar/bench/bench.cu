@@ -177,7 +177,7 @@ void printDevices(const std::vector<int>& devs, const std::vector<GpuInfo>& gpus
 
 std::string measureBenchRow(Backend& b, Ranks& rk, size_t bytes, tparDataType_t dtype,
                             tparRedOp_t op, const BenchOptions& opt, BenchRow* row) {
-  const size_t es = elemSize(dtype);
+  const size_t es = tpar::elementBytes(dtype);
   const size_t count = std::max<size_t>(1, bytes / es);
   row->dtype = dtype;
   row->op = op;

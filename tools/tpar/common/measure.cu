@@ -54,8 +54,6 @@ __global__ void emptyKernel() {}
 
 }  // namespace
 
-size_t elemSize(tparDataType_t d) { return d == tparFloat32 ? 4 : 2; }
-
 cudaError_t setDevice(int dev) {
   int cur = -1;
   cudaError_t e = cudaGetDevice(&cur);
@@ -114,7 +112,7 @@ std::string Ranks::fill(const std::vector<void*>& bufs, const std::vector<void*>
                                             first_rank + static_cast<int>(r), seed);
     TPAR_CLI_CUDA(cudaGetLastError());
     if (!poisoned.empty())
-      TPAR_CLI_CUDA(cudaMemsetAsync(poisoned[r], 0xA7, count * elemSize(dtype), streams[r]));
+      TPAR_CLI_CUDA(cudaMemsetAsync(poisoned[r], 0xA7, count * tpar::elementBytes(dtype), streams[r]));
   }
   return sync();
 }

@@ -10,6 +10,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include "core/algorithms.h"
 #include "tpar/tpar.h"
 
 // Returns the failed call's text from a function that returns std::string.
@@ -20,8 +21,6 @@
   } while (0)
 
 namespace tpar_cli {
-
-size_t elemSize(tparDataType_t d);
 
 // cudaSetDevice only when the device changes (virtual ranks never switch).
 cudaError_t setDevice(int dev);

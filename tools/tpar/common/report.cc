@@ -4,12 +4,14 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstdio>
 #include <ctime>
 #include <fstream>
 #include <sstream>
 
 #include <cuda_runtime_api.h>
 
+#include "core/algorithms.h"
 #include "tools/tpar/common/exit_codes.h"
 #include "tools/tpar/common/nccl_loader.h"
 #include "tpar/tpar.h"
@@ -113,43 +115,28 @@ double busBandwidth(size_t bytes, double us, int nranks) {
   return nranks > 0 ? algBandwidth(bytes, us) * 2.0 * (nranks - 1) / nranks : 0.0;
 }
 
+std::string algorithmTable() {
+  std::string s;
+  char line[128];
+  for (const tpar::Algorithm& a : tpar::algorithms()) {
+    std::snprintf(line, sizeof(line), "  %-13s %-13s %-9s %s\n", a.name, a.schedule, a.protocol,
+                  a.direction);
+    s += line;
+  }
+  return s;
+}
+
 bool hostLinkFloor(const std::string& algo, size_t bytes, int nranks, int ranks_per_link,
                    double write_gbps, double read_gbps, double rtt_us, HostLinkFloor* out) {
   if (nranks < 2 || ranks_per_link < 1 || write_gbps <= 0 || read_gbps <= 0) return false;
-  // Bytes per call of all ranks together, in units of the message size M (the table in
-  // docs/PERFORMANCE.md says where each term comes from), and rounds.
+  // Bytes per call of all ranks together, in units of the message size M, and rounds: the
+  // algorithm's byte model in the registry (docs/PERFORMANCE.md says where each term comes from).
+  const tpar::Algorithm* a = tpar::findAlgorithm(algo);
+  if (a == nullptr) return false;
   const double n = nranks;
-  double w = 0, r = 0;
-  int rounds = 0;
-  if (algo == "oneshot-pull") {
-    w = 2 * n;
-    r = 2 * n * (n - 1);
-    rounds = 1;
-  } else if (algo == "twoshot-pull") {
-    w = n;
-    r = 2 * (n - 1);
-    rounds = 2;
-  } else if (algo == "pipelined") {
-    // Its host plans publish once (pull): the bytes of two-shot pull. Pushing instead writes
-    // 2(n-1) M, which the read side, the larger, already bounds when the link is symmetric.
-    w = n;
-    r = 2 * (n - 1);
-    rounds = 2;
-  } else if (algo == "twoshot-ll") {
-    w = 4 * (n - 1);
-    r = 4 * (n - 1);
-    rounds = 2;
-  } else if (algo == "oneshot") {
-    w = 2 * n * (n - 1);
-    r = n * (n - 1);
-    rounds = 1;
-  } else if (algo == "twoshot" || algo == "staged" || algo == "hier") {
-    w = 4 * (n - 1);
-    r = 2 * (n - 1);
-    rounds = 2;
-  } else {
-    return false;
-  }
+  const double w = a->bytes.write(n);
+  const double r = a->bytes.read(n);
+  const int rounds = a->bytes.rounds;
   // Only the ranks on one GPU share its link.
   const double share = static_cast<double>(std::min(ranks_per_link, nranks)) / n;
   const double m = static_cast<double>(bytes);

@@ -44,11 +44,15 @@ struct HostLinkFloor {
   double us = 0;           // the floor
 };
 
-// For a message of `bytes` over `nranks` ranks with algorithm `algo` (tparAlgoName: "oneshot",
-// "twoshot", "staged", "hier", "oneshot-pull", "twoshot-pull", "pipelined", "twoshot-ll"), of which `ranks_per_link`
-// share one GPU's link (all of them for virtual ranks on one GPU, 1 with one rank per GPU),
-// at the measured bandwidths (GB/s) and hand-off time `rtt_us`. False, with *out untouched,
-// for an algorithm without a model ("nccl", "") or fewer than two ranks.
+// One line per algorithm of the registry: its name (TPAR_ALGO, tpar:<name>), schedule,
+// protocol and direction, as NCCL names algorithm and protocol apart.
+std::string algorithmTable();
+
+// For a message of `bytes` over `nranks` ranks with algorithm `algo` (a registry name,
+// tparAlgoName), of which `ranks_per_link` share one GPU's link (all of them for virtual ranks
+// on one GPU, 1 with one rank per GPU), at the measured bandwidths (GB/s) and hand-off time
+// `rtt_us`, from the algorithm's byte model. False, with *out untouched, for an algorithm
+// without a model ("nccl", "") or fewer than two ranks.
 bool hostLinkFloor(const std::string& algo, size_t bytes, int nranks, int ranks_per_link,
                    double write_gbps, double read_gbps, double rtt_us, HostLinkFloor* out);
 

@@ -6,6 +6,7 @@
 #include <memory>
 #include <set>
 
+#include "core/algorithms.h"
 #include "tools/tpar/common/backend.h"
 #include "tools/tpar/doctor/probes.h"
 #include "tpar/tpar.h"
@@ -353,7 +354,7 @@ struct RankBuffers {
   }
   // Fills every rank's input (or, in place, its output) with its share of a known sum.
   std::string fill(size_t count, tparDataType_t dtype, unsigned salt, bool in_place) {
-    const size_t bytes = count * (dtype == tparFloat32 ? 4 : 2);
+    const size_t bytes = count * tpar::elementBytes(dtype);
     for (size_t r = 0; r < devs.size(); ++r) {
       PROBE_CUDA(cudaSetDevice(devs[r]));
       fillTest<<<128, 256, 0, streams[r]>>>(in_place ? out[r] : in[r], count, dtype,

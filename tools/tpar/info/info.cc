@@ -47,6 +47,9 @@ int info() {
       std::printf("  set: %s=%s\n", e.name.c_str(), e.value.c_str());
   // A malformed variable makes every communicator init fail: say so before anything else.
   if (reportBadSettings(settings)) return kExitUsage;
+  std::printf("Algorithms (TPAR_ALGO; tpar:<name> in tpar bench): name, schedule, protocol, "
+              "direction\n%s",
+              algorithmTable().c_str());
   std::string why;
   const auto gpus = listGpus(&why);
   std::string nccl_why;

@@ -12,6 +12,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "core/algorithms.h"
 #include "core/comm.h"
 #include "core/env.h"
 #include "tools/tpar/common/cli_options.h"
@@ -110,7 +111,7 @@ std::string measurePlan(Group& g, Ranks& rk, size_t count, tparDataType_t dtype,
                         const TuneOptions& opt, TuneCandidate* c) {
   g.usePlan(c->plan);
   tparAlgo_t runs_as = tparAlgoAuto;
-  tparCommSelectAlgorithm(g.comms[0], count * elemSize(dtype), &runs_as);
+  tparCommSelectAlgorithm(g.comms[0], count * tpar::elementBytes(dtype), &runs_as);
   if (tpar::planAlgoName(c->plan) != std::string(tparAlgoName(runs_as))) {
     c->error = std::string("not supported here (runs as ") + tparAlgoName(runs_as) + ")";
     return "";
@@ -241,14 +242,15 @@ std::vector<size_t> tuneSizes(const TuneOptions& opt) {
 
 std::vector<Plan> tuneCandidates(const tpar::TunerContext& ctx, int blocks, bool shapes,
                                  bool nccl) {
-  std::vector<kernels::Algo> algos = {kernels::Algo::kOneShot, kernels::Algo::kTwoShot};
-  if (ctx.nranks > 2) algos.push_back(kernels::Algo::kStaged);  // with 2 it is two-shot
-  if (ctx.hierarchical_ok) algos.push_back(kernels::Algo::kHier);
-  // Pull wins only where reads cost less than writes: a measurement decides, never a default.
-  algos.push_back(kernels::Algo::kOneShotPull);
-  algos.push_back(kernels::Algo::kTwoShotPull);
-  algos.push_back(kernels::Algo::kTwoShotLL);
-  if (!ctx.host_transport) algos.push_back(kernels::Algo::kPipelined);
+  // Every algorithm the group can run (pull wins only where reads cost less than writes: a
+  // measurement decides, never a default); host-memory grids of their own below.
+  std::vector<kernels::Algo> algos;
+  for (const tpar::Algorithm& a : tpar::algorithms()) {
+    if (ctx.nranks < a.min_ranks || (a.needs_islands && !ctx.hierarchical_ok) ||
+        (a.host_grid && ctx.host_transport))
+      continue;
+    algos.push_back(a.id);
+  }
   std::vector<int> active = {0};
   if (shapes && blocks >= 2) active.push_back(blocks / 2);
   std::vector<Plan> out;
@@ -356,7 +358,7 @@ int runTune(const TuneOptions& opt) {
   for (int r = 0; r < n; ++r) devs[r] = virt ? 0 : r;
   const auto sizes = tuneSizes(opt);
   size_t max_elem = 4;
-  for (tparDataType_t d : opt.dtypes) max_elem = std::max(max_elem, elemSize(d));
+  for (tparDataType_t d : opt.dtypes) max_elem = std::max(max_elem, tpar::elementBytes(d));
   Ranks rk;
   if (std::string e = rk.alloc(devs, sizes.back() + max_elem); !e.empty()) return fail(e);
   Group g;
@@ -413,8 +415,8 @@ int runTune(const TuneOptions& opt) {
     for (size_t bytes : sizes) {
       TuneBucket b;
       b.dtype = dtype;
-      const size_t count = std::max<size_t>(1, bytes / elemSize(dtype));
-      b.bytes = count * elemSize(dtype);
+      const size_t count = std::max<size_t>(1, bytes / tpar::elementBytes(dtype));
+      b.bytes = count * tpar::elementBytes(dtype);
       for (const Plan& p : plans) {
         TuneCandidate c;
         c.plan = p;

@@ -182,7 +182,7 @@ std::string ModelPass::init(const ModelShape& shape, const std::vector<int>& dev
     rk.dev = devs[r];
     PASS_CUDA(cudaSetDevice(rk.dev));
     PASS_CUDA(cudaStreamCreateWithFlags(&rk.stream, cudaStreamNonBlocking));
-    // NOTE [preload] (src/kernels/launch.cu) holds for our kernels too: load them now, not
+    // NOTE [preload] (src/core/launch.cc) holds for our kernels too: load them now, not
     // behind another rank's spinning all-reduce.
     cudaFuncAttributes attr;
     PASS_CUDA(cudaFuncGetAttributes(&attr, fillUniform));

@@ -1,0 +1,80 @@
+#include "core/launch.h"
+
+namespace tpar {
+namespace kernels {
+
+uint32_t makeCallMeta(tparDataType_t dtype, tparRedOp_t op, Algo algo, uint64_t total_count,
+                      bool nccl_attached) {
+  // 24 bits of a hash of the whole call's count: pieces of differently sized calls then differ
+  // even where one piece's count happens to match.
+  uint64_t h = total_count * 0x9E3779B97F4A7C15ull;
+  h ^= h >> 29;
+  return static_cast<uint32_t>(dtype) | (static_cast<uint32_t>(op) << 2) |
+         (static_cast<uint32_t>(algo) << 4) | (nccl_attached ? 1u << 7 : 0u) |
+         (static_cast<uint32_t>(h & 0xFFFFFFu) << 8);
+}
+
+int threadsFor(uint64_t work, int blocks, int max_threads) {
+  const uint64_t per_block = (work + blocks - 1) / blocks;
+  uint64_t t = (per_block + 31) / 32 * 32;
+  if (t < 64) t = 64;
+  if (t > static_cast<uint64_t>(max_threads)) t = max_threads;
+  return static_cast<int>(t);
+}
+
+cudaError_t launchAllReduce(const void* fn, const AllReduceArgs& args, int blocks, int threads,
+                            bool overlap, cudaStream_t stream) {
+  if (fn == nullptr) return cudaErrorInvalidValue;
+  void* params[] = {const_cast<AllReduceArgs*>(&args)};
+  if (!overlap) return cudaLaunchKernel(fn, dim3(blocks), dim3(threads), params, 0, stream);
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(blocks);
+  config.blockDim = dim3(threads);
+  config.dynamicSmemBytes = 0;
+  config.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = attr;
+  config.numAttrs = 1;
+  return cudaLaunchKernelExC(&config, fn, params);
+}
+
+template <typename F>
+cudaError_t forEachKernel(const KernelSet* const* sets, int nsets, F&& f) {
+  cudaError_t result = cudaSuccess;
+  for (int i = 0; i < nsets; ++i)
+    for (const auto& per_dtype : sets[i]->fn)
+      for (const void* fn : per_dtype)
+        if (result == cudaSuccess) result = f(fn);
+  return result;
+}
+
+// NOTE [preload]
+// Under lazy module loading (the CUDA 12+ default) a kernel's module is loaded at its first
+// launch, and loading waits for the device to go idle. A rank whose first kernel spins waiting
+// for a peer on another stream then blocks that peer's first launch: a deadlock (seen on an
+// H200: two streams, spin/set, hangs under LAZY, fine under EAGER). Touching every kernel with
+// cudaFuncGetAttributes at communicator init loads them all up front.
+cudaError_t preloadKernels(const KernelSet* const* sets, int nsets) {
+  return forEachKernel(sets, nsets, [](const void* fn) {
+    cudaFuncAttributes attr;
+    return cudaFuncGetAttributes(&attr, fn);
+  });
+}
+
+cudaError_t maxActiveBlocksPerSm(const KernelSet* const* sets, int nsets, int threads,
+                                 int* blocks) {
+  int best = 1 << 30;
+  const cudaError_t result = forEachKernel(sets, nsets, [&](const void* fn) {
+    int b = 0;
+    const cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, fn, threads, 0);
+    if (e == cudaSuccess && b < best) best = b;
+    return e;
+  });
+  *blocks = best;
+  return result;
+}
+
+}  // namespace kernels
+}  // namespace tpar

@@ -1,0 +1,37 @@
+// Host side of the kernels: the call header word, launch shapes, launching, preloading.
+// Launchers return cudaError_t.
+#ifndef TPAR_CORE_LAUNCH_H_
+#define TPAR_CORE_LAUNCH_H_
+
+#include "kernels/launch.h"
+
+namespace tpar {
+namespace kernels {
+
+// The header word every rank puts into its first packet of a call (NOTE [call header]).
+// `nccl_attached`: the communicator has an NCCL communicator attached (NOTE [agreement]).
+uint32_t makeCallMeta(tparDataType_t dtype, tparRedOp_t op, Algo algo, uint64_t total_count,
+                      bool nccl_attached = false);
+
+// Enqueues one launch of kernel `fn`. `overlap`: launch with programmatic stream serialization
+// (NOTE [launch overlap]).
+cudaError_t launchAllReduce(const void* fn, const AllReduceArgs& args, int blocks, int threads,
+                            bool overlap, cudaStream_t stream);
+
+// Loads every kernel of `sets` into the current device's context now (NOTE [preload]).
+cudaError_t preloadKernels(const KernelSet* const* sets, int nsets);
+
+// Resident blocks per SM of the largest-footprint kernel of `sets` at `threads` threads.
+cudaError_t maxActiveBlocksPerSm(const KernelSet* const* sets, int nsets, int threads,
+                                 int* blocks);
+
+// Threads per block for a launch of `blocks` blocks over `work` vectors: the work is spread
+// over every block (more multiprocessors issue stores and polls), with at least 64 and at most
+// `max_threads` threads per block. Every launch of a communicator uses the same block count
+// (NOTE [epochs and parity]).
+int threadsFor(uint64_t work, int blocks, int max_threads);
+
+}  // namespace kernels
+}  // namespace tpar
+
+#endif  // TPAR_CORE_LAUNCH_H_

@@ -1,0 +1,102 @@
+// The algorithm registry (src/core/algorithms.h): one row per public algorithm, names that
+// round-trip, and rows complete enough for every user of the registry.
+#include <set>
+#include <string>
+
+#include <gtest/gtest.h>
+
+#include "core/algorithms.h"
+#include "tuner/tuner.h"
+
+namespace tpar {
+namespace {
+
+TEST(AlgorithmRegistry, EveryPublicAlgorithmHasExactlyOneRowAndItsName) {
+  std::set<tparAlgo_t> pubs;
+  std::set<std::string> names;
+  std::set<int> ids;
+  for (const Algorithm& a : algorithms()) {
+    EXPECT_TRUE(pubs.insert(a.pub).second) << a.name;
+    EXPECT_TRUE(names.insert(a.name).second) << a.name;
+    EXPECT_TRUE(ids.insert(static_cast<int>(a.id)).second) << a.name;
+    // The call header carries the id in 3 bits (makeCallMeta).
+    EXPECT_LT(static_cast<int>(a.id), 8) << a.name;
+    EXPECT_STREQ(a.name, tparAlgoName(a.pub));
+    EXPECT_EQ(&a, findAlgorithm(a.pub));
+    EXPECT_EQ(&a, findAlgorithm(std::string(a.name)));
+    EXPECT_EQ(&a, &algorithm(a.id));
+  }
+  for (int p = 0; p < tparNumAlgos; ++p) {
+    const tparAlgo_t pub = static_cast<tparAlgo_t>(p);
+    if (pub == tparAlgoAuto || pub == tparAlgoNccl) {
+      EXPECT_EQ(nullptr, findAlgorithm(pub));
+    } else {
+      EXPECT_EQ(1u, pubs.count(pub)) << "tparAlgo_t " << p << " has no registry row";
+    }
+  }
+  EXPECT_EQ(nullptr, findAlgorithm(std::string("two-shot")));
+  EXPECT_STREQ("unknown", tparAlgoName(static_cast<tparAlgo_t>(tparNumAlgos)));
+}
+
+TEST(AlgorithmRegistry, PublicNamesStayAsTheyWere) {
+  // TPAR_ALGO's choices, in tparAlgo_t order: scripts and tuning tables use these strings.
+  EXPECT_STREQ(
+      "auto|oneshot|twoshot|staged|hier|oneshot-pull|twoshot-pull|nccl|pipelined|twoshot-ll",
+      publicAlgoChoices());
+  kernels::Algo id;
+  ASSERT_TRUE(algoFromName("twoshot-ll", &id));
+  EXPECT_EQ(kernels::Algo::kTwoShotLL, id);
+  ASSERT_TRUE(algoFromName("oneshot-pull", &id));
+  EXPECT_EQ(kernels::Algo::kOneShotPull, id);
+  EXPECT_FALSE(algoFromName("nccl", &id));
+}
+
+TEST(AlgorithmRegistry, RowsNameScheduleProtocolDirectionAndEveryKernel) {
+  const std::set<std::string> schedules = {"one-shot", "two-shot", "staged", "hierarchical"};
+  const std::set<std::string> protocols = {"sentinel", "ll", "flags"};
+  const std::set<std::string> directions = {"push", "pull", "plan"};
+  std::set<const kernels::KernelSet*> sets;
+  for (const Algorithm& a : algorithms()) {
+    EXPECT_EQ(1u, schedules.count(a.schedule)) << a.name;
+    EXPECT_EQ(1u, protocols.count(a.protocol)) << a.name;
+    EXPECT_EQ(1u, directions.count(a.direction)) << a.name;
+    ASSERT_NE(nullptr, a.kernels) << a.name;
+    EXPECT_TRUE(sets.insert(a.kernels).second) << a.name << " shares another row's kernels";
+    for (int d = 0; d < tparNumDataTypes; ++d)
+      for (bool wide : {false, true})
+        EXPECT_NE(nullptr, a.kernels->get(static_cast<tparDataType_t>(d), wide)) << a.name;
+    EXPECT_EQ(nullptr, a.kernels->get(static_cast<tparDataType_t>(tparNumDataTypes), false));
+  }
+  EXPECT_EQ(sets.size(), allKernelSets().size());
+}
+
+TEST(AlgorithmRegistry, LimitsAndModelsAreUsableForEveryGroupSize) {
+  const auto dev = kernels::WorkspaceLayout::forMaxBytes(8u << 20, false);
+  const auto host = kernels::WorkspaceLayout::forMaxBytes(8u << 20, true);
+  for (const Algorithm& a : algorithms()) {
+    for (int n = 2; n <= kernels::kMaxRanks; ++n) {
+      AlgoShape s;
+      s.nranks = n;
+      s.hier_m = n % 2 == 0 ? n / 2 : n;
+      s.hier_k = n % 2 == 0 ? 2 : 1;
+      for (const auto& l : {dev, host}) {
+        const uint64_t max = a.max_bytes(l, s);
+        EXPECT_GT(max, 0u) << a.name << " n " << n;
+        EXPECT_EQ(0u, max % 16) << a.name;
+      }
+      EXPECT_GE(a.work_vectors(1000, s), 1u) << a.name;
+      EXPECT_GT(a.bytes.write(n), 0) << a.name;
+      EXPECT_GT(a.bytes.read(n), 0) << a.name;
+      EXPECT_GE(a.bytes.rounds, 1) << a.name;
+    }
+    if (a.max_blocks > 0) EXPECT_LE(a.max_blocks, kernels::WorkspaceLayout::kLineBlocks);
+    if (a.min_threads > 0) EXPECT_GE(a.min_threads, 128) << "groups of whole warps";
+  }
+  EXPECT_EQ(4u, elementBytes(tparFloat32));
+  EXPECT_EQ(2u, elementBytes(tparBfloat16));
+  EXPECT_EQ(2u, elementBytes(tparFloat16));
+  EXPECT_EQ(0u, elementBytes(static_cast<tparDataType_t>(tparNumDataTypes)));
+}
+
+}  // namespace
+}  // namespace tpar
