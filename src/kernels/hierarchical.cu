@@ -7,11 +7,11 @@
 //      order. Only 1/m of the message per rank crosses between islands, where flat two-shot
 //      sends half of everything it sends to the other island.
 //   3. All-gather inside the island.
-// Partial sums cross in fp32, so the result is still rounded once (principle 6); that doubles
-// the bytes of step 2 for 16-bit types. The order of additions is fixed and the same on every
-// rank (islands in order, ranks in island order within each), so every rank gets the same
-// bits; it differs from the flat rank order of the other algorithms, so the bits may differ
-// from theirs in the last place.
+// Partial sums cross in fp32, so the result is still rounded once (docs/DESIGN.md principle 6);
+// that doubles the bytes of step 2 for 16-bit types. The order of additions is fixed and the
+// same on every rank (islands in order, ranks in island order within each), so every rank gets
+// the same bits; it differs from the flat rank order of the other algorithms, so the bits may
+// differ from theirs in the last place.
 #include "kernels/kernel_table.h"
 #include "kernels/protocol.cuh"
 

@@ -112,8 +112,9 @@ __device__ __forceinline__ void recordError(const AllReduceArgs& a, uint32_t cod
   }
 }
 
-// Bounds every spin (principle 7). Polls cost a few hundred cycles; the clock, the abort word in
-// host memory and the error word are read only every kCheckEvery unsuccessful polls.
+// Bounds every spin (docs/DESIGN.md principle 7). Polls cost a few hundred cycles; the clock,
+// the abort word in host memory and the error word are read only every kCheckEvery
+// unsuccessful polls.
 class Waiter {
  public:
   __device__ explicit Waiter(const AllReduceArgs& a) : a_(a) {}
@@ -406,7 +407,7 @@ struct ElemTraits<F16Tag> {
 };
 
 // fp32 accumulator of one vector. Accumulation order is fixed (rank 0 first) on every rank, and
-// the result is rounded once at the end (principle 6).
+// the result is rounded once at the end (docs/DESIGN.md principle 6).
 template <typename T>
 struct Acc {
   static constexpr int kN = ElemTraits<T>::kPerVec;
@@ -522,7 +523,7 @@ __device__ __forceinline__ BlockSlice blockSlice(const AllReduceArgs& a) {
 }
 
 // The sum (or max, min) of every rank's vector in rank order, rounded once: `mine` at our own
-// rank, in[s] for every other s < n (principle 6).
+// rank, in[s] for every other s < n (docs/DESIGN.md principle 6).
 template <typename T, int kMax>
 __device__ __forceinline__ Vec reduceInRankOrder(int n, int me, const Vec& mine, const Vec* in,
                                                  int op) {
