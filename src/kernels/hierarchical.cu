@@ -1,14 +1,14 @@
-// Island-hierarchical all-reduce over k islands of m ranks (2 x 4, 4 x 2, 2 x 2, ...), for
-// machines where the links between islands (CPU sockets) are the bottleneck: the two-shot
-// schedule (two_shot.cuh) over the ranks of our island (the rank at island position p owns
-// chunk p, 1/m of the message), with the exchange across islands as the epilogue of each
-// reduced position: the ranks at position p of every island send each other their island's
-// partial sum and add the k partials in island order. Only 1/m of the message per rank crosses
-// between islands, where flat two-shot sends half of everything it sends to the other island.
-// Partials cross in fp32, so the result is still rounded once (principle 6), at twice the bytes
-// for 16-bit types. The order of additions (islands in order, ranks in island order within
-// each) is the same on every rank, but not the flat rank order of the other algorithms: the bits
-// may differ from theirs in the last place.
+// Island-hierarchical all-reduce over k islands of m ranks (2 x 4, 4 x 2, 2 x 2, ...), for machines
+// where the links between islands (CPU sockets) are the bottleneck: the two-shot schedule
+// (two_shot.cuh) over the ranks of our island (the rank at island position p owns chunk p, 1/m of
+// the message), with the exchange across islands as the epilogue of each reduced position: the
+// ranks at position p of every island send each other their island's partial sum and add the k
+// partials in island order. Only 1/m of the message per rank crosses between islands, where flat
+// two-shot sends half of everything it sends to the other island. Partials cross in fp32, so the
+// result is still rounded once (docs/DESIGN.md principle 6), at twice the bytes for 16-bit types.
+// The order of additions (islands in order, ranks in island order within each) is the same on every
+// rank, but not the flat rank order of the other algorithms: the bits may differ from theirs in the
+// last place.
 #include "kernels/two_shot.cuh"
 
 namespace tpar {

@@ -17,8 +17,8 @@ namespace {
 // is split by the CPU socket. The enum keeps NODE (host bridges of one socket) and SYS (the
 // socket interconnect) in one class, but on current two-socket servers every GPU has a host
 // bridge of its own, so NODE is the normal link inside a socket and the socket crossing is the
-// expensive one (DESIGN.md section 1: ~24 GB/s against ~50 GB/s). Two GPUs count as being on
-// one socket when both packages are known and equal, or, with no package known, both NUMA
+// expensive one (docs/DESIGN.md section 1: ~24 GB/s against ~50 GB/s). Two GPUs count as
+// being on one socket when both packages are known and equal, or, with no package known, both NUMA
 // nodes are known and equal; anything unknown counts as across, which is the conservative
 // side (it can only make islands smaller).
 bool sameSocket(const Topology& t, int a, int b) {

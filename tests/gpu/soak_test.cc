@@ -95,7 +95,7 @@ double valueOfBits(uint32_t bits, tparDataType_t dt) {
   return loadAsFloat(reinterpret_cast<const unsigned char*>(&b), 0, dt);
 }
 
-// The reference of DESIGN.md principle 6, on the host: float32 accumulation in rank order,
+// The reference of docs/DESIGN.md principle 6, on the host: float32 accumulation in rank order,
 // rounded once; every rank's bits must equal it, and it must lie within the datatype's rounding
 // of the float64 result. Returns a description of the first problem, or "".
 std::string checkOnHost(const Call& c, const std::vector<std::vector<unsigned char>>& in,

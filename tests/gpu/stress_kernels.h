@@ -22,8 +22,8 @@ struct StressCounters {
   unsigned long long first_bad;  // lowest call index with a wrong element or guard byte
 };
 
-// Loads both kernels now. NOTE [preload] (DESIGN.md principle 8): they are launched behind
-// spinning all-reduces of other virtual ranks.
+// Loads both kernels now. NOTE [preload] (docs/DESIGN.md principle 8): they are launched
+// behind spinning all-reduces of other virtual ranks.
 cudaError_t preloadStressKernels();
 
 // Writes rank `rank`'s inputs of call `seed` (`count` elements) into `send`, poisons `recv`

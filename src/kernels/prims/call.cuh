@@ -1,6 +1,6 @@
-// One call of one block: bounded waits (principle 7: every spin of every kernel goes through
-// Waiter), its epoch, the call header every peer must agree on, and the kernel wrapper every
-// algorithm runs in.
+// One call of one block: bounded waits (docs/DESIGN.md principle 7: every spin of every kernel goes
+// through Waiter), its epoch, the call header every peer must agree on, and the kernel wrapper
+// every algorithm runs in.
 #ifndef TPAR_KERNELS_PRIMS_CALL_CUH_
 #define TPAR_KERNELS_PRIMS_CALL_CUH_
 

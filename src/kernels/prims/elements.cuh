@@ -64,9 +64,9 @@ struct RuntimeOp {
   }
 };
 
-// fp32 accumulator of one vector. Accumulation order is fixed (rank 0 first) on every rank, and
-// the result is rounded once at the end (principle 6). Every codec accumulates in it: what
-// travels may be narrower, the sum never is.
+// fp32 accumulator of one vector. Accumulation order is fixed (rank 0 first) on every rank, and the
+// result is rounded once at the end (docs/DESIGN.md principle 6). Every codec accumulates in it:
+// what travels may be narrower, the sum never is.
 template <typename T, typename Op = RuntimeOp>
 struct Acc {
   static constexpr int kN = ElemTraits<T>::kPerVec;

@@ -174,8 +174,9 @@ struct PullAreas {
 //    peer finished epoch e (NOTE [epochs and parity]). Steps only grow within an epoch, so a
 //    slot that already shows a later step satisfies an earlier wait.
 //  * The data areas are per parity too; a sender writes a position once per call.
-//  * A flag written after its data is what principle 2 warns against; docs/PROTOCOL.md ("Fenced
-//    flags in host memory") says why these kernels do it, and what backs it.
+//  * A flag written after its data is what docs/DESIGN.md principle 2 warns against;
+//    docs/PROTOCOL.md ("Fenced flags in host memory") says why these kernels do it, and what backs
+//    it.
 __device__ __forceinline__ char* lineSlot(char* area, int phase, int block, int sender) {
   return area + ((uint64_t(phase) * WorkspaceLayout::kLineBlocks + block) * kMaxRanks + sender) *
              kVecBytes;
@@ -314,7 +315,8 @@ __device__ __forceinline__ bool settle(const Box& box, const char* area, uint64_
 // The sum (or max, min) of every rank's vector in rank order, into *acc: mine() at our own
 // rank, slot src(s) = {area, index} of every other s < n once it has arrived. Every peer's load
 // is issued first (and our own input's after them), so the waits overlap; each is taken as its
-// turn in rank order comes (principle 6). False on give-up. kSettled: every slot has arrived.
+// turn in rank order comes (docs/DESIGN.md principle 6). False on give-up. kSettled: every slot
+// has arrived.
 template <typename T, int kMax, class Codec, bool kSettled = false, class Box, typename Src, typename Mine>
 __device__ __forceinline__ bool reduceFrom(const Box& box, int n, int me, Src src, Mine mine,
                                            RuntimeOp op, Waiter& w, Acc<T>* acc) {

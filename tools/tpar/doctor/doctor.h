@@ -22,7 +22,7 @@ constexpr int kDoctorNoGpu = kExitNoGpu;              // no NVIDIA driver or no 
 constexpr int kDoctorError = kExitRunError;           // the doctor itself failed (a file write)
 
 // The two message sizes the verdict compares tpar and NCCL at: a speculative-decoding verify
-// pass moves tens to hundreds of KB per all-reduce (DESIGN.md section 1).
+// pass moves tens to hundreds of KB per all-reduce (docs/DESIGN.md section 1).
 constexpr size_t kSmallMessageBytes = 64 << 10;
 constexpr size_t kLargeMessageBytes = 512 << 10;
 

@@ -25,10 +25,10 @@ struct ProbePlan {
 
 ProbePlan probePlan(bool quick);
 
-// Loads every kernel of the doctor on each device now. NOTE [preload] (DESIGN.md principle 8):
-// under lazy loading, the first launch of a kernel behind a spinning kernel of the same GPU
-// (the ping-pong probes, an all-reduce of another virtual rank) waits for the GPU to go idle,
-// which it never does.
+// Loads every kernel of the doctor on each device now. NOTE [preload] (docs/DESIGN.md
+// principle 8): under lazy loading, the first launch of a kernel behind a spinning kernel of
+// the same GPU (the ping-pong probes, an all-reduce of another virtual rank) waits for the GPU
+// to go idle, which it never does.
 std::string preloadDoctorKernels(const std::vector<int>& devices);
 
 // Measures each GPU against pinned host memory, each ordered pair with peer access, and (one
