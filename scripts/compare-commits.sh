@@ -10,7 +10,7 @@
 # Prints old us / new us / ratio per (transport, ranks, algorithm, size), medians over the
 # rounds, with FAIL where the new commit is more than 3 % slower (out of place or in place);
 # exits 1 if any row fails.
-#   scripts/compare-commits.sh OLD NEW OUTDIR
+#   scripts/compare-commits.sh OLD NEW OUTDIR     (OLD, NEW: commits, or source folders)
 # Knobs (environment): ROUNDS (2: old new new old), SIZES (4K,32K,256K,2M,16M), ITERS (20),
 # WARMUP (3), LIMIT (1.03), BACKENDS (every forced algorithm and auto). About 5-6 minutes on one
 # H200 with the defaults; each run's output is in OUTDIR/runs, the table in OUTDIR/compare.txt.
@@ -36,11 +36,19 @@ t0=$(date +%s)
 archs=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | tr -d . | sort -u | paste -sd';')
 archs=${archs:-90}
 jobs=$(( $(nproc) / 2 > 0 ? $(nproc) / 2 : 1 ))
-build() {  # tag commit
+build() {  # tag commit-or-directory
   local tag=$1 sha
-  sha=$(git rev-parse --verify --quiet "$2^{commit}") || { echo "unknown commit $2" >&2; return 1; }
   rm -rf "$out/src-$tag" && mkdir -p "$out/src-$tag"
-  git archive "$sha" | tar -x -C "$out/src-$tag" || return 1
+  if [ -d "$2" ]; then
+    # A source tree (a machine whose .git lacks the commit gets it as a folder): its commit id
+    # comes from COMMIT_OLD / COMMIT_NEW, else the folder's name.
+    sha=$([ "$tag" = old ] && echo "${COMMIT_OLD:-$(basename "$2")}" || echo "${COMMIT_NEW:-$(basename "$2")}")
+    tar -C "$2" --exclude='./build*' --exclude=./.git --exclude='./.devcarry' -cf - . |
+      tar -x -C "$out/src-$tag" || return 1
+  else
+    sha=$(git rev-parse --verify --quiet "$2^{commit}") || { echo "unknown commit $2" >&2; return 1; }
+    git archive "$sha" | tar -x -C "$out/src-$tag" || return 1
+  fi
   cmake -S "$out/src-$tag" -B "$out/build-$tag" -G Ninja -DCMAKE_BUILD_TYPE=Release \
     -DTPAR_CUDA_ARCHS="$archs" -DTPAR_GIT_COMMIT="${sha:0:12}" -DTPAR_BUILD_TESTS=OFF \
     -DTPAR_BUILD_EXAMPLES=OFF >"$out/build-$tag.log" 2>&1 &&
