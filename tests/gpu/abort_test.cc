@@ -182,7 +182,12 @@ TEST(NcclAttachment, RanksThatAttachedDifferentlyGetInvalidUsageFromTheirNextCal
 // A call routed to NCCL on rank 0 only waits inside NCCL for rank 1, which never comes;
 // tparCommAbort must still return within the timeout, and the memory come back once the NCCL
 // call is aborted.
-TEST(NcclAttachment, AbortReturnsWithinTheTimeoutWhileNcclWaitsForAPeer) {
+// Disabled: one thread drives both NCCL ranks here (ncclCommInitAll), and NCCL's enqueue of a
+// call that only one of them makes blocks on the host (seen on 2 H200s: tparAllReduce never
+// returned), so the premise, an NCCL kernel waiting on the GPU, never arises in one process. It
+// needs one process per rank; BoundedAbort.ReturnsWithinTheTimeoutWhileOtherWorkKeepsTheGpuBusy
+// covers the bound with a kernel that never ends standing in for the stuck NCCL call.
+TEST(NcclAttachment, DISABLED_AbortReturnsWithinTheTimeoutWhileNcclWaitsForAPeer) {
   REQUIRE_TWO_GPUS_AND_NCCL(lib);
   const NcclAbort ncclAbort = ncclAbortOf(lib);
   ASSERT_NE(nullptr, ncclAbort) << "ncclCommAbort not found in " << lib->path;
