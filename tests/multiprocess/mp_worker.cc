@@ -186,7 +186,9 @@ int parseRankArgs(int argc, char** argv, RankArgs* a) {
   a->nranks = std::atoi(argv[4]);
   a->seed = std::strtoull(argv[5], nullptr, 10);
   a->result = argv[6];
-  if (cudaSetDevice(0) != cudaSuccess) return fail("cudaSetDevice", "");
+  if (const cudaError_t err = cudaSetDevice(0); err != cudaSuccess) {
+    return fail("cudaSetDevice", cudaGetErrorString(err));
+  }
   // Contexts on one GPU are time-sliced: hand-offs take milliseconds.
   a->timeout_ms = std::getenv("TPAR_TIMEOUT_MS") != nullptr ? 0 : 120000;
   return 0;
