@@ -151,8 +151,9 @@ TEST_P(PidNamespaces, RanksInTwoPidNamespacesAreTwoProcesses) {
   const std::vector<InitOutcome> out = runInit({{transport}, {transport}}, prefix);
   for (int r = 0; r < 2; ++r) {
     // Some machines give a process in a fresh PID namespace no usable GPU at all (seen on the
-    // lent H200 machines, one and two GPUs: cudaSetDevice fails before init). Then nothing of tpar ran: skip,
-    // naming it. Identity across namespaces is also checked without a GPU (Identity.*).
+    // lent H200 machines, one and two GPUs: cudaSetDevice fails before init). Then nothing of
+    // tpar ran: skip, naming it. Identity across namespaces is also checked without a GPU
+    // (Identity.*).
     if (out[r].code == -1 && out[r].output.find("cudaSetDevice") != std::string::npos) {
       GTEST_SKIP() << "CUDA does not start in a new PID namespace here: " << out[r].output;
     }
