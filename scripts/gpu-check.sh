@@ -47,9 +47,10 @@ dry=0
 run_end=$((budget > 0 ? SECONDS + budget : 0))
 status=0
 commit=${TPAR_COMMIT:-$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)}
+all_steps=(build unit-tests gpu-tests sanitize-memcheck sanitize-racecheck sanitize-synccheck soak
+  example bench bench-host doctor tune bench-tuned verify-8 verify-64)
 python3 scripts/summary.py start "$out" --script scripts/gpu-check.sh --commit "$commit" \
-  --steps build,unit-tests,gpu-tests,sanitize-memcheck,sanitize-racecheck,sanitize-synccheck,soak,example,bench,bench-host,doctor,tune,bench-tuned,verify-8,verify-64 ||
-  exit 1
+  --steps "$(IFS=,; echo "${all_steps[*]}")" || exit 1
 finish() {
   python3 scripts/summary.py finish "$out" || status=1
   python3 scripts/summary.py pack "$out" || status=1
@@ -65,8 +66,8 @@ archs=${archs:-90}
 build=${TPAR_BUILD_DIR:-build-gpu}
 tpar=$build/tools/tpar/tpar
 py=${PYTHON:-python3}  # with matplotlib, for the plots
-echo "== build (archs $archs) into $build"
 step_begin build 900 60 || { status=1; finish; }
+echo "   archs $archs, into $build"
 step_cmd cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTPAR_CUDA_ARCHS="$archs" \
   -DTPAR_GIT_COMMIT="$commit" && step_cmd ninja -C "$build"
 step_end

@@ -127,49 +127,48 @@ def count_bench(text):
     return passed, failed, skipped
 
 
-def count_symm(text):
-    passed = failed = skipped = 0
+def count_by_rules(text, rules):
+    """Each line counts once, by the first rule whose pattern matches it: (pattern, outcome),
+    the outcome "passed", "failed", "skipped", or a function of the match that returns
+    (passed, failed, skipped)."""
+    counts = [0, 0, 0]
     for line in text.splitlines():
-        m = re.match(r"^\S+\s+\d+\s+[\d.]+ us\s+(\d+) wrong\s*$", line)
-        if m:
-            if int(m.group(1)) == 0:
-                passed += 1
-            else:
-                failed += 1
-        elif re.match(r"^\S+\s+\d+ skipped: ", line):
-            skipped += 1
-    return passed, failed, skipped
+        for pattern, outcome in rules:
+            m = pattern.match(line.rstrip())
+            if m:
+                add = outcome(m) if callable(outcome) else [int(outcome == k) for k in STATUSES[:3]]
+                counts = [c + int(a) for c, a in zip(counts, add)]
+                break
+    return tuple(counts)
 
 
-VERDICT = re.compile(r"^(?:\w+: )?(PASS|FAIL)(?:$|\s)")
+def verdict(m):
+    return (1, 0, 0) if m.group(1) == "PASS" else (0, 1, 0)
+
+
+def checks_and_failures(m):
+    checks, failures = int(m.group(2)), int(m.group(3))
+    return max(0, checks - failures), failures or m.group(1) == "FAIL", 0
+
+
+SYMM_RULES = [(re.compile(r"^\S+\s+\d+\s+[\d.]+ us\s+0 wrong$"), "passed"),
+              (re.compile(r"^\S+\s+\d+\s+[\d.]+ us\s+\d+ wrong$"), "failed"),
+              (re.compile(r"^\S+\s+\d+ skipped: "), "skipped")]
+CHECK_RULES = [(re.compile(r"^\w+: (PASS|FAIL) \((\d+) checks\b.*?(\d+) failures?\b"),
+                checks_and_failures),
+               (re.compile(r"^(?:\w+: )?(PASS|FAIL)(?:$|\s)"), verdict),
+               (re.compile(r"^check .* -> ok$"), "passed"),
+               (re.compile(r"^check .* -> FAILED"), "failed"),
+               (re.compile(r"^\s+\S+\s+(PASS|FAIL)\s"), verdict),
+               (re.compile(r"^\S+\s+skipped: "), "skipped")]
+
+
+def count_symm(text):
+    return count_by_rules(text, SYMM_RULES)
 
 
 def count_checks(text):
-    passed = failed = skipped = 0
-    for line in text.splitlines():
-        line = line.rstrip()
-        m = re.match(r"^\w+: (PASS|FAIL) \((\d+) checks\b.*?(\d+) failures?\b", line)
-        if m:
-            checks, failures = int(m.group(2)), int(m.group(3))
-            passed += max(0, checks - failures)
-            failed += failures if failures else (m.group(1) == "FAIL")
-        elif VERDICT.match(line):
-            if VERDICT.match(line).group(1) == "PASS":
-                passed += 1
-            else:
-                failed += 1
-        elif re.match(r"^check .* -> ok$", line):
-            passed += 1
-        elif re.match(r"^check .* -> FAILED", line):
-            failed += 1
-        elif re.match(r"^\s+\S+\s+(PASS|FAIL)\s", line):
-            if line.split()[1] == "PASS":
-                passed += 1
-            else:
-                failed += 1
-        elif re.match(r"^\S+\s+skipped: ", line):
-            skipped += 1
-    return passed, failed, skipped
+    return count_by_rules(text, CHECK_RULES)
 
 
 def count_sanitizer(text):

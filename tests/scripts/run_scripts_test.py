@@ -252,6 +252,18 @@ for ((i = 0; i < ${STUB_GPUS:-4}; i++)); do
 done
 """
 
+STUB_SANITIZER = r"""#!/bin/bash
+# compute-sanitizer: its options, then the program it runs
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --version) echo "stand-in"; exit 0 ;;
+    --log-file) echo "========= ERROR SUMMARY: ${STUB_SANITIZER_ERRORS:-0} errors" >"$2"; shift 2 ;;
+    --tool|--leak-check|--error-exitcode) shift 2 ;;
+    *) exec "$@" ;;
+  esac
+done
+"""
+
 GTEST_OK = "#!/bin/sh\necho '[  PASSED  ] 5 tests.'\necho '[  SKIPPED ] 1 test, listed below:'\n"
 
 
@@ -266,6 +278,7 @@ class StandIns:
         write(os.path.join(root, "bin", "cmake"), "#!/bin/sh\nexit 0\n", x)
         write(os.path.join(root, "bin", "ninja"), "#!/bin/sh\nexit 0\n", x)
         write(os.path.join(root, "bin", "python"), STUB_PYTHON, x)
+        write(os.path.join(root, "bin", "compute-sanitizer"), STUB_SANITIZER, x)
         b = os.path.join(root, "build")
         write(os.path.join(b, "tools", "tpar", "tpar"), STUB_TPAR, x)
         for prog in ("tests/tpar_gpu_tests", "tests/tpar_unit_tests",
@@ -438,6 +451,26 @@ class GpuCheck(unittest.TestCase):
                 "bench-tuned": "passed", "verify-8": "passed", "verify-64": "passed"})
             self.assertLessEqual(len(os.listdir(out)), 8)
             self.assertIn("logs.tgz", os.listdir(out))
+
+    def test_sanitizer_and_soak_steps_count_tests_and_reports(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            out = os.path.join(tmp, "out")
+            env = StandIns(tmp, gpus=1).env
+            env["STUB_SANITIZER_ERRORS"] = "2"
+            r = run(["bash", os.path.join(ROOT, "scripts", "gpu-check.sh"), out, "--no-tests",
+                     "--no-bench", "--sanitize", "--soak"], env=env)
+            self.assertEqual(r.returncode, 1, r.stdout + r.stderr)
+            with open(os.path.join(out, "summary.json")) as f:
+                steps = {x["name"]: x for x in json.load(f)["steps"]}
+            for tool in ("memcheck", "racecheck", "synccheck"):
+                x = steps["sanitize-" + tool]
+                # two test runs of 5 passed and 1 skipped, one report with 2 errors
+                self.assertEqual((x["status"], x["passed"], x["failed"], x["skipped"]),
+                                 ("failed", 10, 1, 2), tool)
+                self.assertIn("--tool " + tool, x["command"])
+            self.assertEqual(steps["soak"]["status"], "passed")
+            self.assertEqual(steps["unit-tests"]["status"], "not run")
+            self.assertEqual(steps["bench"]["status"], "not run")
 
 
 if __name__ == "__main__":
