@@ -143,7 +143,7 @@ need_torch() {  # the step is skipped where python has no CUDA torch
 }
 
 step_build() {
-  local archs inc shim=()
+  local archs inc shim=() built=1
   step_begin build || return 1
   archs=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | tr -d . |
     sort -u | paste -sd';')
@@ -153,13 +153,14 @@ print(next((os.path.join(p, "nccl", "include") for p in nvidia.__path__
   [ -n "$inc" ] && shim=(-DTPAR_NCCL_INCLUDE_DIR="$inc" -DTPAR_BUILD_NCCL_SHIM=ON)
   step_cmd cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
     -DTPAR_CUDA_ARCHS="${archs:-90}" -DTPAR_GIT_COMMIT="$commit" "${shim[@]}" &&
-    step_cmd ninja -C "$build" &&
-    if want python-tests || want tp-model; then
-      step_cmd CMAKE_ARGS="-DTPAR_CUDA_ARCHS=${archs:-90} -DTPAR_GIT_COMMIT=$commit" \
-        "$py" -m pip install -q --no-build-isolation --no-deps .
-    fi
+    step_cmd ninja -C "$build" || built=0
+  # A failed install fails this step and the Python steps, not the others.
+  if [ $built = 1 ] && { want python-tests || want tp-model; }; then
+    step_cmd CMAKE_ARGS="-DTPAR_CUDA_ARCHS=${archs:-90} -DTPAR_GIT_COMMIT=$commit" \
+      "$py" -m pip install -q --no-build-isolation --no-deps .
+  fi
   step_end
-  [ "$step_rc" = 0 ]
+  [ $built = 1 ]
 }
 
 step_gpu-tests() {

@@ -229,7 +229,7 @@ for a in "$@"; do
 done
 case "$args" in
   "-c "*) exit 0 ;;
-  *"-m pip "*) exit 0 ;;
+  *"-m pip "*) exit "${STUB_PIP_RC:-0}" ;;
   *"-m pytest"*) echo "3 passed, 1 skipped in 1.00s"; echo "3 passed, 1 skipped in 1.10s" ;;
   *"tpar.check model"*) echo "PASS" ;;
   *torch_symm_bench.py*) echo "torch-symm:one_shot 1024 5.00 us 0 wrong"
@@ -276,7 +276,7 @@ class StandIns:
         x = 0o755
         write(os.path.join(root, "bin", "nvidia-smi"), STUB_NVIDIA_SMI, x)
         write(os.path.join(root, "bin", "cmake"), "#!/bin/sh\nexit 0\n", x)
-        write(os.path.join(root, "bin", "ninja"), "#!/bin/sh\nexit 0\n", x)
+        write(os.path.join(root, "bin", "ninja"), "#!/bin/sh\nexit ${STUB_NINJA_RC:-0}\n", x)
         write(os.path.join(root, "bin", "python"), STUB_PYTHON, x)
         write(os.path.join(root, "bin", "compute-sanitizer"), STUB_SANITIZER, x)
         b = os.path.join(root, "build")
@@ -422,6 +422,23 @@ class MultiGpuRun(unittest.TestCase):
         self.assertEqual(status["doctor"], "not run")  # not chosen
         self.assertIn("not run: gpu-tests (to run them: scripts/multi-gpu-run.sh OUTDIR --steps "
                       "gpu-tests)", r.stdout)
+
+    def test_a_failed_build_stops_the_run_a_failed_install_only_its_step(self):
+        env = StandIns(self.tmp.name).env
+        env["STUB_NINJA_RC"] = "1"
+        r = self.mgr(self.out, "--steps", "doctor,tp-model", env=env)
+        self.assertEqual(r.returncode, 1, r.stdout + r.stderr)
+        self.assertIn("the build failed; no other step can run", r.stdout)
+        status = {x["name"]: x["status"] for x in self.summary()["steps"]}
+        self.assertEqual((status["build"], status["doctor"], status["tp-model"]),
+                         ("failed", "not run", "not run"))
+        env.update(STUB_NINJA_RC="0", STUB_PIP_RC="1")
+        r = self.mgr(self.out, "--steps", "doctor", env=env)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)  # no Python step: no install
+        r = self.mgr(self.out, "--steps", "doctor,tp-model", env=env)
+        self.assertEqual(r.returncode, 1, r.stdout + r.stderr)
+        status = {x["name"]: x["status"] for x in self.summary()["steps"]}
+        self.assertEqual((status["build"], status["doctor"]), ("failed", "passed"))
 
     def test_forced_islands_need_four_or_eight_ranks(self):
         stand = StandIns(self.tmp.name, gpus=2, wrong=0)
