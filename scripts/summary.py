@@ -29,7 +29,8 @@ failure; otherwise "passed" when a log counts a pass, "skipped" when the logs co
 and "failed" when logs were named but count nothing (a test step whose log holds no result has
 not shown that anything works). A step named with no --log (a build) passes on exit status 0.
 "skipped": the step was chosen but cannot run here (a missing prerequisite, said in the run's
-output). "not run": the step was not chosen, or the run's time budget ended before it.
+output). "not run": the step was not chosen, the run stopped before it (its time budget ended,
+or the build failed), or the end of the budget cut it short.
 
 Parsers (each counts lines of a log; several --log options add up):
   gtest        GoogleTest's closing lines "[  PASSED  ] N tests.", "[  FAILED  ] N tests, listed
