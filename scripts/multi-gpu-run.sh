@@ -302,7 +302,7 @@ if step_build; then
     [ "$s" = build ] || "step_$s"
   done
 elif [ "$dry" != 1 ]; then
-  echo "multi-gpu-run: the build failed; no other step can run"
+  echo "multi-gpu-run: no build (it failed, or did not fit in the budget); no other step can run"
 fi
 if [ "$dry" = 1 ]; then
   total_limit=0 total_expect=0

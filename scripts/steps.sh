@@ -20,7 +20,7 @@ step_begin() {
   local spec=("${@:2}")
   [ $# -ge 2 ] || read -r -a spec <<<"${step_limits[$1]}"
   step_name=$1 step_limit=${spec[0]} step_expect=${spec[1]:-${spec[0]}}
-  step_cmds=() step_rc=0 step_capped=0
+  step_cmds=() step_rc=0 step_capped=0 step_live=0
   step_log=$out/logs/$step_name.log
   if [ "$dry" = 1 ]; then
     echo "== $step_name (at most $step_limit s, about $step_expect s)"
@@ -31,12 +31,12 @@ step_begin() {
     left=$((run_end - steps_keep_s - SECONDS))
     if [ "$left" -lt "$step_expect" ]; then
       echo "== $step_name: not run: $((left < 0 ? 0 : left)) s left, it takes about $step_expect s"
-      return 1
+      return 1  # and step_cmd, step_end and step_skip do nothing until the next step_begin
     fi
     if [ "$left" -lt "$step_limit" ]; then step_capped=1; else left=$step_limit; fi
   fi
   step_until=$((SECONDS + left))
-  step_t0=$SECONDS
+  step_t0=$SECONDS step_live=1
   mkdir -p "$out/logs"
   : >"$step_log"
   echo "== $step_name (at most $left s)"
@@ -75,6 +75,7 @@ step_cmd() {
     echo "   $text"
     return 0
   fi
+  [ "$step_live" = 1 ] || return 124
   left=$((step_until - SECONDS))
   echo "\$ $text" >>"$step_log"
   if [ "$left" -le 0 ]; then
@@ -97,7 +98,8 @@ step_joined() {
 }
 
 step_end() {
-  [ "$dry" = 1 ] && return 0
+  [ "$dry" != 1 ] && [ "$step_live" = 1 ] || return 0
+  step_live=0
   if [ "$step_capped" = 1 ] && { [ "$step_rc" = 124 ] || [ "$step_rc" = 137 ]; }; then
     echo "   $step_name: not run: the run's time ended before the step did"
     python3 "$steps_dir/summary.py" add-step "$out" --name "$step_name" \
@@ -116,6 +118,8 @@ step_end() {
 
 step_skip() {
   [ "$dry" = 1 ] && { echo "   (skipped where $1)"; return 0; }
+  [ "$step_live" = 1 ] || return 0
+  step_live=0
   echo "   skipped: $1" | tee -a "$step_log"
   python3 "$steps_dir/summary.py" add-step "$out" --name "$step_name" \
     --command "$(step_joined)" --skipped >/dev/null

@@ -295,6 +295,44 @@ class StandIns:
         self.env.pop("CUDA_VISIBLE_DEVICES", None)
 
 
+class Steps(unittest.TestCase):
+    """scripts/steps.sh on its own: time limits, the budget, the command text."""
+
+    def steps(self, body):
+        with tempfile.TemporaryDirectory() as out:
+            script = textwrap.dedent(f"""\
+                source {ROOT}/scripts/steps.sh
+                out={out} dry=0 run_end=0
+                python3 {ROOT}/scripts/summary.py start $out --script s --steps a,b,c >/dev/null
+                """) + textwrap.dedent(body)
+            r = run(["bash", "-c", script])
+            with open(os.path.join(out, "summary.json")) as f:
+                return r, {x["name"]: x for x in json.load(f)["steps"]}
+
+    def test_a_step_past_its_own_limit_fails_and_one_cut_by_the_budget_is_not_run(self):
+        r, steps = self.steps("""\
+            step_begin a 1 1 && step_cmd sleep 30; step_end
+            run_end=$((SECONDS + steps_keep_s + 1))
+            step_begin b 20 1 && step_cmd sleep 30; step_end
+            step_begin c 20 5 && step_cmd true; step_end
+            """)
+        self.assertEqual(steps["a"]["status"], "failed", r.stdout)
+        self.assertIn("stopped after 1 s: sleep 30", r.stdout)
+        self.assertEqual(steps["b"]["status"], "not run", r.stdout)
+        self.assertIn("b: not run: the run's time ended before the step did", r.stdout)
+        self.assertEqual(steps["c"]["status"], "not run", r.stdout)
+        self.assertRegex(r.stdout, r"== c: not run: \d s left, it takes about 5 s")
+
+    def test_the_command_text_quotes_what_the_shell_needs(self):
+        r, steps = self.steps("""\
+            step_begin a 10 && step_cmd A='x y' printf '%s\\n' "it's" -e "$out/f" ''; step_end
+            step_begin b 10 && step_cmd --chdir=/ true; step_end
+            """)
+        self.assertEqual(steps["a"]["command"], "A='x y' printf '%s\\n' 'it'\\''s' -e OUTDIR/f ''")
+        self.assertEqual(steps["b"]["command"], "env --chdir=/ true")
+        self.assertEqual((steps["a"]["status"], steps["b"]["status"]), ("passed", "passed"))
+
+
 class MultiGpuRun(unittest.TestCase):
     script = os.path.join(ROOT, "scripts", "multi-gpu-run.sh")
 
@@ -428,7 +466,8 @@ class MultiGpuRun(unittest.TestCase):
         env["STUB_NINJA_RC"] = "1"
         r = self.mgr(self.out, "--steps", "doctor,tp-model", env=env)
         self.assertEqual(r.returncode, 1, r.stdout + r.stderr)
-        self.assertIn("the build failed; no other step can run", r.stdout)
+        self.assertIn("no build (it failed, or did not fit in the budget); no other step can run",
+                      r.stdout)
         status = {x["name"]: x["status"] for x in self.summary()["steps"]}
         self.assertEqual((status["build"], status["doctor"], status["tp-model"]),
                          ("failed", "not run", "not run"))
