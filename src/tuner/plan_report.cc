@@ -1,6 +1,7 @@
 // What the tuner's choices amount to, for the reports that describe a communicator: which
 // algorithm runs when a forced one cannot, and how far up one-shot goes. Derived from
-// selectPlan itself, so that a report never states a constant the plan does not follow.
+// selectPlan itself (and fallbackReason, next to it in tuner.cc), so that a report never states
+// a constant the plan does not follow.
 #include <algorithm>
 #include <limits>
 
@@ -8,11 +9,6 @@
 #include "tuner/tuner.h"
 
 namespace tpar {
-
-const char* fallbackReason(kernels::Algo a, const TunerContext& ctx) {
-  if (!algorithm(a).needs_islands || ctx.hierarchical_ok) return nullptr;
-  return ctx.islands <= 1 ? "one island" : "islands of unequal size";
-}
 
 Fallback forcedFallback(tparAlgo_t forced, const TunerContext& ctx) {
   Fallback f;

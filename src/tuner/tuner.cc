@@ -207,6 +207,11 @@ bool kernelAlgoOf(tparAlgo_t algo, kernels::Algo* out) {
 
 tparAlgo_t publicAlgoOf(kernels::Algo a) { return algorithm(a).pub; }
 
+const char* fallbackReason(kernels::Algo a, const TunerContext& ctx) {
+  if (!algorithm(a).needs_islands || ctx.hierarchical_ok) return nullptr;
+  return ctx.islands <= 1 ? "one island" : "islands of unequal size";
+}
+
 const char* algoName(kernels::Algo a) { return algorithm(a).name; }
 
 bool algoFromName(const std::string& name, kernels::Algo* out) {
