@@ -9,7 +9,8 @@
 #              not used, since a CI machine may set it to g++ for the main build),
 #              CUDA_HOME (default: the toolkit of nvcc on PATH, else /usr/local/cuda).
 # Exit status: 0 when every target ran clean, or when clang or libFuzzer is missing (skipped,
-# with a message); 1 when a target crashed or broke an invariant (the input is saved under
+# with a message; FUZZ_SKIP_STATUS=N makes a skip exit N instead, so that a caller can tell a
+# skip from a pass); 1 when a target crashed or broke an invariant (the input is saved under
 # FUZZ_BUILD_DIR/crashes/<target>/); 2 when the build fails.
 #
 # The targets compile only the host sources of the three parsers, with the sanitizers; the
@@ -37,11 +38,11 @@ if [ -z "$cxx" ]; then
 fi
 if [ -z "$cxx" ] || ! command -v "$cxx" >/dev/null; then
   echo "fuzz: skipped: no clang++ found (install clang and its runtime, e.g. libclang-rt-dev)"
-  exit 0
+  exit "${FUZZ_SKIP_STATUS:-0}"
 fi
 if ! "$cxx" --version 2>/dev/null | grep -qi clang; then
   echo "fuzz: skipped: $cxx is not clang (libFuzzer needs clang); set FUZZ_CXX=clang++"
-  exit 0
+  exit "${FUZZ_SKIP_STATUS:-0}"
 fi
 
 mkdir -p "$build"
@@ -51,7 +52,7 @@ printf '%s\n' '#include <cstddef>' '#include <cstdint>' \
 if ! "$cxx" -fsanitize=fuzzer,address,undefined "$probe.cc" -o "$probe" >"$probe.log" 2>&1; then
   echo "fuzz: skipped: $cxx cannot link -fsanitize=fuzzer,address,undefined (install the"
   echo "      compiler-rt runtime, e.g. libclang-rt-14-dev for clang-14); see $probe.log"
-  exit 0
+  exit "${FUZZ_SKIP_STATUS:-0}"
 fi
 
 # --- the libraries the parsers use -------------------------------------------------------------

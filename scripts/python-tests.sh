@@ -5,7 +5,8 @@
 # on a GPU machine with several GPUs, tests/python/test_distributed.py also needs torchrun:
 #   torchrun --nproc-per-node 2 -m pytest -q -rs tests/python/test_distributed.py
 # Environment: PYTHON (default python3), TPAR_PYENV (default build/pyenv), TPAR_CUDA_ARCHS
-# (default 90), TPAR_TORCH (default torch==2.11.0: PyPI's Linux build, CUDA libraries included).
+# (default 90), TPAR_TORCH (default torch==2.11.0: PyPI's Linux build, CUDA libraries included),
+# TPAR_PYTEST_JUNIT (a path: pytest writes its JUnit report there, for scripts/test-summary.py).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -35,4 +36,6 @@ echo "== python: package built and installed in $((SECONDS - t0)) s"
 # From outside the source tree, so that the installed package is what gets imported.
 cd tests/python
 "$env/bin/python" -c 'import tpar; print("== python: tpar", tpar.__version__, "from", tpar.__file__)'
-exec "$env/bin/python" -m pytest -q -rs -p no:cacheprovider .
+junit=()
+if [ -n "${TPAR_PYTEST_JUNIT:-}" ]; then junit=(--junitxml "$TPAR_PYTEST_JUNIT"); fi
+exec "$env/bin/python" -m pytest -q -rs -p no:cacheprovider "${junit[@]}" .

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds tpar and runs its test suite. On a machine without a GPU the GPU tests are reported as
-# skipped (CTest "Not Run"), never as passed.
+# skipped (CTest "Not Run"), never as passed. It ends with the counts of every tier (ran,
+# passed, failed, skipped, disabled) and exits 1 when any test or tier failed.
 #   scripts/test.sh            build into build/; run the unit tests under AddressSanitizer +
 #                              UndefinedBehaviorSanitizer, the fuzz targets for a bounded time,
 #                              the Python package's tests, then every test (CTest); and build
@@ -20,29 +21,60 @@ archs=${TPAR_CUDA_ARCHS:-90}
 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTPAR_CUDA_ARCHS="$archs" >/dev/null
 cmake --build "$build" -j "$(nproc)"
 
+# Every tier runs even after another failed, and writes a report; the summary at the end counts
+# what ran, passed, failed and was skipped in each (scripts/test-summary.py).
+reports=$(realpath -m "$build/test-reports")
+rm -rf "$reports" && mkdir -p "$reports"
+summary_args=()
+tier() {  # tier NAME COMMAND...: runs it, records its exit status for the summary
+  local name=$1 rc=0
+  shift
+  "$@" || rc=$?
+  summary_args+=(--tier "$name=$rc")
+}
+off() { summary_args+=(--tier "$1=off:$2"); }
+
 if [ "${TPAR_TEST_PACKAGE:-1}" != 0 ]; then
-  TPAR_CUDA_ARCHS="$archs" bash scripts/check-package.sh "$build"
+  tier "package (consumer)" env TPAR_CUDA_ARCHS="$archs" bash scripts/check-package.sh "$build"
+else
+  off "package (consumer)" "TPAR_TEST_PACKAGE=0"
 fi
 
 if [ "${TPAR_TEST_SANITIZE:-1}" != 0 ]; then
   echo "== unit tests under AddressSanitizer + UndefinedBehaviorSanitizer"
   cmake -S . -B "$build-asan" -G Ninja -DCMAKE_BUILD_TYPE=Debug -DTPAR_CUDA_ARCHS="$archs" \
     -DTPAR_SANITIZE=address,undefined -DTPAR_BUILD_EXAMPLES=OFF >/dev/null
-  cmake --build "$build-asan" -j "$(nproc)" --target tpar_unit_tests
-  ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
-    "$build-asan/tests/tpar_unit_tests" --gtest_brief=1
+  if cmake --build "$build-asan" -j "$(nproc)" --target tpar_unit_tests; then
+    ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
+      "$build-asan/tests/tpar_unit_tests" --gtest_brief=1 \
+      --gtest_output="xml:$reports/unit-asan.xml" || true
+  fi
+  summary_args+=(--gtest "unit tests, ASan+UBSan=$reports/unit-asan.xml")
+else
+  off "unit tests, ASan+UBSan" "TPAR_TEST_SANITIZE=0"
 fi
 
 if [ "${TPAR_TEST_FUZZ:-1}" != 0 ] && [ -x scripts/fuzz.sh ]; then
   echo "== fuzz targets, ${FUZZ_SECONDS:-20} s each"
-  FUZZ_SECONDS=${FUZZ_SECONDS:-20} bash scripts/fuzz.sh
+  tier "fuzz, ${FUZZ_SECONDS:-20} s per target" \
+    env FUZZ_SECONDS="${FUZZ_SECONDS:-20}" FUZZ_SKIP_STATUS=77 bash scripts/fuzz.sh
+else
+  off "fuzz" "TPAR_TEST_FUZZ=0"
 fi
 
 if [ "${TPAR_TEST_PYTHON:-1}" != 0 ]; then
   echo "== Python package: build, install, tests"
-  bash scripts/python-tests.sh
+  TPAR_PYTEST_JUNIT="$reports/python.xml" bash scripts/python-tests.sh || true
+  summary_args+=(--pytest "python=$reports/python.xml")
+else
+  off "python" "TPAR_TEST_PYTHON=0"
 fi
 
-# The full suite last, so that its summary is the run's closing line.
-cd "$build"
-ctest --output-on-failure --timeout 900 -j "$(nproc)"
+echo "== every test (CTest)"
+(cd "$build" && ctest --output-on-failure --timeout 900 -j "$(nproc)" \
+   --output-junit "$reports/ctest.xml") || true
+(cd "$build" && ctest --show-only=json-v1 >"$reports/ctest-tests.json") || true
+
+# The closing lines: the counts of every tier, so that skips are never read as passes.
+exec python3 scripts/test-summary.py --ctest "$reports/ctest.xml" \
+  --ctest-tests "$reports/ctest-tests.json" "${summary_args[@]}"

@@ -246,7 +246,11 @@ typedef struct {
   size_t hostMemoryBytes;      /* pinned host memory it holds */
   int64_t timeoutMs;
   int forcedAlgorithm;         /* tparAlgoAuto when the size picks */
-  size_t oneShotMaxBytes;      /* tparAlgoAuto uses one-shot up to this size, two-shot above */
+  size_t oneShotMaxBytes;      /* every bfloat16 call up to this size runs a one-shot kernel
+                                  (oneshot or oneshot-pull) under the plan this communicator
+                                  follows (forced algorithm, tuning table, or the defaults of
+                                  its transport and group); 0: not even the smallest; SIZE_MAX:
+                                  every size */
   int blocksPerRank;           /* largest grid one call launches */
   int threadsPerBlock;
   int islands;                 /* groups of ranks with better links inside than between */

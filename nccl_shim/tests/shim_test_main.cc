@@ -6,12 +6,13 @@
 
 #include <gtest/gtest.h>
 
+#include "common/test_main.h"
+
 int main(int argc, char** argv) {
-  ::testing::InitGoogleTest(&argc, argv);
-  if (std::getenv("TPAR_SHIM_TEST_CHILD") == nullptr) {
+  return tpar_test::runTests(argc, argv, [] {
+    if (std::getenv("TPAR_SHIM_TEST_CHILD") != nullptr) return;
     std::string filter = ::testing::GTEST_FLAG(filter);
     filter += filter.find('-') == std::string::npos ? "-ShimChild.*" : ":ShimChild.*";
     ::testing::GTEST_FLAG(filter) = filter;
-  }
-  return RUN_ALL_TESTS();
+  });
 }

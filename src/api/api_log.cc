@@ -58,31 +58,33 @@ std::string transportText(const tparComm* c) {
   return s;
 }
 
-// "256 B-32 KiB oneshot, 64 KiB-64 MiB twoshot": what tparAllReduce picks for bf16 messages.
+}  // namespace
+
 std::string algorithmTable(tparComm_t comm) {
   const std::string saved = lastError();  // the API call below clears it
   std::string s;
   std::string run_algo;
   uint64_t run_start = 0, prev = 0;
+  auto close_run = [&] {
+    if (run_algo.empty()) return;
+    s += (s.empty() ? "" : ", ") + sizeText(run_start) +
+         (prev != run_start ? "-" + sizeText(prev) : "") + " " + run_algo;
+  };
   for (uint64_t bytes = 256; bytes <= (64u << 20); bytes *= 2) {
     tparAlgo_t a = tparAlgoAuto;
     if (tparCommSelectAlgorithm(comm, bytes, &a) != tparSuccess) break;
     const std::string name = tparAlgoName(a);
     if (name != run_algo) {
-      if (!run_algo.empty())
-        s += (s.empty() ? "" : ", ") + sizeText(run_start) + "-" + sizeText(prev) + " " + run_algo;
+      close_run();
       run_algo = name;
       run_start = bytes;
     }
     prev = bytes;
   }
-  if (!run_algo.empty())
-    s += (s.empty() ? "" : ", ") + sizeText(run_start) + "-" + sizeText(prev) + " " + run_algo;
+  close_run();
   setError(tparSuccess, "%s", saved.c_str());
   return s;
 }
-
-}  // namespace
 
 void logInitStart(const char* call, int rank, int nranks) {
   logProcessOnce();
@@ -116,6 +118,12 @@ void logInitDone(tparComm_t comm, double ms) {
                                                             : "built-in defaults";
     TPAR_INFO(kLogTuning, "algorithm table for %d ranks, bfloat16, %s: %s", c->nranks, source,
               algorithmTable(comm).c_str());
+  }
+  // Every communicator, once: a forced algorithm its group cannot run is not what runs.
+  const Fallback f = forcedFallback(c);
+  if (f.why != nullptr) {
+    TPAR_INFO(kLogTuning, "forced algorithm %s cannot run on this group (%s): %s runs instead",
+              algoName(f.requested), f.why, algoName(f.runs));
   }
 }
 

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "api/api_log.h"
+#include "api/init_internal.h"
 #include "bootstrap/bootstrap.h"
 #include "core/agreement.h"
 #include "core/algorithms.h"
@@ -289,14 +290,16 @@ tparResult_t commInitRank(tparComm_t* out, int nranks, const tparUniqueId& id, i
   return tparSuccess;
 }
 
+// topo_file: non-empty replaces TPAR_TOPO_FILE (commInitAllWithTopologyFile).
 tparResult_t commInitAll(tparComm_t* comms, int ndev, const int* devlist,
-                         const tparConfig_t* config) {
+                         const tparConfig_t* config, const std::string& topo_file = "") {
   if (comms == nullptr) return setError(tparInvalidArgument, "comms is NULL");
   if (ndev < 1 || ndev > TPAR_MAX_RANKS) {
     return setError(tparInvalidArgument, "ndev %d is outside 1..%d", ndev, TPAR_MAX_RANKS);
   }
   ResolvedConfig cfg;
   TPAR_TRY(resolve(config, &cfg));
+  if (!topo_file.empty()) cfg.topo_file = topo_file;
   int count = 0;
   TPAR_CUDA_TRY(cudaGetDeviceCount(&count));
   std::vector<int> devs(ndev);
@@ -430,10 +433,11 @@ tparResult_t initRankLogged(const char* call, tparComm_t* comm, int nranks,
 }
 
 tparResult_t initAllLogged(const char* call, tparComm_t* comms, int ndev, const int* devlist,
-                           const tparConfig_t* config) {
+                           const tparConfig_t* config, const std::string& topo_file = "") {
   logInitStart(call, -1, ndev);
   const auto t0 = std::chrono::steady_clock::now();
-  const tparResult_t res = guarded([&] { return commInitAll(comms, ndev, devlist, config); });
+  const tparResult_t res =
+      guarded([&] { return commInitAll(comms, ndev, devlist, config, topo_file); });
   if (res == tparSuccess) {
     const double ms = msSince(t0);
     for (int i = 0; i < ndev; ++i) logInitDone(comms[i], ms);
@@ -450,6 +454,12 @@ bool overlaps(const void* a, const void* b, size_t bytes) {
 }
 
 }  // namespace
+
+tparResult_t tpar::commInitAllWithTopologyFile(tparComm_t* comms, int ndev, const int* devlist,
+                                               const tparConfig_t* config,
+                                               const std::string& topo_file) {
+  return initAllLogged("tparCommInitAllConfig", comms, ndev, devlist, config, topo_file);
+}
 
 extern "C" {
 
@@ -654,9 +664,12 @@ tparResult_t tparCommQuery(tparComm_t comm, tparCommInfo_t* info) {
     out.hostMemoryBytes = sizeof(kernels::HostState) + comm->host_region.bytes;
     out.timeoutMs = comm->cfg.timeout_ms;
     out.forcedAlgorithm = comm->cfg.forced_algo;
-    out.oneShotMaxBytes = comm->cfg.one_shot_max_bytes >= 0
-                              ? static_cast<size_t>(comm->cfg.one_shot_max_bytes)
-                              : defaultOneShotMaxBytes(comm->nranks);
+    // From the plan the calls follow (transport, tuning table, forced algorithm), never a
+    // constant: a report repeating it says what runs.
+    const uint64_t one_shot =
+        oneShotLimit(tparBfloat16, comm->tuner_ctx, comm->has_tuning ? &comm->tuning : nullptr,
+                     comm->cfg.forced_algo, comm->cfg.one_shot_max_bytes);
+    out.oneShotMaxBytes = one_shot >= SIZE_MAX ? SIZE_MAX : static_cast<size_t>(one_shot);
     out.blocksPerRank = comm->max_blocks;
     out.threadsPerBlock = comm->threads;
     out.islands = static_cast<int>(comm->topology.islands.size());

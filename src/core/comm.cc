@@ -316,6 +316,10 @@ Plan planFor(const tparComm* comm, uint64_t bytes, tparDataType_t dtype) {
                     comm->cfg.forced_algo, comm->cfg.one_shot_max_bytes);
 }
 
+Fallback forcedFallback(const tparComm* comm) {
+  return forcedFallback(comm->cfg.forced_algo, comm->tuner_ctx);
+}
+
 tparResult_t allReduce(tparComm* comm, const void* send, void* recv, size_t count,
                        tparDataType_t dtype, tparRedOp_t op, cudaStream_t stream) {
   const size_t esize = elementBytes(dtype);

@@ -100,6 +100,10 @@ tparResult_t describeSelf(const tparComm& comm, PeerInfo* out);
 // The plan a call of `bytes` gets on this communicator.
 Plan planFor(const tparComm* comm, uint64_t bytes, tparDataType_t dtype);
 
+// What runs instead of the algorithm forced on this communicator, when that one cannot run on
+// its group (tuner.h); why == nullptr when nothing falls back.
+Fallback forcedFallback(const tparComm* comm);
+
 // The whole all-reduce path after argument checks.
 tparResult_t allReduce(tparComm* comm, const void* send, void* recv, size_t count,
                        tparDataType_t dtype, tparRedOp_t op, cudaStream_t stream);

@@ -39,6 +39,11 @@ constexpr std::streamsize kMaxFileBytes = 4 << 20;
 // machine, two-shot keeps the sizes above this one.
 constexpr uint64_t kStagedMaxBytes = 4u << 20;
 
+// Receive regions in host memory (defaultPlan): one-shot pull up to this size on two ranks,
+// two-shot LL up to the next, the pipelined two-shot above.
+constexpr uint64_t kHostOneShotPullMaxBytes = 16u << 10;
+constexpr uint64_t kHostLLMaxBytes = 32u << 10;
+
 const char* dtypeKey(tparDataType_t d) {
   switch (d) {
     case tparFloat32: return "float32";
@@ -59,9 +64,9 @@ bool dtypeFromKey(const std::string& s, tparDataType_t* out) {
 }
 
 // Hierarchical needs equal islands; a table or a forced choice may name it on a group that
-// has none, and the communicator must still run.
+// has none, and the communicator must still run (fallbackReason says why).
 Plan runnable(Plan p, const TunerContext& ctx) {
-  if (algorithm(p.algo).needs_islands && !ctx.hierarchical_ok) p.algo = kernels::Algo::kTwoShot;
+  if (fallbackReason(p.algo, ctx) != nullptr) p.algo = kernels::Algo::kTwoShot;
   return p;
 }
 
@@ -202,6 +207,11 @@ bool kernelAlgoOf(tparAlgo_t algo, kernels::Algo* out) {
 
 tparAlgo_t publicAlgoOf(kernels::Algo a) { return algorithm(a).pub; }
 
+const char* fallbackReason(kernels::Algo a, const TunerContext& ctx) {
+  if (!algorithm(a).needs_islands || ctx.hierarchical_ok) return nullptr;
+  return ctx.islands <= 1 ? "one island" : "islands of unequal size";
+}
+
 const char* algoName(kernels::Algo a) { return algorithm(a).name; }
 
 bool algoFromName(const std::string& name, kernels::Algo* out) {
@@ -283,11 +293,11 @@ Plan defaultPlan(uint64_t bytes, tparDataType_t dtype, const TunerContext& ctx,
     // crossovers are those measured on an H200 with 2, 4 and 8 virtual ranks.
     const uint64_t n = static_cast<uint64_t>(std::max(ctx.nranks, 1));
     const uint64_t limit = one_shot_max_bytes >= 0 ? static_cast<uint64_t>(one_shot_max_bytes)
-                           : n <= 2                ? (16u << 10)
+                           : n <= 2                ? kHostOneShotPullMaxBytes
                                                    : 0;
-    p.algo = bytes <= limit || n <= 1 ? kernels::Algo::kOneShotPull
-             : bytes <= (32u << 10)   ? kernels::Algo::kTwoShotLL
-                                      : kernels::Algo::kPipelined;
+    p.algo = bytes <= limit || n <= 1   ? kernels::Algo::kOneShotPull
+             : bytes <= kHostLLMaxBytes ? kernels::Algo::kTwoShotLL
+                                        : kernels::Algo::kPipelined;
     return hostShape(p, bytes, ctx);
   }
   const uint64_t one_shot_limit = one_shot_max_bytes >= 0
@@ -321,6 +331,14 @@ Plan defaultPlan(uint64_t bytes, tparDataType_t dtype, const TunerContext& ctx,
   // absorbed by the switch and two-shot's bandwidth-optimal traffic wins.
   p.algo = kernels::Algo::kTwoShot;
   return p;
+}
+
+std::vector<uint64_t> defaultPlanBoundaries(const TunerContext& ctx, int64_t one_shot_max_bytes) {
+  // Every size after which defaultPlan may pick another algorithm (keep in step with it).
+  std::vector<uint64_t> b = {kStagedMaxBytes, kHostOneShotPullMaxBytes, kHostLLMaxBytes,
+                             defaultOneShotMaxBytes(ctx.nranks)};
+  if (one_shot_max_bytes >= 0) b.push_back(static_cast<uint64_t>(one_shot_max_bytes));
+  return b;
 }
 
 Plan selectPlan(uint64_t bytes, tparDataType_t dtype, const TunerContext& ctx,

@@ -65,6 +65,31 @@ struct TuningTable {
 Plan defaultPlan(uint64_t bytes, tparDataType_t dtype, const TunerContext& ctx,
                  int64_t one_shot_max_bytes);
 
+// The sizes after which defaultPlan may change its algorithm for `ctx` (unordered; for
+// oneShotLimit, which must not miss one).
+std::vector<uint64_t> defaultPlanBoundaries(const TunerContext& ctx, int64_t one_shot_max_bytes);
+
+// Why algorithm `a` cannot run on the group of `ctx` ("one island", "islands of unequal
+// size"), or nullptr when it can. Forced, or named by a table, such an algorithm runs two-shot
+// instead (selectPlan); reports say so (forcedFallback, `tpar bench`, `tpar doctor`, the log).
+const char* fallbackReason(kernels::Algo a, const TunerContext& ctx);
+
+// What runs when the algorithm `forced` (TPAR_ALGO / config) cannot run on the group of
+// `ctx`: `runs` and `why` (nullptr: the forced algorithm itself runs, or none is forced).
+struct Fallback {
+  kernels::Algo requested = kernels::Algo::kTwoShot;
+  kernels::Algo runs = kernels::Algo::kTwoShot;
+  const char* why = nullptr;
+};
+Fallback forcedFallback(tparAlgo_t forced, const TunerContext& ctx);
+
+// The largest message of `dtype` up to which every size runs a one-shot kernel (oneshot or
+// oneshot-pull) under selectPlan with these inputs; 0 when even 1 byte runs another kernel (or
+// NCCL); UINT64_MAX when no size does (a forced one-shot, one rank). tparCommQuery's
+// oneShotMaxBytes.
+uint64_t oneShotLimit(tparDataType_t dtype, const TunerContext& ctx, const TuningTable* table,
+                      tparAlgo_t forced, int64_t one_shot_max_bytes);
+
 // The plan for a call: `forced` (TPAR_ALGO / config) first, then the table when it matches the
 // context, then the defaults. An algorithm the context cannot run (hierarchical without equal
 // islands) falls back to two-shot; a table entry naming NCCL without ctx.nccl gives the

@@ -2,9 +2,11 @@
 // verdict, and write JSON with every section filled.
 #include <unistd.h>
 
+#include <algorithm>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "gpu/test_util.h"
 
@@ -37,7 +39,7 @@ TEST(CliDoctor, QuickRunPassesNamesTheGpusAndWritesJson) {
   ASSERT_EQ(0, rc) << out;
   EXPECT_NE(std::string::npos, out.find(prop.name)) << out;
   EXPECT_NE(std::string::npos, out.find("Verdict: tpar works here")) << out;
-  EXPECT_NE(std::string::npos, out.find("engine integration is not available yet")) << out;
+  EXPECT_NE(std::string::npos, out.find("TPAR_ENGINE_PLUGIN=1")) << out;
 
   nlohmann::json j;
   ASSERT_TRUE(readJson(json, &j)) << out;
@@ -56,8 +58,38 @@ TEST(CliDoctor, QuickRunPassesNamesTheGpusAndWritesJson) {
   }
   for (const auto& p : d["pairs"])
     if (p["peer_access"].get<bool>()) EXPECT_GT(p["latency_us"].get<double>(), 0.0) << p.dump();
-  ASSERT_EQ(4u, d["self_test"]["results"].size());  // oneshot, twoshot, staged, hier
-  for (const auto& t : d["self_test"]["results"]) EXPECT_TRUE(t["passed"].get<bool>()) << t.dump();
+  // oneshot, twoshot, staged, hier on the machine's GPUs, then hier on the fixture's islands.
+  const auto& results = d["self_test"]["results"];
+  ASSERT_EQ(5u, results.size());
+  for (const auto& t : results) EXPECT_TRUE(t["passed"].get<bool>()) << t.dump();
+  const auto& fixture = results[4];
+  EXPECT_EQ("tpar:hier", fixture["backend"].get<std::string>());
+  EXPECT_EQ("hier", fixture["ran"].get<std::string>()) << fixture.dump();
+  EXPECT_TRUE(fixture["fallback"].is_null()) << fixture.dump();
+  EXPECT_NE(std::string::npos, fixture["where"].get<std::string>().find("islands {0-3} {4-7}"))
+      << fixture.dump();
+  // On the machine itself hier runs only where its GPUs form equal islands; elsewhere the
+  // report names the fallback and never prints a PASS for hier there.
+  const auto& own = results[3];
+  tparCommInfo_t info{};
+  {
+    std::vector<int> devs;
+    for (int g = 0; g < std::max(ngpus, 1); ++g) devs.push_back(g);
+    if (ngpus == 1) devs = {0, 0};
+    std::vector<tparComm_t> comms(devs.size());
+    tparConfig_t cfg = TPAR_CONFIG_INITIALIZER;
+    cfg.allowSharedDevice = 1;
+    TPAR_OK(tparCommInitAllConfig(comms.data(), static_cast<int>(devs.size()), devs.data(), &cfg));
+    TPAR_OK(tparCommQuery(comms[0], &info));
+    for (tparComm_t c : comms) TPAR_OK(tparCommDestroy(c));
+  }
+  if (info.islands <= 1) {
+    EXPECT_EQ("twoshot (one island)", own["fallback"].get<std::string>()) << own.dump();
+    EXPECT_EQ("twoshot", own["ran"].get<std::string>()) << own.dump();
+    EXPECT_NE(std::string::npos, out.find("tpar:hier     fell back to twoshot (one island)"))
+        << out;
+  }
+  EXPECT_EQ(info.oneShotMaxBytes, d["self_test"]["one_shot_max_bytes"].get<size_t>());
   EXPECT_FALSE(d["self_test"]["transport"].get<std::string>().empty());
   ASSERT_EQ(2u, d["timing"]["rows"].size());
   for (const auto& row : d["timing"]["rows"]) {

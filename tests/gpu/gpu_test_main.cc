@@ -5,6 +5,8 @@
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
+#include "common/test_main.h"
+
 namespace {
 
 // Every test starts on GPU 0: a test that drives several GPUs leaves the last one current, and
@@ -21,7 +23,7 @@ class StartOnDeviceZero : public ::testing::EmptyTestEventListener {
 
 int main(int argc, char** argv) {
   setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", 0);
-  ::testing::InitGoogleTest(&argc, argv);
-  ::testing::UnitTest::GetInstance()->listeners().Append(new StartOnDeviceZero);
-  return RUN_ALL_TESTS();
+  return tpar_test::runTests(argc, argv, [] {
+    ::testing::UnitTest::GetInstance()->listeners().Append(new StartOnDeviceZero);
+  });
 }

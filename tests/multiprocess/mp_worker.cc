@@ -2,8 +2,9 @@
 //
 //   tpar_mp_worker check <id hex> <rank> <nranks> <seed> <result file>
 //     Joins the group, runs several all-reduces, checks them against a reference it computes
-//     from every rank's inputs (derived from the shared seed), and writes a hash of each output
-//     so that the parent can compare the ranks bitwise.
+//     from every rank's inputs (derived from the shared seed; in the hierarchical order where
+//     the hierarchical algorithm ran), and writes a hash of each output and the algorithm that
+//     ran so that the parent can compare the ranks bitwise and see what ran.
 //
 //   tpar_mp_worker survivor <id hex> <seed> <dir> <timeout ms>
 //     Rank 0 of two groups. Group 1 runs the checked calls with a partner (`check` mode, rank 1)
@@ -124,6 +125,8 @@ int joinGroup(const tparUniqueId& id, int rank, int nranks, const tparConfig_t& 
 // a hash of each output goes to `result` (may be null).
 int runCheckedCalls(tparComm_t comm, int rank, int nranks, uint64_t seed, std::ostream* result) {
   const size_t counts[] = {1, 4099, 300001};
+  tparCommInfo_t info;
+  if (tparCommQuery(comm, &info) != tparSuccess) return fail("tparCommQuery", tparGetLastError(comm));
   for (tparDataType_t dt : {tparBfloat16, tparFloat32}) {
     for (size_t count : counts) {
       const size_t bytes = count * tpar::elementBytes(dt);
@@ -144,10 +147,17 @@ int runCheckedCalls(tparComm_t comm, int rank, int nranks, uint64_t seed, std::o
       tparResult_t async = tparSuccess;
       tparCommGetAsyncError(comm, &async);
       if (async != tparSuccess) return fail("async error", tparGetErrorString(async));
+      // The hierarchical algorithm adds in island order (docs/ALGORITHMS.md): its reference too.
+      tparAlgo_t algo = tparAlgoAuto;
+      if (tparCommSelectAlgorithm(comm, bytes, &algo) != tparSuccess)
+        return fail("tparCommSelectAlgorithm", tparGetLastError(comm));
+      std::vector<int> island_of;
+      if (algo == tparAlgoHierarchical)
+        island_of.assign(info.islandOfRank, info.islandOfRank + nranks);
       CheckResult res;
       std::vector<const void*> ins(in.begin(), in.end());
       std::vector<const void*> outs(nranks, out);
-      if (checkOutputs(ins, outs, count, dt, tparSum, &res) != cudaSuccess)
+      if (checkOutputs(ins, outs, count, dt, tparSum, &res, island_of) != cudaSuccess)
         return fail("check", "");
       if (res.wrong || res.off_ref) {
         std::fprintf(stderr, "mp_worker rank %d: count %zu: %llu wrong, %llu off reference\n", rank,
@@ -157,7 +167,8 @@ int runCheckedCalls(tparComm_t comm, int rank, int nranks, uint64_t seed, std::o
       if (result != nullptr) {
         std::vector<char> host(bytes);
         cudaMemcpy(host.data(), out, bytes, cudaMemcpyDeviceToHost);
-        *result << tparDataTypeName(dt) << " " << count << " " << std::hex << tpar::fnv1a(host.data(), host.size()) << std::dec
+        *result << tparDataTypeName(dt) << " " << count << " " << std::hex
+                << tpar::fnv1a(host.data(), host.size()) << std::dec << " " << tparAlgoName(algo)
                 << "\n";
       }
       for (void* p : in) cudaFree(p);

@@ -300,16 +300,86 @@ TEST(BenchTable, ReadsLikeNcclTestsOutput) {
         EXPECT_EQ(r.wrong_out, g.out_of_place.wrong);
         EXPECT_EQ(r.wrong_in, g.in_place.wrong);
         wrong += std::max(0LL, r.wrong_out) + std::max(0LL, r.wrong_in);
-        // tpar's columns come after: (-S's date and time), backend, algo, (floor, x floor).
+        // tpar's columns come after: (-S's date and time), backend, algo, (floor, x floor),
+        // and "not checked" on a row whose results were not compared (-c 0).
         const size_t first = timestamps ? 2 : 0;
-        ASSERT_EQ(first + 2 + (floors ? 2 : 0), g.extras.size());
+        const bool unchecked = r.wrong_out < 0 && r.wrong_in < 0;
+        ASSERT_EQ(first + 2 + (floors ? 2 : 0) + (unchecked ? 2 : 0), g.extras.size());
         EXPECT_EQ(r.backend, g.extras[first]);
         EXPECT_EQ(r.chosen.empty() ? "-" : r.chosen, g.extras[first + 1]);
+        if (unchecked) EXPECT_EQ("checked", g.extras.back());
       }
       EXPECT_EQ(wrong, got.out_of_bounds);
       EXPECT_FALSE(got.avg_busbw.empty());
     }
   }
+}
+
+// Rows as `tpar bench -c C` makes them: checked (both halves) or not (-c 0).
+std::vector<BenchRow> checkedRows(int checked, int unchecked, long long wrong_each) {
+  std::vector<BenchRow> rows;
+  for (int i = 0; i < checked + unchecked; ++i) {
+    BenchRow r;
+    r.backend = "tpar";
+    r.ranks = 2;
+    r.bytes = 4096u << i;
+    r.count = r.bytes / 2;
+    r.us_out = r.us_in = 3.0 + i;
+    r.wrong_out = r.wrong_in = i < checked ? wrong_each : -1;
+    rows.push_back(r);
+  }
+  return rows;
+}
+
+TEST(BenchTable, UncheckedRowsSayNotCheckedAndNeverOk) {
+  const std::vector<BenchRow> rows = checkedRows(0, 3, 0);
+  const std::string row = tableRow(rows[0], TableStyle{});
+  EXPECT_NE(std::string::npos, row.find("N/A")) << row;
+  EXPECT_NE(std::string::npos, row.find("not checked")) << row;
+  const std::string footer = tableFooter(rows);
+  EXPECT_NE(std::string::npos, footer.find("Out of bounds values : N/A (not checked: -c 0)"))
+      << footer;
+  EXPECT_EQ(std::string::npos, footer.find("OK")) << footer;
+  const std::string end = closingLines(rows);
+  EXPECT_EQ("# not checked: 3 rows not checked (-c 0): their results were never compared\n", end);
+  EXPECT_EQ(std::string::npos, end.find("ok")) << end;
+  EXPECT_EQ(std::string::npos, end.find("0 wrong")) << end;
+}
+
+TEST(BenchTable, ClosingLineCountsCheckedAndUncheckedRows) {
+  EXPECT_EQ("# ok: 0 wrong elements in 2 checked rows\n", closingLines(checkedRows(2, 0, 0)));
+  EXPECT_EQ("# ok: 0 wrong elements in 2 checked rows; 1 rows not checked (-c 0): their results "
+            "were never compared\n",
+            closingLines(checkedRows(2, 1, 0)));
+  EXPECT_EQ("# FAILED: 12 wrong elements in 2 checked rows\n", closingLines(checkedRows(2, 0, 3)));
+  const std::string mixed = tableFooter(checkedRows(2, 1, 0));
+  EXPECT_NE(std::string::npos, mixed.find(": 0 OK (1 rows not checked)")) << mixed;
+  EXPECT_EQ("", closingLines({}));
+}
+
+TEST(BenchTable, AForcedAlgorithmThatFellBackSaysSoOncePerBackendAndRanks) {
+  std::vector<BenchRow> rows = checkedRows(3, 0, 0);
+  for (BenchRow& r : rows) {
+    r.backend = "tpar:hier";
+    r.ranks = 8;
+    r.chosen = "twoshot";
+    r.fallback = "twoshot (one island)";
+  }
+  rows[2].ranks = 4;
+  const std::string end = closingLines(rows);
+  EXPECT_NE(std::string::npos,
+            end.find("# tpar:hier at 8 ranks: fell back to twoshot (one island); hier did not "
+                     "run, its rows are twoshot's\n"))
+      << end;
+  EXPECT_NE(std::string::npos, end.find("# tpar:hier at 4 ranks: fell back")) << end;
+  EXPECT_EQ(end.find("at 8 ranks"), end.rfind("at 8 ranks")) << end;
+  EXPECT_NE(std::string::npos, end.find("# ok: 0 wrong elements in 3 checked rows")) << end;
+  const auto j = rowToJson(rows[0]);
+  EXPECT_EQ("twoshot (one island)", j["fallback"].get<std::string>());
+  EXPECT_TRUE(j["checked"].get<bool>());
+  EXPECT_EQ("twoshot (one island)", rowFromJson(j).fallback);
+  EXPECT_FALSE(rowToJson(checkedRows(0, 1, 0)[0])["checked"].get<bool>());
+  EXPECT_FALSE(rowToJson(checkedRows(1, 0, 0)[0]).contains("fallback"));
 }
 
 TEST(BenchTable, CputimeNamesTheTimeColumns) {

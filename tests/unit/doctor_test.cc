@@ -63,8 +63,9 @@ DoctorResults machine(int n, double tpar_small_us = 10.0, double nccl_small_us =
   r.devices = chooseDevices(r);
   r.transport = n == 1 ? "same-device" : "peer-access";
   r.one_shot_max_bytes = 256 << 10;
-  r.self_tests = {{"tpar:oneshot", true, "20 all-reduces checked element by element"},
-                  {"tpar:twoshot", true, "20 all-reduces checked element by element"}};
+  r.algorithm_table = "256 B-256 KiB oneshot, 512 KiB-64 MiB twoshot";
+  r.self_tests = {{"tpar:oneshot", true, "20 all-reduces checked element by element", "oneshot"},
+                  {"tpar:twoshot", true, "20 all-reduces checked element by element", "twoshot"}};
   r.timing_iterations = 300;
   TimingResult small;
   small.bytes = kSmallMessageBytes;
@@ -151,15 +152,19 @@ TEST(DoctorVerdict, P2pEverywhereAndFasterThanNcclExitsZeroWithTheSpeedup) {
   EXPECT_EQ(kDoctorOk, v.exit_code) << joined(v);
   EXPECT_EQ("tpar works here: its self-test passed on all 8 GPUs.", v.headline);
   EXPECT_TRUE(anyContains(v.details, "'peer-access' transport")) << joined(v);
-  EXPECT_TRUE(anyContains(v.details, "one-shot up to 256 KiB")) << joined(v);
-  EXPECT_TRUE(anyContains(v.details, "64 KiB: oneshot, 512 KiB: twoshot")) << joined(v);
+  // The plan the communicator follows, as it reported it: never a constant of the doctor's.
+  EXPECT_TRUE(anyContains(v.details,
+                          "its algorithms there for bfloat16 messages: 256 B-256 KiB oneshot, "
+                          "512 KiB-64 MiB twoshot."))
+      << joined(v);
   EXPECT_TRUE(anyContains(v.details, "At 64 KiB: tpar 10.0 us, NCCL 45.0 us: tpar is 4.5x faster."))
       << joined(v);
   EXPECT_TRUE(
       anyContains(v.details, "At 512 KiB: tpar 30.0 us, NCCL 120.0 us: tpar is 4.0x faster."))
       << joined(v);
-  EXPECT_TRUE(anyContains(v.details, "engine integration is not available yet")) << joined(v);
-  EXPECT_TRUE(anyContains(v.details, "C API")) << joined(v);
+  EXPECT_TRUE(anyContains(v.details, "TPAR_ENGINE_PLUGIN=1")) << joined(v);
+  EXPECT_TRUE(anyContains(v.details, "libtpar_nccl.so")) << joined(v);
+  EXPECT_FALSE(anyContains(v.details, "not built yet")) << joined(v);
   EXPECT_FALSE(anyContains(v.details, "blocked")) << joined(v);
 }
 
@@ -326,6 +331,62 @@ TEST(DoctorReport, TablesNameTheGpusLinksSelfTestAndVerdict) {
   EXPECT_NE(std::string::npos, s.find("NOT comparable with a multi-GPU machine")) << s;
   EXPECT_NE(std::string::npos, s.find("Verdict: tpar works here, through pinned host memory"))
       << s;
+}
+
+// A forced algorithm that fell back checked what ran, and the report says that, not PASS.
+DoctorResults withHierarchical(bool fixture_ran_hier) {
+  DoctorResults r = machine(1);
+  r.self_tests.push_back({"tpar:hier", true,
+                          "20 all-reduces of twoshot checked element by element", "twoshot",
+                          "twoshot (one island)"});
+  SelfTestResult fixture{"tpar:hier", true, "20 all-reduces checked element by element", "hier",
+                         "", "8 virtual ranks on GPU 0 with the islands of topology fixture "
+                             "rootport_2socket_8gpu.xml: islands {0-3} {4-7}"};
+  if (!fixture_ran_hier) {
+    fixture.passed = false;
+    fixture.detail = "the fixture gave this group no islands";
+  }
+  r.self_tests.push_back(fixture);
+  return r;
+}
+
+TEST(DoctorReport, AFallbackIsReportedAsSuchNeverAsAPassOfTheForcedAlgorithm) {
+  const DoctorResults r = withHierarchical(true);
+  const Verdict v = makeVerdict(r);
+  EXPECT_EQ(kDoctorOk, v.exit_code) << joined(v);
+  const std::string s = renderReport(r, v);
+  EXPECT_NE(std::string::npos,
+            s.find("  tpar:hier     fell back to twoshot (one island): 20 all-reduces of twoshot "
+                   "checked element by element\n"))
+      << s;
+  // The only PASS of tpar:hier is the fixture's, under its own heading.
+  const size_t heading = s.find("Self-test on 8 virtual ranks on GPU 0 with the islands of "
+                                "topology fixture rootport_2socket_8gpu.xml: islands {0-3} {4-7}");
+  ASSERT_NE(std::string::npos, heading) << s;
+  EXPECT_EQ(heading, s.rfind("Self-test on 8 virtual ranks")) << s;
+  EXPECT_GT(s.find("tpar:hier     PASS"), heading) << s;
+  EXPECT_EQ(s.find("tpar:hier     PASS"), s.rfind("tpar:hier     PASS")) << s;
+  EXPECT_TRUE(anyContains(v.details, "tpar:hier cannot run on 2 virtual ranks on GPU 0: it fell "
+                                     "back to twoshot (one island)"))
+      << joined(v);
+  const nlohmann::json j = doctorJson(r, v);
+  const auto& results = j["self_test"]["results"];
+  ASSERT_EQ(4u, results.size());
+  EXPECT_EQ("twoshot", results[2]["ran"]);
+  EXPECT_EQ("twoshot (one island)", results[2]["fallback"]);
+  EXPECT_EQ("2 virtual ranks on GPU 0", results[2]["where"]);
+  EXPECT_EQ("hier", results[3]["ran"]);
+  EXPECT_TRUE(results[3]["fallback"].is_null());
+  EXPECT_NE(std::string::npos, results[3]["where"].get<std::string>().find("fixture"));
+  EXPECT_EQ("256 B-256 KiB oneshot, 512 KiB-64 MiB twoshot",
+            j["self_test"]["algorithm_table"].get<std::string>());
+}
+
+TEST(DoctorReport, AFixtureWithoutIslandsFailsTheSelfTest) {
+  const DoctorResults r = withHierarchical(false);
+  const Verdict v = makeVerdict(r);
+  EXPECT_EQ(kDoctorSelfTestFailed, v.exit_code);
+  EXPECT_NE(std::string::npos, renderReport(r, v).find("tpar:hier     FAIL  the fixture gave"));
 }
 
 TEST(DoctorCommand, ParsesItsOptionsAndRefusesOthers) {

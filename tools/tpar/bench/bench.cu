@@ -257,7 +257,9 @@ nlohmann::json rowToJson(const BenchRow& r) {
                       {"algbw_out_of_place", algBandwidth(r.bytes, r.us_out)},
                       {"busbw_out_of_place", busBandwidth(r.bytes, r.us_out, r.ranks)},
                       {"wrong_out_of_place", r.wrong_out},
-                      {"wrong_in_place", r.wrong_in}};
+                      {"wrong_in_place", r.wrong_in},
+                      {"checked", r.wrong_out >= 0 || r.wrong_in >= 0}};
+  if (!r.fallback.empty()) j["fallback"] = r.fallback;
   if (!r.transport.empty()) j["transport"] = r.transport;
   if (!r.timestamp.empty()) j["timestamp"] = r.timestamp;
   if (r.has_floor) {
@@ -293,6 +295,7 @@ BenchRow rowFromJson(const nlohmann::json& j) {
   r.wrong_out = j.value("wrong_out_of_place", -1LL);
   r.wrong_in = j.value("wrong_in_place", -1LL);
   r.transport = j.value("transport", "");
+  r.fallback = j.value("fallback", "");
   r.timestamp = j.value("timestamp", "");
   return r;
 }
@@ -415,6 +418,9 @@ int runBench(const BenchOptions& opt) {
           std::printf("# %-20s : %s took %.1f MiB of GPU memory at init (%d ranks)\n",
                       "GPU memory usage", name.c_str(), mem / 1048576.0, n);
         const std::string transport = b->transport();
+        const std::string fallback = b->fallback();
+        if (!fallback.empty() && !child)
+          std::printf("%s", fallbackNote(name, n, fallback).c_str());
         for (tparDataType_t dtype : opt.dtypes) {
           for (tparRedOp_t op : opt.ops) {
             for (size_t bytes : sizes) {
@@ -423,6 +429,7 @@ int runBench(const BenchOptions& opt) {
               row.ranks = n;
               row.virtual_ranks = virt;
               row.transport = transport;
+              row.fallback = fallback;
               if (std::string e = measureBenchRow(*b, rk, bytes, dtype, op, opt, &row); !e.empty())
                 return fail(name + ", " + std::to_string(bytes) + " B: " + e);
               annotate(&row);
@@ -471,10 +478,10 @@ int runBench(const BenchOptions& opt) {
     if (!f) return fail("cannot write " + opt.json_path);
     std::printf("# wrote %s\n", opt.json_path.c_str());
   }
+  std::printf("%s", closingLines(rows).c_str());
   long long total_wrong = 0;
   for (const BenchRow& r : rows)
     total_wrong += std::max(0LL, r.wrong_out) + std::max(0LL, r.wrong_in);
-  std::printf("# %s: %lld wrong elements\n", total_wrong ? "FAILED" : "ok", total_wrong);
   if (total_wrong) return kExitCheckFailed;
   if (rows.empty()) return fail("no backend could run here (see 'skipped' above)");
   return kExitOk;

@@ -105,6 +105,9 @@ struct BenchRow {
   size_t bytes = 0;
   size_t count = 0;
   std::string chosen;
+  // The backend's forced algorithm could not run on this group: what ran instead and why,
+  // "twoshot (one island)" (Backend::fallback); "" when it ran.
+  std::string fallback;
   bool graph = true;
   double us_out = 0, us_in = 0;    // the time -a reports (host time with -C)
   std::vector<double> rank_us_out, rank_us_in;  // each rank's, when measured per rank
@@ -149,6 +152,12 @@ std::string tableFooter(const std::vector<BenchRow>& rows);
 // Comment lines after the table: each backend's speed-up over NCCL where NCCL ran at the same
 // ranks and size, and each row's time over its host-link floor.
 std::string tableComparisons(const std::vector<BenchRow>& rows);
+// The run's last lines: every forced algorithm that fell back (per backend and rank count),
+// then "# ok: 0 wrong elements ..." only when rows were checked, "# FAILED: N wrong elements"
+// when some were wrong, and the number of rows not checked (-c 0) whenever there are any.
+std::string closingLines(const std::vector<BenchRow>& rows);
+// The note printed before a backend's rows when its forced algorithm cannot run here.
+std::string fallbackNote(const std::string& backend, int ranks, const std::string& fallback);
 
 // Runs the benchmark, prints the tables; returns the exit code (common/exit_codes.h).
 int runBench(const BenchOptions& opt);

@@ -151,6 +151,7 @@ int runBenchWorker(const BenchOptions& opt, int ngpus) {
         row.backend = opt.backends[0];
         row.ranks = opt.worker_world;
         row.transport = b->transport();
+        row.fallback = b->fallback();
         if (std::string e = measureBenchRow(*b, rk, bytes, dtype, op, opt, &row); !e.empty())
           return fail(e);
         j["rows"].push_back(rowToJson(row));

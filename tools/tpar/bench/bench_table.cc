@@ -38,6 +38,9 @@ std::string fitted(double v, int width) {
   return fmt("%*.*e", width, width >= 7 ? 1 : 0, v);
 }
 
+// -c 0 leaves a row's results unchecked: its #wrong columns say N/A, as nccl-tests' do.
+bool checked(const BenchRow& r) { return r.wrong_out >= 0 || r.wrong_in >= 0; }
+
 std::string half(double us, size_t bytes, int ranks, long long wrong) {
   const std::string w = wrong < 0 ? "N/A" : std::to_string(wrong);
   return "  " + fitted(us, kTimeWidth) + "  " + fitted(algBandwidth(bytes, us), kBwWidth) + "  " +
@@ -86,13 +89,23 @@ std::string tableRow(const BenchRow& r, const TableStyle& style) {
     s += fmt(" %9.2f %7.2f", r.floor.us, r.floor.us > 0 ? r.us_out / r.floor.us : 0.0);
   else if (style.floors)
     s += fmt(" %9s %7s", "-", "-");
+  if (!checked(r)) s += "  not checked";
   return s + "\n";
 }
 
 std::string tableFooter(const std::vector<BenchRow>& rows) {
   long long wrong = 0;
-  for (const BenchRow& r : rows) wrong += std::max(0LL, r.wrong_out) + std::max(0LL, r.wrong_in);
-  std::string s = fmt("# %-20s : %lld %s\n", "Out of bounds values", wrong, wrong ? "FAILED" : "OK");
+  size_t unchecked = 0;
+  for (const BenchRow& r : rows) {
+    wrong += std::max(0LL, r.wrong_out) + std::max(0LL, r.wrong_in);
+    unchecked += checked(r) ? 0 : 1;
+  }
+  std::string s;
+  if (!rows.empty() && unchecked == rows.size())
+    s = fmt("# %-20s : N/A (not checked: -c 0)\n", "Out of bounds values");
+  else
+    s = fmt("# %-20s : %lld %s%s\n", "Out of bounds values", wrong, wrong ? "FAILED" : "OK",
+            unchecked ? fmt(" (%zu rows not checked)", unchecked).c_str() : "");
   // nccl-tests averages the out-of-place and in-place bus bandwidth of every row; here per
   // backend and rank count, the number first as nccl-tests prints it.
   std::map<std::pair<std::string, int>, std::pair<double, int>> avg;
@@ -145,6 +158,39 @@ std::string tableComparisons(const std::vector<BenchRow>& rows) {
                r.floor.us > 0 ? r.us_out / r.floor.us : 0.0);
     }
   }
+  return s;
+}
+
+std::string fallbackNote(const std::string& backend, int ranks, const std::string& fallback) {
+  const std::string forced = backend.substr(backend.find(':') + 1);
+  return fmt("# %s at %d ranks: fell back to %s; %s did not run, its rows are %s's\n",
+             backend.c_str(), ranks, fallback.c_str(), forced.c_str(),
+             fallback.substr(0, fallback.find(' ')).c_str());
+}
+
+std::string closingLines(const std::vector<BenchRow>& rows) {
+  std::string s;
+  std::map<std::pair<std::string, int>, std::string> fallbacks;
+  long long wrong = 0;
+  size_t checked_rows = 0;
+  for (const BenchRow& r : rows) {
+    if (!r.fallback.empty() && fallbacks.emplace(std::make_pair(r.backend, r.ranks), r.fallback).second)
+      s += fallbackNote(r.backend, r.ranks, r.fallback);
+    wrong += std::max(0LL, r.wrong_out) + std::max(0LL, r.wrong_in);
+    checked_rows += checked(r) ? 1 : 0;
+  }
+  const size_t unchecked = rows.size() - checked_rows;
+  const std::string not_checked =
+      unchecked ? fmt("%zu rows not checked (-c 0): their results were never compared", unchecked)
+                : "";
+  if (wrong)
+    s += fmt("# FAILED: %lld wrong elements in %zu checked rows%s\n", wrong, checked_rows,
+             unchecked ? ("; " + not_checked).c_str() : "");
+  else if (checked_rows)
+    s += fmt("# ok: 0 wrong elements in %zu checked rows%s\n", checked_rows,
+             unchecked ? ("; " + not_checked).c_str() : "");
+  else if (unchecked)
+    s += "# not checked: " + not_checked + "\n";
   return s;
 }
 

@@ -5,6 +5,8 @@
 #include <cstdio>
 #include <utility>
 
+#include "api/init_internal.h"
+#include "core/comm.h"
 #include "tools/tpar/common/nccl_loader.h"
 
 namespace tpar_cli {
@@ -38,8 +40,9 @@ bool fromHex(const std::string& hex, char* bytes, size_t n) {
 
 class TparBackend : public Backend {
  public:
-  TparBackend(tparAlgo_t algo, int transport, int64_t timeout_ms)
-      : algo_(algo), transport_(transport), timeout_ms_(timeout_ms) {}
+  TparBackend(tparAlgo_t algo, int transport, int64_t timeout_ms, std::string topo_file)
+      : algo_(algo), transport_(transport), timeout_ms_(timeout_ms),
+        topo_file_(std::move(topo_file)) {}
   ~TparBackend() override {
     for (tparComm_t c : comms_) tparCommDestroy(c);
     for (NcclComm c : nccl_comms_) nccl_->commDestroy(c);
@@ -56,8 +59,12 @@ class TparBackend : public Backend {
       for (size_t j = i + 1; j < devs.size(); ++j)
         if (devs[i] == devs[j]) cfg.allowSharedDevice = 1;
     comms_.assign(devs.size(), nullptr);
-    if (tparCommInitAllConfig(comms_.data(), static_cast<int>(devs.size()), devs.data(), &cfg) !=
-        tparSuccess) {
+    const int n = static_cast<int>(devs.size());
+    const tparResult_t res =
+        topo_file_.empty()
+            ? tparCommInitAllConfig(comms_.data(), n, devs.data(), &cfg)
+            : tpar::commInitAllWithTopologyFile(comms_.data(), n, devs.data(), &cfg, topo_file_);
+    if (res != tparSuccess) {
       comms_.clear();
       return std::string("tparCommInitAll: ") + tparGetLastError(nullptr);
     }
@@ -116,6 +123,15 @@ class TparBackend : public Backend {
     if (comms_.empty() || tparCommQuery(comms_[0], &info) != tparSuccess) return "";
     return tparTransportName(info.transport);
   }
+  bool info(tparCommInfo_t* out) override {
+    return !comms_.empty() && tparCommQuery(comms_[0], out) == tparSuccess;
+  }
+  std::string fallback() override {
+    if (comms_.empty()) return "";
+    const tpar::Fallback f = tpar::forcedFallback(comms_[0]);
+    if (f.why == nullptr) return "";
+    return std::string(tpar::algoName(f.runs)) + " (" + f.why + ")";
+  }
 
  private:
   // tpar as deployed: where the tuning table (or TPAR_ALGO) sends sizes to NCCL, an NCCL
@@ -154,6 +170,7 @@ class TparBackend : public Backend {
   tparAlgo_t algo_;
   int transport_;
   int64_t timeout_ms_;
+  std::string topo_file_;
   std::vector<tparComm_t> comms_;
   const NcclLib* nccl_ = nullptr;
   std::vector<NcclComm> nccl_comms_;
@@ -256,8 +273,9 @@ class NcclBackend : public Backend {
 
 }  // namespace
 
-std::unique_ptr<Backend> makeTparBackend(tparAlgo_t algo, int transport, int64_t timeout_ms) {
-  return std::make_unique<TparBackend>(algo, transport, timeout_ms);
+std::unique_ptr<Backend> makeTparBackend(tparAlgo_t algo, int transport, int64_t timeout_ms,
+                                         const std::string& topo_file) {
+  return std::make_unique<TparBackend>(algo, transport, timeout_ms, topo_file);
 }
 
 std::unique_ptr<Backend> makeNcclBackend(std::string* why) {

@@ -40,13 +40,19 @@ class Backend {
   virtual std::string chosen(size_t bytes) { return ""; }
   // Where its receive regions live, as tparTransportName says ("" when it does not say).
   virtual std::string transport() { return ""; }
+  // When its forced algorithm cannot run on this group: what runs instead and why, as
+  // "twoshot (one island)"; "" when it runs (or none is forced).
+  virtual std::string fallback() { return ""; }
+  // tparCommQuery of its first rank; false when it has none (not tpar, not initialized).
+  virtual bool info(tparCommInfo_t* out) { return false; }
 };
 
 // tparAlgoAuto for "tpar"; a forced algorithm otherwise. `transport` is
 // tparConfig_t::transport (0 auto, 1 host memory, 2 GPU memory; -1: TPAR_TRANSPORT);
-// `timeout_ms` its timeoutMs (0: TPAR_TIMEOUT_MS).
+// `timeout_ms` its timeoutMs (0: TPAR_TIMEOUT_MS); `topo_file` an hwloc XML file whose first
+// GPUs the ranks take as their topology, as TPAR_TOPO_FILE does ("": the machine's).
 std::unique_ptr<Backend> makeTparBackend(tparAlgo_t algo, int transport = TPAR_CONFIG_UNDEF_INT,
-                                         int64_t timeout_ms = 0);
+                                         int64_t timeout_ms = 0, const std::string& topo_file = "");
 // nullptr with `why` filled when NCCL cannot be loaded.
 std::unique_ptr<Backend> makeNcclBackend(std::string* why);
 

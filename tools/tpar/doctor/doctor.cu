@@ -12,6 +12,7 @@
 #include <fstream>
 #include <memory>
 
+#include "api/api_log.h"
 #include "tools/tpar/common/cli_options.h"
 #include "tools/tpar/common/commands.h"
 #include "tools/tpar/doctor/doctor.h"
@@ -97,6 +98,15 @@ std::string timingLine(const DoctorResults& r, const TimingResult& t) {
   const std::string both = tpar + fmt(", NCCL %.1f us", t.nccl_us);
   if (ratio >= 1.0) return at + both + fmt(": tpar is %.1fx faster.", ratio);
   return at + both + fmt(": tpar is %.1fx SLOWER than NCCL here.", 1.0 / ratio);
+}
+
+// "PASS" only when the forced algorithm itself ran and every check passed.
+std::string selfTestLine(const SelfTestResult& t) {
+  if (!t.passed) return fmt("  %-13s FAIL  %s\n", t.backend.c_str(), t.detail.c_str());
+  if (!t.fallback.empty())
+    return fmt("  %-13s fell back to %s: %s\n", t.backend.c_str(), t.fallback.c_str(),
+               t.detail.c_str());
+  return fmt("  %-13s PASS  %s\n", t.backend.c_str(), t.detail.c_str());
 }
 
 nlohmann::json linkJson(const LinkMeasure& m) {
@@ -186,6 +196,7 @@ void queryTpar(DoctorResults* r) {
     r->transport = tparTransportName(info.transport);
     r->one_shot_max_bytes = info.oneShotMaxBytes;
   }
+  r->algorithm_table = tpar::algorithmTable(comms[0]);
   for (tparComm_t c : comms) tparCommDestroy(c);
 }
 
@@ -302,24 +313,28 @@ Verdict makeVerdict(const DoctorResults& r) {
         spread(r, &LinkMeasure::latency_us, "%.2f") + " us per GPU.");
   }
 
+  for (const SelfTestResult& t : r.self_tests) {
+    if (t.passed && !t.fallback.empty())
+      v.details.push_back(t.backend + " cannot run on " + whereTested(r) + ": it fell back to " +
+                          t.fallback + ", so its self-test there checked " + t.ran + ", not " +
+                          t.backend.substr(t.backend.find(':') + 1) + ".");
+  }
   if (passed) {
     if (!r.transport.empty()) {
-      std::string algos;
-      for (const TimingResult& t : r.timings)
-        if (!t.tpar_algo.empty())
-          algos += (algos.empty() ? "" : ", ") + sizeName(t.bytes) + ": " + t.tpar_algo;
+      // From the plan the communicator follows (tparCommSelectAlgorithm per size), not from a
+      // constant: it differs by transport, rank count and tuning table.
       v.details.push_back("tpar will use the '" + r.transport + "' transport on " + whereTested(r) +
-                          "; by default it runs one-shot up to " + sizeName(r.one_shot_max_bytes) +
-                          " per call and two-shot above" +
-                          (algos.empty() ? "." : " (" + algos + ")."));
+                          (r.algorithm_table.empty()
+                               ? "."
+                               : "; its algorithms there for bfloat16 messages: " +
+                                     r.algorithm_table + "."));
     }
     for (const TimingResult& t : r.timings) v.details.push_back(timingLine(r, t));
     v.details.push_back(
-        "SGLang and vLLM: engine integration is not available yet. tpar's "
-        "Python package and its NCCL drop-in library (libtpar_nccl.so) are not "
-        "built yet, so neither engine can use tpar today. What works today is "
-        "the C API (include/tpar/tpar.h): tparCommInitRank or tparCommInitAll, "
-        "then tparAllReduce on your stream, CUDA-graph capturable.");
+        "SGLang and vLLM: tpar's Python package (TPAR_ENGINE_PLUGIN=1) or its NCCL drop-in "
+        "library (libtpar_nccl.so) makes tpar their all-reduce (docs/integration.md); from C or "
+        "C++, tparCommInitRank or tparCommInitAll, then tparAllReduce on your stream, "
+        "CUDA-graph capturable.");
   }
 
   for (const GpuProbe& g : r.gpus) {
@@ -400,12 +415,18 @@ nlohmann::json doctorJson(const DoctorResults& r, const Verdict& v) {
   }
   nlohmann::json tests = nlohmann::json::array();
   for (const SelfTestResult& t : r.self_tests)
-    tests.push_back({{"backend", t.backend}, {"passed", t.passed}, {"detail", t.detail}});
+    tests.push_back({{"backend", t.backend},
+                     {"where", t.where.empty() ? whereTested(r) : t.where},
+                     {"passed", t.passed},
+                     {"ran", t.ran},
+                     {"fallback", t.fallback.empty() ? nlohmann::json() : nlohmann::json(t.fallback)},
+                     {"detail", t.detail}});
   j["self_test"] = {{"devices", r.devices},
                     {"virtual_ranks", usesVirtualRanks(r.devices)},
                     {"transport", r.transport},
                     {"init_error", r.init_error},
                     {"one_shot_max_bytes", r.one_shot_max_bytes},
+                    {"algorithm_table", r.algorithm_table},
                     {"results", tests}};
   nlohmann::json rows = nlohmann::json::array();
   for (const TimingResult& t : r.timings) {
@@ -491,9 +512,10 @@ std::string renderReport(const DoctorResults& r, const Verdict& v) {
          (r.nccl_version.empty() ? "not found (" + r.nccl_error + ")" : r.nccl_version) + "\n";
     s += "\nSelf-test on " + whereTested(r) +
          (r.transport.empty() ? "" : " (transport " + r.transport + ")") + "\n";
-    for (const SelfTestResult& t : r.self_tests)
-      s +=
-          fmt("  %-13s %-5s %s\n", t.backend.c_str(), t.passed ? "PASS" : "FAIL", t.detail.c_str());
+    for (const SelfTestResult& t : r.self_tests) {
+      if (!t.where.empty()) s += "Self-test on " + t.where + "\n";
+      s += selfTestLine(t);
+    }
     if (!r.timings.empty()) {
       s += fmt("\nAll-reduce, %s sum, one CUDA graph of %d calls per rank, on %s%s\n",
                tparDataTypeName(tparBfloat16), r.timing_iterations, whereTested(r).c_str(),

@@ -57,10 +57,17 @@ struct PairProbe {
   LinkMeasure link;
 };
 
+// The self-test of the hierarchical kernel on a topology fixture with islands runs on this many
+// virtual ranks (two islands of four: a two-socket server's shape).
+constexpr int kFixtureRanks = 8;
+
 struct SelfTestResult {
-  std::string backend;  // "tpar:oneshot", "tpar:twoshot"
-  bool passed = false;
-  std::string detail;  // how much was checked, or what failed
+  std::string backend;   // "tpar:oneshot", "tpar:twoshot", ...: the algorithm forced
+  bool passed = false;   // every element of every checked call was right
+  std::string detail;    // how much was checked, or what failed
+  std::string ran;       // the algorithm that ran: the forced one, or what it fell back to
+  std::string fallback;  // "twoshot (one island)" when the forced one could not run; "" else
+  std::string where;     // "": on DoctorResults::devices; else where it ran (the fixture run)
 };
 
 struct TimingResult {
@@ -87,7 +94,9 @@ struct DoctorResults {
   std::vector<int> devices;       // the self-test's and timing's rank -> GPU ({0, 0}: one GPU)
   std::string transport;          // tparTransportName of that communicator
   std::string init_error;         // why tpar could not create it
-  size_t one_shot_max_bytes = 0;  // tparAlgoAuto's one-shot/two-shot crossover there
+  // Every bf16 call up to this size runs one-shot there (tparCommQuery, from the plan).
+  size_t one_shot_max_bytes = 0;
+  std::string algorithm_table;  // "256 B-32 KiB oneshot, 64 KiB-64 MiB twoshot" (the plan)
   std::vector<SelfTestResult> self_tests;
   int timing_iterations = 0;
   std::vector<TimingResult> timings;
