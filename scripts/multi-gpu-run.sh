@@ -39,7 +39,7 @@ TORCH_SYMM_MEM_DISABLE_MULTICAST=1 and NVSHMEM_DISABLE_NVLS=1 are exported (mult
 steps (LIMIT s / about s on 8 H200s, a guess until measured; what each step records):
   0  build           $(lim build)  cmake + ninja (-DTPAR_CUDA_ARCHS of the GPUs, the NCCL drop-in
                               with nccl.h from python's nvidia package); pip install of the
-                              Python package when step 4 or 5 is chosen
+                              Python package when step 4, 5 or 14 is chosen
   1  gpu-tests       $(lim gpu-tests)  tpar_gpu_tests on the N GPUs (threads and one process per GPU)
   2  shim-tests      $(lim shim-tests)  tpar_shim_gpu_tests (the NCCL drop-in against real NCCL)
   3  doctor          $(lim doctor)  tpar doctor -> doctor.json
@@ -62,8 +62,9 @@ steps (LIMIT s / about s on 8 H200s, a guess until measured; what each step reco
   13 islands-forced  $(lim islands-forced)  the same with TPAR_TOPO_FILE=<the fixture below>, whose first N
                               GPUs make islands 4+4 at 8 ranks, 2+2 at 4 (other N: skipped)
                               -> islands-forced.json, islands.png (both runs)
-  14 shim-torch      $(lim shim-torch)  scripts/shim-check.sh steps 2-5 at N ranks (PyTorch on the drop-in,
-                              pass-through, NCCL loaded by path, torch.distributed latency)
+  14 shim-torch      $(lim shim-torch)  scripts/shim-check.sh steps 2-5 and 7 at N ranks (PyTorch on the
+                              drop-in, pass-through, NCCL loaded by path, torch.distributed
+                              latency, the model step with and without the drop-in)
                               -> shim/torch-shim-check.json, shim/shim-bench.json, ...
 
 One lease (back to back, so that the machine and its build directory stay warm):
@@ -155,7 +156,7 @@ print(next((os.path.join(p, "nccl", "include") for p in nvidia.__path__
     -DTPAR_CUDA_ARCHS="${archs:-90}" -DTPAR_GIT_COMMIT="$commit" "${shim[@]}" &&
     step_cmd ninja -C "$build" || built=0
   # A failed install fails this step and the Python steps, not the others.
-  if [ $built = 1 ] && { want python-tests || want tp-model; }; then
+  if [ $built = 1 ] && { want python-tests || want tp-model || want shim-torch; }; then
     step_cmd CMAKE_ARGS="-DTPAR_CUDA_ARCHS=${archs:-90} -DTPAR_GIT_COMMIT=$commit" \
       "$py" -m pip install -q --no-build-isolation --no-deps .
   fi
@@ -280,13 +281,14 @@ step_shim-torch() {
     step_skip "the NCCL drop-in was not built (no nccl.h found)"
     return 0
   fi
-  step_cmd STEPS="2 3 4 5" NPROC="$n" PYTHON="$py" bash scripts/shim-check.sh "$out/shim" "$build"
+  step_cmd STEPS="2 3 4 5 7" NPROC="$n" PYTHON="$py" bash scripts/shim-check.sh "$out/shim" "$build"
   local logs=() f
   for f in torch-shim-check torch-shim-check-disabled pynccl-shim-check; do
     logs+=(--log "checks:shim/$f.txt")
   done
   step_end "${logs[@]}" --record shim/torch-shim-check.json --record shim/shim-bench.json \
-    --record shim/bench-nccl.json --record shim/bench-shim.json
+    --record shim/bench-nccl.json --record shim/bench-shim.json \
+    --record shim/tp-model-shim-bench.json
 }
 
 if [ "$dry" = 1 ]; then

@@ -6,7 +6,8 @@
 #   scripts/shim-check.sh OUTDIR [BUILD_DIR]     (BUILD_DIR default: $TPAR_BUILD_DIR or build-gpu)
 # Environment: NPROC (default: every GPU), PYTHON (default python3; torchrun from the same
 # installation), STEPS (default "1 2 3 4 5 6": the numbered steps below to run; each takes
-# under 2 minutes on 2 H200s except 6, the tuning run and what uses its table).
+# under 2 minutes on 2 H200s except 6, the tuning run and what uses its table; 7, the model
+# step with and without the shim, needs the tpar Python package).
 # Writes into OUTDIR: logs, torch-shim-check.json, bench-{nccl,shim,shim-tuned}.json and
 # shim-bench.json (the runs side by side). Exit status 1 when a check failed.
 set -uo pipefail
@@ -35,7 +36,7 @@ want() { [[ $steps == *" $1 "* ]]; }
 run_torch() {  # run_torch LOG ARGS...: one process per GPU, first $n GPUs
   local log=$1
   shift
-  CUDA_VISIBLE_DEVICES=$(seq -s, 0 $((n - 1))) timeout 600 "${torchrun[@]}" --nproc-per-node "$n" \
+  CUDA_VISIBLE_DEVICES=$(seq -s, 0 $((n - 1))) timeout 300 "${torchrun[@]}" --nproc-per-node "$n" \
     "$@" >"$log" 2>&1
 }
 
@@ -93,6 +94,21 @@ if want 6 && [ -x "$build/tools/tpar/tpar" ]; then
     LD_PRELOAD=$shim TPAR_TUNING_FILE=$out/tuning.json run_torch "$out/torch-shim-check-tuned.txt" \
       $tests/torch_shim_check.py --shim "$shim" || status=1
     grep -E "^FAILED|torch_shim_check:" "$out/torch-shim-check-tuned.txt" | head -20
+  fi
+fi
+if want 7; then
+  echo "== 7. the tensor-parallel model step (tpar.check model) with PyTorch's NCCL and on the shim"
+  if "$py" -c "import tpar" >/dev/null 2>&1; then
+    # The same command twice: its nccl column is plain NCCL, then NCCL through the shim.
+    (cd tests/python && run_torch "$out/tp-model-nccl.txt" -m tpar.check model --json "$out/tp-model-nccl.json") ||
+      status=1
+    (cd tests/python && LD_PRELOAD=$shim run_torch "$out/tp-model-shim.txt" -m tpar.check model \
+      --json "$out/tp-model-shim.json") || status=1
+    "$py" $tests/torch_shim_bench.py --merge-model "$out/tp-model-nccl.json" "$out/tp-model-shim.json" \
+      -o "$out/tp-model-shim-bench.json" | tee "$out/tp-model-shim-bench.txt" || status=1
+  else
+    echo "   the tpar Python package is not installed: the model step needs it (pip install .)"
+    status=1
   fi
 fi
 # The runs side by side, from whatever runs OUTDIR holds (also when 5 and 6 ran separately).

@@ -14,6 +14,8 @@ counters show tpar took the calls up to TPAR_SHIM_MAX_BYTES and NCCL the larger 
 """
 import argparse
 import ctypes
+import faulthandler
+import gc
 import os
 import sys
 
@@ -56,6 +58,8 @@ def main():
     ap.add_argument("--shim", required=True)
     ap.add_argument("--sizes", default="2,1024,12288,65536,1048576,16777216")
     args = ap.parse_args()
+    # A hang prints every thread's stack (and the run's timeout ends it) instead of staying silent.
+    faulthandler.dump_traceback_later(240, exit=True)
     rank = int(os.environ["LOCAL_RANK"])
     device = torch.device("cuda", rank)
     torch.cuda.set_device(device)
@@ -79,6 +83,7 @@ def main():
     check(lib, lib.ncclCommInitRank(ctypes.byref(comm), world, uid, rank), "ncclCommInitRank")
 
     limit = parse_size(os.environ.get("TPAR_SHIM_MAX_BYTES", "8M"))
+    graphs = []  # every captured graph, destroyed before the communicator (below)
     for graph in (False, True):
         for nbytes in [int(s) for s in args.sizes.split(",")]:
             count = max(1, nbytes // 2)
@@ -94,13 +99,14 @@ def main():
             inp, out = gens[rank].clone(), torch.full_like(gens[rank], float("nan"))
             before = counters.calls()
             if graph:
-                g = torch.cuda.CUDAGraph()
-                with torch.cuda.graph(g):
+                cg = torch.cuda.CUDAGraph()
+                graphs.append(cg)
+                with torch.cuda.graph(cg):
                     check(lib, lib.ncclAllReduce(inp.data_ptr(), out.data_ptr(), count,
                                                  NCCL_BFLOAT16, NCCL_SUM, comm,
                                                  torch.cuda.current_stream().cuda_stream),
                           "ncclAllReduce (capture)")
-                g.replay()
+                cg.replay()
             else:
                 check(lib, lib.ncclAllReduce(inp.data_ptr(), out.data_ptr(), count, NCCL_BFLOAT16,
                                              NCCL_SUM, comm, torch.cuda.current_stream().cuda_stream),
@@ -117,6 +123,13 @@ def main():
                 print(f"{what:20s} route {route}", flush=True)
     if counters.read()[1] == 0:
         failures.append("the communicator got no tpar communicator (run with TPAR_DEBUG=info)")
+    # NCCL's ncclCommDestroy waits until every CUDA graph that captured one of its calls is
+    # destroyed (the sizes above the shim's limit went to NCCL inside a graph): release them
+    # first, as an engine must with plain NCCL too.
+    torch.cuda.synchronize()
+    cg = None
+    graphs.clear()
+    gc.collect()
     check(lib, lib.ncclCommDestroy(comm), "ncclCommDestroy")
     for f in failures:
         print(f"FAILED on rank {rank}: {f}", flush=True)

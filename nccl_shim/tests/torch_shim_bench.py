@@ -187,6 +187,44 @@ def merge(args):
     return 0
 
 
+def merge_model(args):
+    """Two records of `tpar.check model`: the first with PyTorch's NCCL, the second with
+    libtpar_nccl.so preloaded. The model step timed on torch.distributed (its nccl column) is
+    compared: the shim must not make it slower by more than 2 %."""
+    runs = []
+    for path in args.merge_model:
+        with open(path) as f:
+            runs.append(json.load(f))
+    base, shim = runs
+    print(f"# {base['gpu']}, {base['ranks']} ranks, driver {base['driver']}, commit {base['commit']}"
+          f"; model {base['config']}")
+    print(f"{'tokens':>6s} {'AR bytes':>9s} {'nccl step us':>13s} {'shim step us':>13s} "
+          f"{'shim/nccl':>10s}  ('!' marks > 2 % slower)")
+    rows, slower = [], []
+    shim_by_tokens = {t["tokens"]: t for t in shim["timing"]}
+    for b in base["timing"]:
+        s = shim_by_tokens.get(b["tokens"])
+        if s is None:
+            continue
+        ratio = s["nccl_step_us"] / b["nccl_step_us"]
+        mark = "!" if ratio > 1.02 else " "
+        if ratio > 1.02:
+            slower.append(f"{b['tokens']} tokens: {ratio:.3f}x")
+        rows.append({"tokens": b["tokens"], "all_reduce_bytes": b["all_reduce_bytes"],
+                     "nccl_step_us": b["nccl_step_us"], "shim_step_us": s["nccl_step_us"],
+                     "ratio": ratio})
+        print(f"{b['tokens']:>6d} {b['all_reduce_bytes']:>9d} {b['nccl_step_us']:>13.1f} "
+              f"{s['nccl_step_us']:>13.1f} {ratio:>9.3f}{mark}")
+    checks_ok = all(r.get("passed") for r in runs)
+    print("slower than NCCL by more than 2 %: " + ("; ".join(slower) or "none")
+          + ("" if checks_ok else "; a run's correctness checks FAILED"))
+    with open(args.output, "w") as f:
+        json.dump({"tool": "torch_shim_bench --merge-model", "runs": runs, "rows": rows,
+                   "slower_than_base": slower, "checks_passed": checks_ok,
+                   "command": " ".join([sys.executable] + sys.argv)}, f, indent=1)
+    return 0 if checks_ok and rows else 1
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--label", default="run", help="name of this configuration in the JSON")
@@ -200,8 +238,12 @@ def main():
     ap.add_argument("--commit", default=os.environ.get("TPAR_COMMIT", ""))
     ap.add_argument("--json", default="", help="where to write this run")
     ap.add_argument("--merge", nargs="+", help="JSON files of runs; the first is the baseline")
+    ap.add_argument("--merge-model", nargs=2, metavar=("NCCL_JSON", "SHIM_JSON"),
+                    help="two records of `tpar.check model`, without and with the shim preloaded")
     ap.add_argument("-o", "--output", default="shim-bench.json", help="merged JSON (--merge)")
     args = ap.parse_args()
+    if args.merge_model:
+        return merge_model(args)
     return merge(args) if args.merge else run(args)
 
 

@@ -434,7 +434,7 @@ class MultiGpuRun(unittest.TestCase):
             "shim-torch": ("passed", 16, 0, 0)})
         self.assertIn("--ranks 4", steps["bench"]["command"])
         self.assertIn("OUTDIR/bench.json", steps["bench"]["command"])
-        self.assertIn("STEPS='2 3 4 5' NPROC=4", steps["shim-torch"]["command"])
+        self.assertIn("STEPS='2 3 4 5 7' NPROC=4", steps["shim-torch"]["command"])
         self.assertEqual(steps["bench"]["records"], ["bench.json", "bench.png"])
         top = sorted(os.listdir(self.out))
         self.assertLessEqual(len(top), 8)
