@@ -282,11 +282,13 @@ std::string timeCalls(Ranks& rk, const TimingPlan& plan, const std::function<std
 }
 
 StreamHold::~StreamHold() {
-  if (flag_ != nullptr) {
-    flag_[0] = 1;  // no spin may outlive the flag
+  if (flag_ == nullptr) return;
+  flag_[0] = 1;  // no spin may outlive the flag: release them all, wait for every device
+  for (int dev : devs_) {
+    cudaSetDevice(dev);
     cudaDeviceSynchronize();
-    cudaFreeHost(const_cast<unsigned*>(flag_));
   }
+  cudaFreeHost(const_cast<unsigned*>(flag_));
 }
 
 std::string StreamHold::init(Ranks& rk) {
@@ -294,6 +296,7 @@ std::string StreamHold::init(Ranks& rk) {
   void* p = nullptr;
   TPAR_CLI_CUDA(cudaHostAlloc(&p, 2 * sizeof(unsigned), cudaHostAllocMapped | cudaHostAllocPortable));
   flag_ = static_cast<volatile unsigned*>(p);
+  devs_ = rk.devs;
   flag_[0] = 0;
   flag_[1] = 0;
   for (int dev : rk.devs) {

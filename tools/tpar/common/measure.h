@@ -98,6 +98,7 @@ class StreamHold {
 
  private:
   volatile unsigned* flag_ = nullptr;  // pinned, mapped: [0] release, [1] a spin timed out
+  std::vector<int> devs_;
 };
 
 // Enqueues `calls` launches per rank of an empty kernel whose parameter is as large as tpar's
