@@ -130,6 +130,11 @@ TEST(CliBench, HostTransportRunPrintsTheLinkFloorOfEveryRowAndChecksEveryResult)
         << what << " (" << r["chosen"].get<std::string>() << "): "
         << r["us_out_of_place"].get<double>() << " us against a floor of "
         << r["floor_us"].get<double>() << " us";
+    // The physical floor (lowest over the algorithms) never exceeds the chosen one's.
+    ASSERT_TRUE(r.contains("phys_floor_us")) << what << ": " << r.dump();
+    EXPECT_GT(r["phys_floor_us"].get<double>(), 0.0) << what;
+    EXPECT_LE(r["phys_floor_us"].get<double>(), r["floor_us"].get<double>()) << what;
+    EXPECT_NE("", r["phys_floor_algo"].get<std::string>()) << what;
   }
   unlink(json.c_str());
 }
@@ -252,6 +257,99 @@ TEST(CliBench, RegisteredNcclBuffersAreMeasuredAndChecked) {
   ASSERT_EQ("", t.error) << out;
   ASSERT_EQ(3u, t.rows.size()) << out;
   for (const NcclTestsRow& r : t.rows) EXPECT_EQ(0, r.out_of_place.wrong) << r.size;
+}
+
+}  // namespace
+}  // namespace tpar_test
+
+namespace tpar_test {
+namespace {
+
+// -G 0: every row timed eagerly and, up to --graph-max-bytes, from a graph replay of the same
+// calls, printed side by side; every row still checked.
+TEST(CliBench, GraphZeroPrintsEagerNextToGraphAndChecksEveryRow) {
+  TPAR_REQUIRE_GPU();
+  const std::string json = "/tmp/tpar_cli_bench_eager_" + std::to_string(getpid()) + ".json";
+  std::string out;
+  const int rc = runProcess({TPAR_CLI_BINARY, "bench", "--ranks", "2", "--backends",
+                             "tpar,tpar:twoshot", "--sizes", "12K,112K,2M", "-G", "0",
+                             "--graph-max-bytes", "1M", "-n", "5", "-w", "1", "--json", json},
+                            {}, 300, &out);
+  ASSERT_EQ(0, rc) << out;
+  EXPECT_NE(std::string::npos, out.find("# ok: 0 wrong elements in 6 checked rows")) << out;
+  EXPECT_NE(std::string::npos, out.find("e-g")) << out;  // the table's graph columns
+  EXPECT_NE(std::string::npos, out.find("# -G 0: time = eager calls")) << out;
+  std::ifstream f(json);
+  nlohmann::json j;
+  ASSERT_NO_THROW(f >> j) << out;
+  EXPECT_EQ("eager+graph", j["timing"].get<std::string>());
+  ASSERT_EQ(6u, j["rows"].size()) << out;
+  for (const auto& r : j["rows"]) {
+    const size_t bytes = r["bytes"].get<size_t>();
+    const std::string what = r["backend"].get<std::string>() + " " + std::to_string(bytes) + " B";
+    EXPECT_EQ(0, r["wrong_out_of_place"].get<int>()) << what;
+    EXPECT_EQ(0, r["wrong_in_place"].get<int>()) << what;
+    EXPECT_FALSE(r["graph"].get<bool>()) << what;  // the time columns are the eager ones
+    EXPECT_GT(r["us_out_of_place"].get<double>(), 0.0) << what;
+    if (bytes > (1u << 20)) {
+      EXPECT_FALSE(r.contains("graph_us_out_of_place")) << what << ": above the bound";
+      continue;
+    }
+    ASSERT_TRUE(r.contains("graph_us_out_of_place")) << what << ": " << r.dump();
+    for (const char* half : {"out_of_place", "in_place"}) {
+      const double eager = r[std::string("eager_us_") + half].get<double>();
+      const double graph = r[std::string("graph_us_") + half].get<double>();
+      EXPECT_GT(graph, 0.0) << what << " " << half;
+      EXPECT_NEAR(eager - graph, r[std::string("eager_minus_graph_us_") + half].get<double>(),
+                  1e-9)
+          << what << " " << half;
+    }
+  }
+  unlink(json.c_str());
+}
+
+// --host-cost: per backend and size, the host time of one call with the streams held, a bare
+// launch of the same parameter size beside it, and every batch's outputs checked.
+TEST(CliBench, HostCostTimesTheCallAndABareLaunchAndChecksEveryBatch) {
+  TPAR_REQUIRE_GPU();
+  const std::string json = "/tmp/tpar_cli_bench_host_cost_" + std::to_string(getpid()) + ".json";
+  // NCCL needs a GPU per rank.
+  const bool nccl = gpuCount() >= 2;
+  std::string out;
+  const int rc = runProcess({TPAR_CLI_BINARY, "bench", "--host-cost", "--ranks", "2",
+                             "--backends", nccl ? "tpar,tpar:twoshot,nccl" : "tpar,tpar:twoshot",
+                             "--sizes", "12K,1M", "--host-cost-batch", "100",
+                             "--host-cost-batches", "7", "--json", json},
+                            {}, 300, &out);
+  ASSERT_EQ(0, rc) << out;
+  const size_t rows = nccl ? 6 : 4;
+  EXPECT_NE(std::string::npos,
+            out.find("# ok: 0 wrong elements in " + std::to_string(rows) + " checked rows"))
+      << out;
+  EXPECT_NE(std::string::npos, out.find("call-bare")) << out;
+  std::ifstream f(json);
+  nlohmann::json j;
+  ASSERT_NO_THROW(f >> j) << out;
+  EXPECT_GT(j["param_bytes"].get<int>(), 0);
+  ASSERT_EQ(rows, j["host_cost"].size()) << out;
+  for (const auto& r : j["host_cost"]) {
+    const std::string what =
+        r["backend"].get<std::string>() + " " + std::to_string(r["bytes"].get<size_t>()) + " B";
+    EXPECT_TRUE(r["checked"].get<bool>()) << what;
+    EXPECT_EQ(0, r["wrong"].get<int>()) << what;
+    EXPECT_EQ(7, r["batches"].get<int>()) << what;
+    EXPECT_GT(r["batch"].get<int>(), 0) << what;
+    EXPECT_GT(r["min_us"].get<double>(), 0.0) << what;
+    EXPECT_LE(r["min_us"].get<double>(), r["median_us"].get<double>()) << what;
+    EXPECT_GT(r["bare_min_us"].get<double>(), 0.0) << what;
+    EXPECT_LE(r["bare_min_us"].get<double>(), r["bare_median_us"].get<double>()) << what;
+    EXPECT_NEAR(r["median_us"].get<double>() - r["bare_median_us"].get<double>(),
+                r["overhead_us"].get<double>(), 1e-9)
+        << what;
+    // Enqueueing with the stream held never waits for the GPU: far below a millisecond.
+    EXPECT_LT(r["median_us"].get<double>(), 1000.0) << what;
+  }
+  unlink(json.c_str());
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 // `tpar bench --transport`, the pull backends, and the host-link floor model (no GPU needed).
 #include <algorithm>
+#include <cstdio>
 #include <string>
 #include <vector>
 
@@ -157,6 +158,93 @@ TEST(HostLinkFloor, RowsOnTheHostTransportGetItInTheirJson) {
   EXPECT_EQ(2, j["floor_rounds"].get<int>());
   EXPECT_NEAR(2.0, j["x_floor_out_of_place"].get<double>(), 1e-9);
   EXPECT_NEAR(1.0, j["x_floor_in_place"].get<double>(), 1e-9);
+}
+
+// The physical floor: the lowest over every algorithm that could run the size, next to the
+// floor of the one that ran.
+TEST(HostLinkFloor, PhysicalFloorIsTheLowestOverTheAlgorithmsThatCouldRun) {
+  HostLinkSummary link;
+  link.measured = true;
+  link.write_gbps = 50;
+  link.read_gbps = 40;
+  link.rtt_us = 1.5;
+  for (const int nranks : {2, 4, 8}) {
+    for (const size_t bytes : {size_t{12} << 10, size_t{112} << 10, size_t{4} << 20}) {
+      HostLinkFloor phys;
+      std::string algo;
+      ASSERT_TRUE(lowestHostFloor(bytes, nranks, 1, link, &phys, &algo)) << nranks << " " << bytes;
+      EXPECT_NE("hier", algo);                        // islands: a topology the floor lacks
+      if (nranks < 3) EXPECT_NE("staged", algo);     // below its minimum rank count
+      HostLinkFloor own;
+      ASSERT_TRUE(hostLinkFloor(algo, bytes, nranks, 1, link.write_gbps, link.read_gbps,
+                                link.rtt_us, &own));
+      EXPECT_DOUBLE_EQ(own.us, phys.us) << algo;
+      for (const char* other : {"oneshot", "twoshot", "oneshot-pull", "twoshot-pull",
+                                "twoshot-ll", "pipelined"}) {
+        HostLinkFloor f;
+        ASSERT_TRUE(hostLinkFloor(other, bytes, nranks, 1, link.write_gbps, link.read_gbps,
+                                  link.rtt_us, &f));
+        EXPECT_LE(phys.us, f.us) << other << " at " << bytes << " B, " << nranks << " ranks";
+      }
+    }
+  }
+  // 12 KiB on 4 ranks: one hand-off beats moving fewer bytes (one-shot push: 6 M written per
+  // link, 1.47 us + 1.5 us); 4 MiB: the fewest bytes win (a two-shot that publishes once).
+  HostLinkFloor small, large;
+  std::string small_algo, large_algo;
+  ASSERT_TRUE(lowestHostFloor(12 << 10, 4, 1, link, &small, &small_algo));
+  EXPECT_EQ("oneshot", small_algo);
+  EXPECT_EQ(1, small.rounds);
+  EXPECT_NEAR(6.0 * 12288 / 50e3 + 1.5, small.us, 1e-9);
+  ASSERT_TRUE(lowestHostFloor(4 << 20, 4, 1, link, &large, &large_algo));
+  EXPECT_EQ(2, large.rounds);
+  EXPECT_TRUE(large_algo == "twoshot-pull" || large_algo == "pipelined") << large_algo;
+  // Nothing measured: no floor.
+  HostLinkSummary none;
+  std::string algo;
+  HostLinkFloor f;
+  EXPECT_FALSE(lowestHostFloor(12 << 10, 4, 1, none, &f, &algo));
+}
+
+TEST(HostLinkFloor, RowsCarryThePhysicalFloorBesideTheirOwn) {
+  BenchRow row;
+  row.backend = "tpar";
+  row.ranks = 4;
+  row.bytes = 12 << 10;
+  row.count = row.bytes / 2;
+  row.chosen = "twoshot-ll";
+  row.transport = "host";
+  row.us_out = 11.4;
+  row.us_in = 11.0;
+  HostLinkSummary link;
+  link.measured = true;
+  link.write_gbps = 50;
+  link.read_gbps = 40;
+  link.rtt_us = 1.5;
+  ASSERT_TRUE(setHostFloor(&row, link, 1));
+  ASSERT_TRUE(row.has_phys);
+  EXPECT_EQ("oneshot", row.phys_algo);
+  EXPECT_LT(row.phys.us, row.floor.us);  // two rounds and 4x the bytes of the chosen one
+  const auto j = rowToJson(row);
+  EXPECT_NEAR(row.floor.us, j["floor_us"].get<double>(), 1e-12);
+  EXPECT_NEAR(row.phys.us, j["phys_floor_us"].get<double>(), 1e-12);
+  EXPECT_EQ("oneshot", j["phys_floor_algo"].get<std::string>());
+  EXPECT_EQ(1, j["phys_floor_rounds"].get<int>());
+  EXPECT_NEAR(11.4 / row.phys.us, j["x_phys_out_of_place"].get<double>(), 1e-9);
+  // The table prints both: floor (the chosen algorithm's), then phys.
+  TableStyle style;
+  style.floors = true;
+  EXPECT_NE(std::string::npos, tableHeader(style).find("phys")) << tableHeader(style);
+  const std::string line = tableRow(row, style);
+  char floor_text[32], phys_text[32];
+  std::snprintf(floor_text, sizeof(floor_text), " %.2f ", row.floor.us);
+  std::snprintf(phys_text, sizeof(phys_text), " %.2f ", row.phys.us);
+  const size_t at_floor = line.find(floor_text), at_phys = line.find(phys_text);
+  ASSERT_NE(std::string::npos, at_floor) << line;
+  ASSERT_NE(std::string::npos, at_phys) << line;
+  EXPECT_LT(at_floor, at_phys) << line;
+  EXPECT_NE(std::string::npos, tableComparisons({row}).find("phys: oneshot"))
+      << tableComparisons({row});
 }
 
 }  // namespace

@@ -129,6 +129,51 @@ TEST(BenchArgs, GraphsAndEagerTimingByDefaultAndByFlag) {
   EXPECT_EQ(0, z.graph_launches);  // waiting between calls: eager
 }
 
+TEST(BenchArgs, GraphZeroTimesEagerAndGraphSideBySide) {
+  // -G 0: eager calls, and graph replays of the same calls up to --graph-max-bytes.
+  const BenchOptions e = parsed("-G 0");
+  EXPECT_TRUE(e.eager_and_graph);
+  EXPECT_FALSE(usesGraph(e, 1024));       // the table's time columns stay eager
+  EXPECT_EQ(size_t{4} << 20, e.graph_max_bytes);  // tpar's default bound, not every size
+  EXPECT_EQ(size_t{1} << 20, parsed("-G 0 --graph-max-bytes 1M").graph_max_bytes);
+  // Graphs only, the default, or waiting between calls (a graph cannot): as before.
+  EXPECT_FALSE(parsed("-G 2").eager_and_graph);
+  EXPECT_FALSE(parsed("").eager_and_graph);
+  EXPECT_FALSE(parsed("-G 0 -z 1").eager_and_graph);
+  EXPECT_FALSE(parsed("-z 3").eager_and_graph);
+  // A child of a -G 0 run (NCCL variant, --procs rank) measures both too, with the same bound.
+  std::vector<std::string> args = childBenchArgs(parsed("-G 0 --graph-max-bytes 64K"), "nccl");
+  args.erase(args.begin());
+  BenchOptions c;
+  ASSERT_EQ("", parseBenchArgs(args, &c));
+  EXPECT_TRUE(c.eager_and_graph);
+  EXPECT_EQ(size_t{64} << 10, c.graph_max_bytes);
+}
+
+TEST(BenchArgs, HostCostTakesItsBatchAndRefusesWhatItCannotMeasure) {
+  const BenchOptions d = parsed("");
+  EXPECT_FALSE(d.host_cost);
+  const BenchOptions h = parsed("--host-cost");
+  EXPECT_TRUE(h.host_cost);
+  EXPECT_EQ(200, h.host_cost_batch);
+  EXPECT_EQ(50, h.host_cost_batches);
+  const BenchOptions b = parsed("--host-cost --host-cost-batch 64 --host-cost-batches 9");
+  EXPECT_EQ(64, b.host_cost_batch);
+  EXPECT_EQ(9, b.host_cost_batches);
+  const std::pair<const char*, const char*> bad[] = {
+      {"--host-cost --host-cost-batch 0", "--host-cost-batch"},
+      {"--host-cost --host-cost-batch 5000", "--host-cost-batch"},  // would fill the queue
+      {"--host-cost --host-cost-batches 0", "--host-cost-batches"},
+      {"--host-cost-batch 10", "need --host-cost"},
+      {"--host-cost --procs", "--procs"},
+  };
+  for (const auto& [line, says] : bad) {
+    BenchOptions o;
+    const std::string err = parseBenchArgs(words(line), &o);
+    EXPECT_NE(std::string::npos, err.find(says)) << line << ": '" << err << "'";
+  }
+}
+
 TEST(BenchArgs, TparLongOptionsStillWork) {
   BenchOptions o = parsed(
       "--backends tpar,nccl:shm,tpar:twoshot --ranks 2,8 --sizes 12K,112K,4096 --json "
@@ -232,6 +277,7 @@ std::vector<BenchRow> randomRows(std::mt19937* rng, int n) {
     r.wrong_out = wrong(*rng);
     r.wrong_in = wrong(*rng);
     r.chosen = pick(*rng) ? "twoshot" : "";
+    r.graph_us_out = pick(*rng) ? us(*rng) : -1;  // -G 0: above --graph-max-bytes, none
     rows.push_back(r);
   }
   return rows;
@@ -267,50 +313,65 @@ TEST(BenchTable, ReadsLikeNcclTestsOutput) {
   const std::vector<BenchRow> rows = randomRows(&rng, 40);
   for (const bool floors : {false, true}) {
     for (const bool timestamps : {false, true}) {
-      TableStyle style;
-      style.floors = floors;
-      style.timestamps = timestamps;
-      std::string text = tableHeader(style);
-      for (BenchRow r : rows) {
-        r.timestamp = "2026-01-02 03:04:05";
-        text += tableRow(r, style);
+      for (const bool eager_and_graph : {false, true}) {
+        TableStyle style;
+        style.floors = floors;
+        style.timestamps = timestamps;
+        style.eager_and_graph = eager_and_graph;
+        std::string text = tableHeader(style);
+        for (BenchRow r : rows) {
+          r.timestamp = "2026-01-02 03:04:05";
+          text += tableRow(r, style);
+        }
+        text += tableFooter(rows);
+        const auto got = tpar_test::parseNcclTestsOutput(text);
+        ASSERT_EQ("", got.error) << text;
+        // nccl-tests' 13 columns first, in its order; tpar's after them.
+        ASSERT_GE(got.columns.size(), ref.columns.size());
+        EXPECT_EQ(ref.columns, std::vector<std::string>(got.columns.begin(),
+                                                         got.columns.begin() + ref.columns.size()));
+        ASSERT_EQ(rows.size(), got.rows.size());
+        long long wrong = 0;
+        for (size_t i = 0; i < rows.size(); ++i) {
+          const BenchRow& r = rows[i];
+          const tpar_test::NcclTestsRow& g = got.rows[i];
+          EXPECT_EQ(static_cast<long long>(r.bytes), g.size);
+          EXPECT_EQ(static_cast<long long>(r.count), g.count);
+          EXPECT_EQ(ncclTestsTypeName(r.dtype), g.type);
+          EXPECT_EQ(ncclTestsOpName(r.op), g.redop);
+          EXPECT_EQ(-1, g.root);
+          // Printed in 7 (time) and 6 (bandwidth) characters: 2 decimals or 4 significant digits.
+          EXPECT_NEAR(r.us_out, g.out_of_place.time_us, std::max(0.006, r.us_out * 1e-3));
+          EXPECT_NEAR(r.us_in, g.in_place.time_us, std::max(0.006, r.us_in * 1e-3));
+          const double bw = busBandwidth(r.bytes, r.us_out, r.ranks);
+          EXPECT_NEAR(bw, g.out_of_place.busbw, std::max(0.006, bw * 1e-2));
+          EXPECT_EQ(r.wrong_out, g.out_of_place.wrong);
+          EXPECT_EQ(r.wrong_in, g.in_place.wrong);
+          wrong += std::max(0LL, r.wrong_out) + std::max(0LL, r.wrong_in);
+          // tpar's columns come after: (-S's date and time), backend, algo, (-G 0: graph,
+          // e-g), (floor, phys, x floor), and "not checked" on a row whose results were not
+          // compared (-c 0).
+          const size_t first = timestamps ? 2 : 0;
+          const bool unchecked = r.wrong_out < 0 && r.wrong_in < 0;
+          ASSERT_EQ(first + 2 + (eager_and_graph ? 2 : 0) + (floors ? 3 : 0) + (unchecked ? 2 : 0),
+                    g.extras.size());
+          EXPECT_EQ(r.backend, g.extras[first]);
+          EXPECT_EQ(r.chosen.empty() ? "-" : r.chosen, g.extras[first + 1]);
+          if (eager_and_graph && r.graph_us_out < 0) {
+            EXPECT_EQ("-", g.extras[first + 2]);
+            EXPECT_EQ("-", g.extras[first + 3]);
+          } else if (eager_and_graph) {
+            const double graph = std::stod(g.extras[first + 2]);
+            const double diff = std::stod(g.extras[first + 3]);
+            EXPECT_NEAR(r.graph_us_out, graph, std::max(0.006, r.graph_us_out * 1e-3));
+            const double want = r.us_out - r.graph_us_out;
+            EXPECT_NEAR(want, diff, std::max(0.006, std::abs(want) * 2e-2));
+          }
+          if (unchecked) EXPECT_EQ("checked", g.extras.back());
+        }
+        EXPECT_EQ(wrong, got.out_of_bounds);
+        EXPECT_FALSE(got.avg_busbw.empty());
       }
-      text += tableFooter(rows);
-      const auto got = tpar_test::parseNcclTestsOutput(text);
-      ASSERT_EQ("", got.error) << text;
-      // nccl-tests' 13 columns first, in its order; tpar's after them.
-      ASSERT_GE(got.columns.size(), ref.columns.size());
-      EXPECT_EQ(ref.columns, std::vector<std::string>(got.columns.begin(),
-                                                       got.columns.begin() + ref.columns.size()));
-      ASSERT_EQ(rows.size(), got.rows.size());
-      long long wrong = 0;
-      for (size_t i = 0; i < rows.size(); ++i) {
-        const BenchRow& r = rows[i];
-        const tpar_test::NcclTestsRow& g = got.rows[i];
-        EXPECT_EQ(static_cast<long long>(r.bytes), g.size);
-        EXPECT_EQ(static_cast<long long>(r.count), g.count);
-        EXPECT_EQ(ncclTestsTypeName(r.dtype), g.type);
-        EXPECT_EQ(ncclTestsOpName(r.op), g.redop);
-        EXPECT_EQ(-1, g.root);
-        // Printed in 7 (time) and 6 (bandwidth) characters: 2 decimals or 4 significant digits.
-        EXPECT_NEAR(r.us_out, g.out_of_place.time_us, std::max(0.006, r.us_out * 1e-3));
-        EXPECT_NEAR(r.us_in, g.in_place.time_us, std::max(0.006, r.us_in * 1e-3));
-        const double bw = busBandwidth(r.bytes, r.us_out, r.ranks);
-        EXPECT_NEAR(bw, g.out_of_place.busbw, std::max(0.006, bw * 1e-2));
-        EXPECT_EQ(r.wrong_out, g.out_of_place.wrong);
-        EXPECT_EQ(r.wrong_in, g.in_place.wrong);
-        wrong += std::max(0LL, r.wrong_out) + std::max(0LL, r.wrong_in);
-        // tpar's columns come after: (-S's date and time), backend, algo, (floor, x floor),
-        // and "not checked" on a row whose results were not compared (-c 0).
-        const size_t first = timestamps ? 2 : 0;
-        const bool unchecked = r.wrong_out < 0 && r.wrong_in < 0;
-        ASSERT_EQ(first + 2 + (floors ? 2 : 0) + (unchecked ? 2 : 0), g.extras.size());
-        EXPECT_EQ(r.backend, g.extras[first]);
-        EXPECT_EQ(r.chosen.empty() ? "-" : r.chosen, g.extras[first + 1]);
-        if (unchecked) EXPECT_EQ("checked", g.extras.back());
-      }
-      EXPECT_EQ(wrong, got.out_of_bounds);
-      EXPECT_FALSE(got.avg_busbw.empty());
     }
   }
 }
@@ -418,6 +479,78 @@ TEST(BenchJson, RowsCarryEveryColumnAndComeBack) {
     EXPECT_DOUBLE_EQ(r.us_out, back.us_out);
     EXPECT_EQ(r.wrong_in, back.wrong_in);
   }
+}
+
+TEST(BenchJson, EagerAndGraphTimesTravelAndComeBack) {
+  BenchRow r;
+  r.backend = "tpar";
+  r.ranks = 2;
+  r.bytes = 12288;
+  r.count = 6144;
+  r.us_out = 3.25;
+  r.us_in = 3.5;
+  r.graph_us_out = 2.86;
+  r.graph_us_in = 2.9;
+  r.wrong_out = r.wrong_in = 0;
+  const auto j = rowToJson(r);
+  EXPECT_DOUBLE_EQ(3.25, j["eager_us_out_of_place"].get<double>());
+  EXPECT_DOUBLE_EQ(2.86, j["graph_us_out_of_place"].get<double>());
+  EXPECT_DOUBLE_EQ(2.9, j["graph_us_in_place"].get<double>());
+  EXPECT_NEAR(0.39, j["eager_minus_graph_us_out_of_place"].get<double>(), 1e-12);
+  EXPECT_NEAR(0.6, j["eager_minus_graph_us_in_place"].get<double>(), 1e-12);
+  const BenchRow back = rowFromJson(j);  // a --procs rank's row, read by its parent
+  EXPECT_DOUBLE_EQ(2.86, back.graph_us_out);
+  EXPECT_DOUBLE_EQ(2.9, back.graph_us_in);
+  // Not measured (graph-only runs, sizes above the bound): no graph keys, and none come back.
+  BenchRow g = r;
+  g.graph_us_out = g.graph_us_in = -1;
+  EXPECT_FALSE(rowToJson(g).contains("graph_us_out_of_place"));
+  EXPECT_GT(0, rowFromJson(rowToJson(g)).graph_us_out);
+}
+
+TEST(BenchHostCost, LineHeaderAndJsonCarryCallBareAndTheirDifference) {
+  HostCostRow r;
+  r.backend = "tpar";
+  r.ranks = 2;
+  r.bytes = 12288;
+  r.chosen = "oneshot";
+  r.batch = 200;
+  r.batches = 50;
+  r.median_us = 2.37;
+  r.min_us = 2.12;
+  r.bare_median_us = 1.62;
+  r.bare_min_us = 1.5;
+  r.overlap = true;
+  r.wrong = 0;
+  EXPECT_NEAR(0.75, r.overheadUs(), 1e-12);
+  const std::string header = hostCostHeader();
+  for (const char* col : {"size", "backend", "algo", "ranks", "call", "bare", "call-bare", "#wrong"})
+    EXPECT_NE(std::string::npos, header.find(col)) << col << " in " << header;
+  EXPECT_EQ('#', header[0]);
+  std::istringstream line(hostCostLine(r));
+  std::vector<std::string> cols;
+  for (std::string c; line >> c;) cols.push_back(c);
+  ASSERT_EQ(10u, cols.size()) << hostCostLine(r);
+  EXPECT_EQ("12288", cols[0]);
+  EXPECT_EQ("tpar", cols[1]);
+  EXPECT_EQ("oneshot", cols[2]);
+  EXPECT_EQ("2", cols[3]);
+  EXPECT_DOUBLE_EQ(2.37, std::stod(cols[4]));
+  EXPECT_DOUBLE_EQ(2.12, std::stod(cols[5]));
+  EXPECT_DOUBLE_EQ(1.62, std::stod(cols[6]));
+  EXPECT_DOUBLE_EQ(1.5, std::stod(cols[7]));
+  EXPECT_DOUBLE_EQ(0.75, std::stod(cols[8]));
+  EXPECT_EQ("0", cols[9]);
+  const auto j = hostCostToJson(r);
+  EXPECT_NEAR(0.75, j["overhead_us"].get<double>(), 1e-12);
+  EXPECT_DOUBLE_EQ(1.62, j["bare_median_us"].get<double>());
+  EXPECT_TRUE(j["checked"].get<bool>());
+  EXPECT_TRUE(j["bare_overlap"].get<bool>());
+  // Unchecked: says so, never a zero.
+  r.wrong = -1;
+  EXPECT_NE(std::string::npos, hostCostLine(r).find("N/A")) << hostCostLine(r);
+  EXPECT_NE(std::string::npos, hostCostLine(r).find("not checked")) << hostCostLine(r);
+  EXPECT_FALSE(hostCostToJson(r)["checked"].get<bool>());
 }
 
 TEST(MachineReport, NamesTheRunEvenWithoutAGpu) {

@@ -149,6 +149,10 @@ void printPreamble(const BenchOptions& opt, const std::vector<int>& rank_counts)
               sizes.back(), factor ? opt.factor : static_cast<double>(opt.step_bytes),
               factor ? "factor" : "bytes", opt.warmup, opt.iters, opt.agg_iters, opt.check_iters,
               opt.graph_launches);
+  if (opt.eager_and_graph)
+    std::printf("# -G 0: time = eager calls; graph = one CUDA-graph replay of the same calls "
+                "(sizes up to %zu B); e-g = eager - graph (out of place)\n",
+                opt.graph_max_bytes);
   if (opt.blocking) std::printf("# Blocking Enabled: wait after every %s\n",
                                 opt.blocking == 3 ? "iteration" : "call");
   if (opt.parallel_init)
@@ -214,6 +218,17 @@ std::string measureBenchRow(Backend& b, Ranks& rk, size_t bytes, tparDataType_t 
     const double us = opt.report_cputime ? t.cpu_us : averageRankTimes(t.rank_us, opt.average);
     (in_place ? row->us_in : row->us_out) = us;
     (in_place ? row->rank_us_in : row->rank_us_out) = t.rank_us;
+    // -G 0: the same calls from one graph replay, right after the eager ones.
+    if (opt.eager_and_graph && row->bytes <= opt.graph_max_bytes) {
+      TimingPlan graph_plan = plan;
+      graph_plan.graph_launches = 1;
+      graph_plan.blocking = 0;
+      Timing g;
+      if (std::string e = timeCalls(rk, graph_plan, issue, &g); !e.empty()) return e;
+      if (std::string e = b.asyncError(); !e.empty()) return e;
+      (in_place ? row->graph_us_in : row->graph_us_out) =
+          opt.report_cputime ? g.cpu_us : averageRankTimes(g.rank_us, opt.average);
+    }
     // Checked: -c calls, each on fresh inputs over a poisoned output; the first wrong one ends
     // the checks.
     long long wrong = opt.check_iters > 0 ? 0 : -1;
@@ -237,6 +252,9 @@ bool setHostFloor(BenchRow* row, const HostLinkSummary& link, int ranks_per_link
   if (row->transport != tparTransportName(tparTransportHost) || !link.measured) return false;
   row->has_floor = hostLinkFloor(row->chosen, row->bytes, row->ranks, ranks_per_link,
                                  link.write_gbps, link.read_gbps, link.rtt_us, &row->floor);
+  row->has_phys = row->has_floor &&
+                  lowestHostFloor(row->bytes, row->ranks, ranks_per_link, link, &row->phys,
+                                  &row->phys_algo);
   return row->has_floor;
 }
 
@@ -262,6 +280,15 @@ nlohmann::json rowToJson(const BenchRow& r) {
   if (!r.fallback.empty()) j["fallback"] = r.fallback;
   if (!r.transport.empty()) j["transport"] = r.transport;
   if (!r.timestamp.empty()) j["timestamp"] = r.timestamp;
+  if (r.graph_us_out >= 0 || r.graph_us_in >= 0) {
+    // Eager next to graph (-G 0): us_* are the eager times.
+    j["eager_us_out_of_place"] = r.us_out;
+    j["eager_us_in_place"] = r.us_in;
+    j["graph_us_out_of_place"] = r.graph_us_out;
+    j["graph_us_in_place"] = r.graph_us_in;
+    j["eager_minus_graph_us_out_of_place"] = r.us_out - r.graph_us_out;
+    j["eager_minus_graph_us_in_place"] = r.us_in - r.graph_us_in;
+  }
   if (r.has_floor) {
     j["floor_us"] = r.floor.us;
     j["floor_write_bytes"] = r.floor.write_bytes;
@@ -269,6 +296,12 @@ nlohmann::json rowToJson(const BenchRow& r) {
     j["floor_rounds"] = r.floor.rounds;
     j["x_floor_out_of_place"] = r.floor.us > 0 ? r.us_out / r.floor.us : 0.0;
     j["x_floor_in_place"] = r.floor.us > 0 ? r.us_in / r.floor.us : 0.0;
+  }
+  if (r.has_phys) {
+    j["phys_floor_us"] = r.phys.us;
+    j["phys_floor_algo"] = r.phys_algo;
+    j["phys_floor_rounds"] = r.phys.rounds;
+    j["x_phys_out_of_place"] = r.phys.us > 0 ? r.us_out / r.phys.us : 0.0;
   }
   return j;
 }
@@ -297,6 +330,8 @@ BenchRow rowFromJson(const nlohmann::json& j) {
   r.transport = j.value("transport", "");
   r.fallback = j.value("fallback", "");
   r.timestamp = j.value("timestamp", "");
+  r.graph_us_out = j.value("graph_us_out_of_place", -1.0);
+  r.graph_us_in = j.value("graph_us_in_place", -1.0);
   return r;
 }
 
@@ -317,6 +352,7 @@ int runBench(const BenchOptions& opt) {
   if (gpus.empty()) return fail(why + "; nothing to measure", kExitNoGpu);
   const int ngpus = static_cast<int>(gpus.size());
   if (opt.worker_rank >= 0) return runBenchWorker(opt, ngpus);
+  if (opt.host_cost) return runHostCost(opt, gpus);
   const std::vector<int> rank_counts = benchRankCounts(opt, ngpus);
   const std::vector<std::string> backends =
       opt.backends.empty() ? defaultBackends(ngpus) : opt.backends;
@@ -360,6 +396,7 @@ int runBench(const BenchOptions& opt) {
       style.cputime = opt.report_cputime != 0;
       style.timestamps = opt.report_timestamps != 0;
       style.floors = !child && links.measured(devs);
+      style.eager_and_graph = opt.eager_and_graph;
       auto print = [&](const BenchRow& row) {
         std::printf("%s", tableRow(row, style).c_str());
         std::fflush(stdout);
@@ -458,7 +495,7 @@ int runBench(const BenchOptions& opt) {
     for (tparDataType_t d : opt.dtypes) j["dtypes"].push_back(ncclTestsTypeName(d));
     j["ops"] = nlohmann::json::array();
     for (tparRedOp_t o : opt.ops) j["ops"].push_back(ncclTestsOpName(o));
-    j["timing"] = opt.graph_launches > 0 ? "graph" : "eager";
+    j["timing"] = opt.graph_launches > 0 ? "graph" : opt.eager_and_graph ? "eager+graph" : "eager";
     j["graph_launches"] = opt.graph_launches;
     j["graph_max_bytes"] = opt.graph_max_bytes;
     j["iters"] = opt.iters;

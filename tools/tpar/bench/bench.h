@@ -41,6 +41,9 @@ struct BenchOptions {
   int graph_launches = 1;         // -G: replays of the captured iterations (0: eager)
   bool graph_given = false;       // -G was on the command line: it applies to every size
   size_t graph_max_bytes = 4u << 20;  // without -G (or --graph-max-bytes): eager above this
+  // -G 0 given (without -z): every row is timed eagerly and, up to graph_max_bytes, from graph
+  // replays of the same calls too, printed side by side.
+  bool eager_and_graph = false;
   int report_cputime = 0;         // -C: report the host time to issue a call
   int report_timestamps = 0;      // -S: a timestamp after each row's nccl-tests columns
   int average = 3;                // -a: rank time reported: 0 rank 0, 1 mean, 2 min, 3 max
@@ -56,6 +59,11 @@ struct BenchOptions {
   // TPAR_CONFIG_UNDEF_INT: TPAR_TRANSPORT decides.
   int transport = TPAR_CONFIG_UNDEF_INT;
   bool procs = false;             // one process per rank instead of one thread for all
+  // --host-cost: instead of the table, the host time to enqueue one call with every rank's
+  // stream held (no launch queue fills), against a bare launch of tpar's parameter size.
+  bool host_cost = false;
+  int host_cost_batch = 200;      // --host-cost-batch: calls timed per hold
+  int host_cost_batches = 50;     // --host-cost-batches: holds per size
   std::string rows_path;          // internal: a child writes its rows here
   int worker_rank = -1;           // internal: this process is rank worker_rank of worker_world
   int worker_world = 0;
@@ -110,12 +118,20 @@ struct BenchRow {
   std::string fallback;
   bool graph = true;
   double us_out = 0, us_in = 0;    // the time -a reports (host time with -C)
+  // -G 0 (eager_and_graph): the same calls from graph replays; < 0 where not measured (above
+  // --graph-max-bytes). us_out/us_in are then the eager times.
+  double graph_us_out = -1, graph_us_in = -1;
   std::vector<double> rank_us_out, rank_us_in;  // each rank's, when measured per rank
   long long wrong_out = -1, wrong_in = -1;  // -1: not checked
   std::string transport;  // where the receive regions were (tparTransportName); "" unknown
   std::string timestamp;  // -S
   bool has_floor = false;  // floor is set: host transport, modelled algorithm, link measured
   HostLinkFloor floor;
+  // The physical floor: the lowest floor over every algorithm that could carry this message
+  // (lowestHostFloor), and which one it is. Set with `floor`.
+  bool has_phys = false;
+  HostLinkFloor phys;
+  std::string phys_algo;
 };
 
 // Reduces per-rank times as -a asks: 0 rank 0, 1 mean, 2 min, 3 max (0 for an empty list).
@@ -128,9 +144,17 @@ struct HostLinkSummary {
   double rtt_us = 0;  // one-way flag hand-off through host memory (LinkMeasure::latency_us)
 };
 
-// Sets row->floor (hostLinkFloor of the algorithm the row ran) when it ran on the host
-// transport and `link` was measured; `ranks_per_link`: the most ranks on one GPU.
+// Sets row->floor (hostLinkFloor of the algorithm the row ran) and row->phys (lowestHostFloor)
+// when it ran on the host transport and `link` was measured; `ranks_per_link`: the most ranks
+// on one GPU.
 bool setHostFloor(BenchRow* row, const HostLinkSummary& link, int ranks_per_link);
+
+// The lowest hostLinkFloor over every algorithm of the registry that could run `bytes` over
+// `nranks` ranks here: those that need islands (a topology the floor does not know) and those
+// below their minimum rank count are left out. One piece each: splitting only adds rounds, so
+// this bounds every split from below. False when none has a model.
+bool lowestHostFloor(size_t bytes, int nranks, int ranks_per_link, const HostLinkSummary& link,
+                     HostLinkFloor* out, std::string* algo);
 
 nlohmann::json rowToJson(const BenchRow& row);
 BenchRow rowFromJson(const nlohmann::json& j);
@@ -142,7 +166,8 @@ BenchRow rowFromJson(const nlohmann::json& j);
 struct TableStyle {
   bool cputime = false;     // -C: the time columns are named "cputime"
   bool timestamps = false;  // -S
-  bool floors = false;
+  bool floors = false;      // floor, phys and x floor after algo
+  bool eager_and_graph = false;  // graph and e-g (out of place) after algo
 };
 std::string tableHeader(const TableStyle& style);
 std::string tableRow(const BenchRow& row, const TableStyle& style);
@@ -159,8 +184,28 @@ std::string closingLines(const std::vector<BenchRow>& rows);
 // The note printed before a backend's rows when its forced algorithm cannot run here.
 std::string fallbackNote(const std::string& backend, int ranks, const std::string& fallback);
 
+// The host cost of one call (--host-cost) for one backend, rank count and size: per rank and
+// call, over `batches` holds of `batch` calls each (bench_host_cost.cu).
+struct HostCostRow {
+  std::string backend;
+  int ranks = 0;
+  size_t bytes = 0;
+  std::string chosen;
+  int batch = 0, batches = 0;
+  double median_us = 0, min_us = 0;            // the backend's call
+  double bare_median_us = 0, bare_min_us = 0;  // a bare launch of the same parameter size
+  bool overlap = false;  // the bare launches carried programmatic stream serialization
+  long long wrong = -1;  // elements wrong over every batch's checked outputs (-1: not checked)
+  double overheadUs() const { return median_us - bare_median_us; }
+};
+std::string hostCostHeader();
+std::string hostCostLine(const HostCostRow& row);
+nlohmann::json hostCostToJson(const HostCostRow& row);
+
 // Runs the benchmark, prints the tables; returns the exit code (common/exit_codes.h).
 int runBench(const BenchOptions& opt);
+// --host-cost instead of the table (bench_host_cost.cu); the exit code.
+int runHostCost(const BenchOptions& opt, const std::vector<GpuInfo>& gpus);
 
 }  // namespace tpar_cli
 

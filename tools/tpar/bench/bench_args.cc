@@ -235,6 +235,19 @@ void registerOptions(CLI::App* app, BenchOptions* opt, Accepted* given,
          "largest message timed from graph replays; larger ones run eagerly")
       ->default_str(bytesText(opt->graph_max_bytes));
   app->add_flag("--procs", opt->procs, "one process per rank (default: one thread drives all)");
+  app->add_flag("--host-cost", opt->host_cost,
+                "instead of the table: the host time to enqueue one call, every rank's stream "
+                "held by a spin kernel so that no launch queue fills, against a bare launch of "
+                "the same parameter size and launch attributes (results checked after each "
+                "release)");
+  app->add_option("--host-cost-batch", opt->host_cost_batch,
+                  "--host-cost: calls timed per hold (few enough not to fill the launch queue)")
+      ->check(CLI::Range(1, 1000))
+      ->capture_default_str();
+  app->add_option("--host-cost-batches", opt->host_cost_batches,
+                  "--host-cost: holds per size; the median and minimum over them are reported")
+      ->check(CLI::Range(1, 100000))
+      ->capture_default_str();
   app->add_option("--rows-json", opt->rows_path, "internal: rows of a child run")->group("");
   app->add_option("--worker-rank", opt->worker_rank, "internal")->group("");
   app->add_option("--worker-world", opt->worker_world, "internal")->group("");
@@ -248,8 +261,14 @@ std::string finish(const CLI::App& app, const Accepted& given, BenchOptions* opt
   if (has("--stepbytes") && !has("--stepfactor")) opt->factor = 1.0;
   opt->graph_given = has("--cudagraph");
   // nccl-tests times every size from graphs under -G; an explicit --graph-max-bytes still bounds.
-  if (opt->graph_given && !has("--graph-max-bytes"))
+  // -G 0 times eagerly and, up to --graph-max-bytes (default or given), from graphs beside.
+  if (opt->graph_given && opt->graph_launches > 0 && !has("--graph-max-bytes"))
     opt->graph_max_bytes = std::numeric_limits<size_t>::max();
+  opt->eager_and_graph = opt->graph_given && opt->graph_launches == 0 && opt->blocking == 0;
+  if ((has("--host-cost-batch") || has("--host-cost-batches")) && !opt->host_cost)
+    return "--host-cost-batch and --host-cost-batches need --host-cost";
+  if (opt->host_cost && opt->procs)
+    return "--host-cost measures one thread driving every rank; --procs is not supported with it";
   if (has("--ranks") && (has("--nthreads") || has("--ngpus")))
     return "--ranks and -t/-g both give the rank count: use one of them";
   if (opt->stream_null != 0)

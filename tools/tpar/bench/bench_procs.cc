@@ -234,11 +234,14 @@ std::string runBenchProcs(const BenchOptions& opt, int n, int ngpus,
       m.virtual_ranks = n > ngpus;
       m.rank_us_out.clear();
       m.rank_us_in.clear();
+      std::vector<double> graph_out, graph_in;  // -G 0: each rank's graph times (-1: none)
       for (int r = 0; r < n; ++r) {
         if (i >= per_rank[r].size()) return name + ": rank " + std::to_string(r) + " has fewer rows";
         const BenchRow& q = per_rank[r][i];
         m.rank_us_out.push_back(q.us_out);
         m.rank_us_in.push_back(q.us_in);
+        graph_out.push_back(q.graph_us_out);
+        graph_in.push_back(q.graph_us_in);
         if (r > 0) {
           m.wrong_out = (m.wrong_out < 0 || q.wrong_out < 0) ? -1 : m.wrong_out + q.wrong_out;
           m.wrong_in = (m.wrong_in < 0 || q.wrong_in < 0) ? -1 : m.wrong_in + q.wrong_in;
@@ -246,6 +249,11 @@ std::string runBenchProcs(const BenchOptions& opt, int n, int ngpus,
       }
       m.us_out = averageRankTimes(m.rank_us_out, opt.average);
       m.us_in = averageRankTimes(m.rank_us_in, opt.average);
+      auto graphTime = [&](const std::vector<double>& us) {
+        return *std::min_element(us.begin(), us.end()) < 0 ? -1.0 : averageRankTimes(us, opt.average);
+      };
+      m.graph_us_out = graphTime(graph_out);
+      m.graph_us_in = graphTime(graph_in);
       annotate(&m);
       rows->push_back(m);
       print(m);

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "core/algorithms.h"
 #include "tools/tpar/bench/bench.h"
 
 namespace tpar_cli {
@@ -71,9 +72,13 @@ std::string tableHeader(const TableStyle& style) {
   }
   names += fmt("  %-17s %12s", "backend", "algo");
   units += fmt("  %-17s %12s", "", "");
+  if (style.eager_and_graph) {
+    names += fmt(" %9s %8s", "graph", "e-g");
+    units += fmt(" %9s %8s", "(us)", "(us)");
+  }
   if (style.floors) {
-    names += fmt(" %9s %7s", "floor", "x floor");
-    units += fmt(" %9s %7s", "(us)", "");
+    names += fmt(" %9s %9s %7s", "floor", "phys", "x floor");
+    units += fmt(" %9s %9s %7s", "(us)", "(us)", "");
   }
   return s + names + "\n" + units + "\n";
 }
@@ -85,10 +90,15 @@ std::string tableRow(const BenchRow& r, const TableStyle& style) {
   s += half(r.us_in, r.bytes, r.ranks, r.wrong_in);
   if (style.timestamps) s += fmt("  %19s", r.timestamp.empty() ? "-" : r.timestamp.c_str());
   s += fmt("  %-17s %12s", r.backend.c_str(), r.chosen.empty() ? "-" : r.chosen.c_str());
+  if (style.eager_and_graph && r.graph_us_out >= 0)
+    s += " " + fitted(r.graph_us_out, 9) + " " + fitted(r.us_out - r.graph_us_out, 8);
+  else if (style.eager_and_graph)
+    s += fmt(" %9s %8s", "-", "-");
   if (style.floors && r.has_floor)
-    s += fmt(" %9.2f %7.2f", r.floor.us, r.floor.us > 0 ? r.us_out / r.floor.us : 0.0);
+    s += fmt(" %9.2f %9s %7.2f", r.floor.us, r.has_phys ? fitted(r.phys.us, 9).c_str() : "-",
+             r.floor.us > 0 ? r.us_out / r.floor.us : 0.0);
   else if (style.floors)
-    s += fmt(" %9s %7s", "-", "-");
+    s += fmt(" %9s %9s %7s", "-", "-", "-");
   if (!checked(r)) s += "  not checked";
   return s + "\n";
 }
@@ -156,9 +166,65 @@ std::string tableComparisons(const std::vector<BenchRow>& rows) {
                r.backend.c_str(), r.ranks, r.bytes, r.chosen.c_str(), r.floor.write_bytes / 1e6,
                r.floor.read_bytes / 1e6, r.floor.rounds, r.floor.us, r.us_out,
                r.floor.us > 0 ? r.us_out / r.floor.us : 0.0);
+      if (r.has_phys)
+        s += fmt("#  %-17s %3d ranks %12zu B phys: %s, %d rounds, floor %8.2f us, time over it "
+                 "%6.2fx\n",
+                 r.backend.c_str(), r.ranks, r.bytes, r.phys_algo.c_str(), r.phys.rounds,
+                 r.phys.us, r.phys.us > 0 ? r.us_out / r.phys.us : 0.0);
     }
   }
   return s;
+}
+
+bool lowestHostFloor(size_t bytes, int nranks, int ranks_per_link, const HostLinkSummary& link,
+                     HostLinkFloor* out, std::string* algo) {
+  bool any = false;
+  for (const tpar::Algorithm& a : tpar::algorithms()) {
+    if (a.needs_islands || nranks < a.min_ranks) continue;
+    HostLinkFloor f;
+    if (!hostLinkFloor(a.name, bytes, nranks, ranks_per_link, link.write_gbps, link.read_gbps,
+                       link.rtt_us, &f))
+      continue;
+    if (!any || f.us < out->us) {
+      *out = f;
+      *algo = a.name;
+      any = true;
+    }
+  }
+  return any;
+}
+
+std::string hostCostHeader() {
+  return fmt("# %10s  %-17s %12s %5s  %9s %9s  %9s %9s  %9s  %6s\n", "size", "backend", "algo",
+             "ranks", "call", "call", "bare", "bare", "call-bare", "#wrong") +
+         fmt("# %10s  %-17s %12s %5s  %9s %9s  %9s %9s  %9s  %6s\n", "(B)", "", "", "",
+             "med(us)", "min(us)", "med(us)", "min(us)", "(us)", "");
+}
+
+std::string hostCostLine(const HostCostRow& r) {
+  const std::string w = r.wrong < 0 ? "N/A" : std::to_string(r.wrong);
+  return fmt("%12zu  %-17s %12s %5d  %s %s  %s %s  %s  %6s%s\n", r.bytes, r.backend.c_str(),
+             r.chosen.empty() ? "-" : r.chosen.c_str(), r.ranks, fitted(r.median_us, 9).c_str(),
+             fitted(r.min_us, 9).c_str(), fitted(r.bare_median_us, 9).c_str(),
+             fitted(r.bare_min_us, 9).c_str(), fitted(r.overheadUs(), 9).c_str(), w.c_str(),
+             r.wrong < 0 ? "  not checked" : "");
+}
+
+nlohmann::json hostCostToJson(const HostCostRow& r) {
+  return {{"backend", r.backend},
+          {"ranks", r.ranks},
+          {"bytes", r.bytes},
+          {"chosen", r.chosen},
+          {"batch", r.batch},
+          {"batches", r.batches},
+          {"median_us", r.median_us},
+          {"min_us", r.min_us},
+          {"bare_median_us", r.bare_median_us},
+          {"bare_min_us", r.bare_min_us},
+          {"overhead_us", r.overheadUs()},
+          {"bare_overlap", r.overlap},
+          {"wrong", r.wrong},
+          {"checked", r.wrong >= 0}};
 }
 
 std::string fallbackNote(const std::string& backend, int ranks, const std::string& fallback) {

@@ -6,6 +6,9 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include "core/env.h"
+#include "kernels/launch.h"
+
 namespace tpar_cli {
 namespace {
 
@@ -51,6 +54,34 @@ __global__ void countWrong(const void* out, size_t count, int dtype, int op, int
 }
 
 __global__ void emptyKernel() {}
+
+// The parameter of launchBare's kernel: as large and aligned as tpar's, so that the driver
+// copies as many argument bytes per launch.
+struct alignas(alignof(tpar::kernels::AllReduceArgs)) BareArgs {
+  unsigned char bytes[sizeof(tpar::kernels::AllReduceArgs)];
+};
+static_assert(sizeof(BareArgs) == sizeof(tpar::kernels::AllReduceArgs),
+              "the bare launch must pass as many parameter bytes as tpar's kernels");
+
+__global__ void bareKernel(BareArgs) {}
+
+__device__ inline uint64_t globalTimerNs() {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+// Spins until flag[0] is set or `timeout_ns` passed; a timeout is recorded in flag[1].
+__global__ void spinUntilReleased(volatile unsigned* flag, uint64_t timeout_ns) {
+  const uint64_t start = globalTimerNs();
+  while (flag[0] == 0) {
+    if (globalTimerNs() - start > timeout_ns) {
+      flag[1] = 1;
+      return;
+    }
+    __nanosleep(256);
+  }
+}
 
 }  // namespace
 
@@ -248,6 +279,78 @@ std::string timeCalls(Ranks& rk, const TimingPlan& plan, const std::function<std
   out->cpu_us = std::chrono::duration<double, std::micro>(t1 - t0).count() / calls;
   cleanup();
   return rk.sync();
+}
+
+StreamHold::~StreamHold() {
+  if (flag_ == nullptr) return;
+  flag_[0] = 1;  // no spin may outlive the flag: release them all, wait for every device
+  for (int dev : devs_) {
+    cudaSetDevice(dev);
+    cudaDeviceSynchronize();
+  }
+  cudaFreeHost(const_cast<unsigned*>(flag_));
+}
+
+std::string StreamHold::init(Ranks& rk) {
+  TPAR_CLI_CUDA(setDevice(rk.devs[0]));
+  void* p = nullptr;
+  TPAR_CLI_CUDA(cudaHostAlloc(&p, 2 * sizeof(unsigned), cudaHostAllocMapped | cudaHostAllocPortable));
+  flag_ = static_cast<volatile unsigned*>(p);
+  devs_ = rk.devs;
+  flag_[0] = 0;
+  flag_[1] = 0;
+  for (int dev : rk.devs) {
+    TPAR_CLI_CUDA(setDevice(dev));
+    cudaFuncAttributes attr;
+    TPAR_CLI_CUDA(cudaFuncGetAttributes(&attr, spinUntilReleased));
+    TPAR_CLI_CUDA(cudaFuncGetAttributes(&attr, bareKernel));
+  }
+  return "";
+}
+
+std::string StreamHold::hold(Ranks& rk, unsigned timeout_ms) {
+  flag_[0] = 0;
+  flag_[1] = 0;
+  for (size_t r = 0; r < rk.devs.size(); ++r) {
+    TPAR_CLI_CUDA(setDevice(rk.devs[r]));
+    spinUntilReleased<<<1, 1, 0, rk.streams[r]>>>(flag_, uint64_t{timeout_ms} * 1000000);
+    TPAR_CLI_CUDA(cudaGetLastError());
+  }
+  return "";
+}
+
+void StreamHold::release() { flag_[0] = 1; }
+
+bool StreamHold::timedOut() const { return flag_[1] != 0; }
+
+std::string launchBare(Ranks& rk, int calls, bool overlap, int blocks, int threads) {
+  BareArgs args{};
+  void* params[] = {&args};
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(blocks);
+  config.blockDim = dim3(threads);
+  config.attrs = overlap ? attr : nullptr;
+  config.numAttrs = overlap ? 1 : 0;
+  // Call by call over the ranks, as the all-reduces are issued (Backend::allReduce).
+  for (int c = 0; c < calls; ++c) {
+    for (size_t r = 0; r < rk.devs.size(); ++r) {
+      TPAR_CLI_CUDA(setDevice(rk.devs[r]));
+      config.stream = rk.streams[r];
+      TPAR_CLI_CUDA(cudaLaunchKernelExC(&config, reinterpret_cast<const void*>(bareKernel), params));
+    }
+  }
+  return "";
+}
+
+bool tparLaunchOverlap(int dev) {
+  const tpar::Env* env = nullptr;
+  if (tpar::processEnv(&env) != tparSuccess || env == nullptr || !env->launch_overlap) return false;
+  int major = 0;
+  return cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess &&
+         major >= 9;
 }
 
 std::string timeIt(Ranks& rk, int iters, int warmup, bool graph,

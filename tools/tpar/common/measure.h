@@ -80,6 +80,36 @@ std::string timeIt(Ranks& rk, int iters, int warmup, bool graph,
 // The launch floor of this setup: every rank's stream replays empty kernels, all together.
 std::string timeFloor(Ranks& rk, int iters, double* us);
 
+// Holds every rank's stream with one spin kernel that waits for release() (tpar bench
+// --host-cost): calls enqueued behind it only queue, so their host cost is the enqueue alone.
+// The spin gives up after `timeout_ms` (nothing can hang); timedOut() then says the hold ended
+// early and the timing is void.
+class StreamHold {
+ public:
+  StreamHold() = default;
+  StreamHold(const StreamHold&) = delete;
+  StreamHold& operator=(const StreamHold&) = delete;
+  ~StreamHold();
+  // Allocates the flag and loads the spin kernel (NOTE [preload]) on every rank's device.
+  std::string init(Ranks& rk);
+  std::string hold(Ranks& rk, unsigned timeout_ms);
+  void release();
+  bool timedOut() const;
+
+ private:
+  volatile unsigned* flag_ = nullptr;  // pinned, mapped: [0] release, [1] a spin timed out
+  std::vector<int> devs_;
+};
+
+// Enqueues `calls` launches per rank of an empty kernel whose parameter is as large as tpar's
+// (sizeof(tpar::kernels::AllReduceArgs)), with tpar's launch attributes: programmatic stream
+// serialization when `overlap` (src/core/launch.cc), grid `blocks` x `threads`.
+std::string launchBare(Ranks& rk, int calls, bool overlap, int blocks, int threads);
+
+// Whether tpar launches with programmatic stream serialization on `dev` (TPAR_LAUNCH_OVERLAP
+// and compute capability 9.0 or newer, as the communicator decides).
+bool tparLaunchOverlap(int dev);
+
 }  // namespace tpar_cli
 
 #endif  // TPAR_TOOLS_MEASURE_H_
