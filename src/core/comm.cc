@@ -320,24 +320,26 @@ Fallback forcedFallback(const tparComm* comm) {
   return forcedFallback(comm->cfg.forced_algo, comm->tuner_ctx);
 }
 
-tparResult_t allReduce(tparComm* comm, const void* send, void* recv, size_t count,
-                       tparDataType_t dtype, tparRedOp_t op, cudaStream_t stream) {
-  const size_t esize = elementBytes(dtype);
-  const uint64_t bytes = uint64_t(count) * esize;
-  Plan plan = planFor(comm, bytes, dtype);
-  if (plan.nccl) return ncclRouteAllReduce(comm, send, recv, count, dtype, op, stream);
-  if (algorithm(plan.algo).needs_islands && !comm->hier_ok) plan.algo = kernels::Algo::kTwoShot;
-  const Algorithm& algo = algorithm(plan.algo);
-  AlgoShape shape;
-  shape.nranks = comm->nranks;
-  shape.hier_m = comm->hier_m;
-  shape.hier_k = comm->hier_k;
-  shape.elem_bytes = esize;
-  const uint64_t algo_limit = algo.max_bytes(comm->layout, shape);
+void prepareAllReduce(const tparComm* comm, size_t count, tparDataType_t dtype, tparRedOp_t op,
+                      CallLaunch* out) {
+  CallLaunch& c = *out;
+  c.esize = elementBytes(dtype);
+  const uint64_t bytes = uint64_t(count) * c.esize;
+  c.plan = planFor(comm, bytes, dtype);
+  if (c.plan.nccl) return;
+  if (algorithm(c.plan.algo).needs_islands && !comm->hier_ok) c.plan.algo = kernels::Algo::kTwoShot;
+  c.algo = &algorithm(c.plan.algo);
+  const Algorithm& algo = *c.algo;
+  c.shape.nranks = comm->nranks;
+  c.shape.hier_m = comm->hier_m;
+  c.shape.hier_k = comm->hier_k;
+  c.shape.elem_bytes = c.esize;
+  const uint64_t algo_limit = algo.max_bytes(comm->layout, c.shape);
   const uint64_t piece_limit = std::min<uint64_t>(comm->cfg.max_bytes_per_call, algo_limit);
-  const uint64_t piece_elems = piece_limit / esize;  // piece_limit is a multiple of 16
+  c.piece_elems = piece_limit / c.esize;  // piece_limit is a multiple of 16
+  c.fn = algo.kernels->get(dtype, comm->nranks > 8);
 
-  kernels::AllReduceArgs args;
+  kernels::AllReduceArgs& args = c.args;
   std::memset(&args, 0, sizeof(args));
   for (int r = 0; r < comm->nranks; ++r) args.peer_ws[r] = comm->peer_ws[r];
   args.state = comm->device_state;
@@ -347,45 +349,61 @@ tparResult_t allReduce(tparComm* comm, const void* send, void* recv, size_t coun
   args.data_bytes = comm->layout.data_bytes;
   args.pull_base = comm->layout.pullBase();
   args.pull_bytes = comm->layout.pull_bytes;
-  args.meta = kernels::makeCallMeta(dtype, op, algo.id, count, comm->nccl.comm != nullptr);
   args.rank = comm->rank;
   args.nranks = comm->nranks;
-  args.op = op;
-  args.active_blocks = plan.active_blocks;
-  if (algo.max_blocks > 0 && (args.active_blocks <= 0 || args.active_blocks > algo.max_blocks))
-    args.active_blocks = std::min(comm->max_blocks, algo.max_blocks);
-  args.steps = plan.steps;
-  args.pull = plan.pull ? 1 : 0;
   args.hier_k = comm->hier_k;
   args.hier_m = comm->hier_m;
   args.hier_island = comm->hier_island;
   args.hier_pos = comm->hier_pos;
   for (int r = 0; r < comm->nranks; ++r) args.hier_rank[r] = comm->hier_rank[r];
 
+  args.meta = kernels::makeCallMeta(dtype, op, algo.id, count, comm->nccl.comm != nullptr);
+  args.op = op;
+  args.active_blocks = c.plan.active_blocks;
+  if (algo.max_blocks > 0 && (args.active_blocks <= 0 || args.active_blocks > algo.max_blocks))
+    args.active_blocks = std::min(comm->max_blocks, algo.max_blocks);
+  args.steps = c.plan.steps;
+  args.pull = c.plan.pull ? 1 : 0;
+}
+
+int setPiece(const tparComm* comm, CallLaunch* call, const void* send, void* recv, size_t count,
+             uint64_t done) {
+  CallLaunch& c = *call;
+  kernels::AllReduceArgs& args = c.args;
+  const uint64_t n = std::min<uint64_t>(c.piece_elems, count - done);
+  args.send = static_cast<const char*>(send) + done * c.esize;
+  args.recv = static_cast<char*>(recv) + done * c.esize;
+  args.count = n;
+  args.vec_aligned = (reinterpret_cast<uintptr_t>(args.send) % kernels::kVecBytes == 0) &&
+                     (reinterpret_cast<uintptr_t>(args.recv) % kernels::kVecBytes == 0);
+  // Always the same grid (NOTE [epochs and parity]); the block size follows the work.
+  const int active = args.active_blocks > 0 ? std::min(args.active_blocks, comm->max_blocks)
+                                            : comm->max_blocks;
+  const uint64_t work = c.algo->work_vectors(
+      (n * c.esize + kernels::kVecBytes - 1) / kernels::kVecBytes, c.shape);
+  int threads = c.plan.threads > 0 ? std::min(c.plan.threads, comm->threads)
+                                   : kernels::threadsFor(work, active, comm->threads);
+  // Groups of warps that run side by side (the flag-line two-shots): every thread they may
+  // have.
+  if (c.algo->min_threads > 0)
+    threads = std::max(c.algo->min_threads, c.plan.threads > 0 ? threads : comm->threads);
+  return threads;
+}
+
+tparResult_t allReduce(tparComm* comm, const void* send, void* recv, size_t count,
+                       tparDataType_t dtype, tparRedOp_t op, cudaStream_t stream) {
+  CallLaunch call;
+  prepareAllReduce(comm, count, dtype, op, &call);
+  if (call.plan.nccl) return ncclRouteAllReduce(comm, send, recv, count, dtype, op, stream);
+
   int prev = -1;
   TPAR_CUDA_TRY(cudaGetDevice(&prev));
   if (prev != comm->device) TPAR_CUDA_TRY(cudaSetDevice(comm->device));
   tparResult_t result = tparSuccess;
-  for (uint64_t done = 0; done < count; done += piece_elems) {
-    const uint64_t n = std::min<uint64_t>(piece_elems, count - done);
-    args.send = static_cast<const char*>(send) + done * esize;
-    args.recv = static_cast<char*>(recv) + done * esize;
-    args.count = n;
-    args.vec_aligned = (reinterpret_cast<uintptr_t>(args.send) % kernels::kVecBytes == 0) &&
-                       (reinterpret_cast<uintptr_t>(args.recv) % kernels::kVecBytes == 0);
-    // Always the same grid (NOTE [epochs and parity]); the block size follows the work.
-    const int active = args.active_blocks > 0 ? std::min(args.active_blocks, comm->max_blocks)
-                                              : comm->max_blocks;
-    const uint64_t work = algo.work_vectors((n * esize + kernels::kVecBytes - 1) / kernels::kVecBytes, shape);
-    int threads = plan.threads > 0 ? std::min(plan.threads, comm->threads)
-                                   : kernels::threadsFor(work, active, comm->threads);
-    // Groups of warps that run side by side (the flag-line two-shots): every thread they may
-    // have.
-    if (algo.min_threads > 0)
-      threads = std::max(algo.min_threads, plan.threads > 0 ? threads : comm->threads);
-    cudaError_t err = kernels::launchAllReduce(algo.kernels->get(dtype, comm->nranks > 8), args,
-                                               comm->max_blocks, threads, comm->launch_overlap,
-                                               stream);
+  for (uint64_t done = 0; done < count; done += call.piece_elems) {
+    const int threads = setPiece(comm, &call, send, recv, count, done);
+    cudaError_t err = kernels::launchAllReduce(call.fn, call.args, comm->max_blocks, threads,
+                                               comm->launch_overlap, stream);
     if (err != cudaSuccess) {
       result = cudaFailure(err, "launching the all-reduce kernel", __FILE__, __LINE__);
       // Peers may already wait for this kernel: the group is out of step for good.

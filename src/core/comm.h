@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "core/algorithms.h"
 #include "core/config.h"
 #include "core/nccl_route.h"
 #include "topology/topology.h"
@@ -103,6 +104,25 @@ Plan planFor(const tparComm* comm, uint64_t bytes, tparDataType_t dtype);
 // What runs instead of the algorithm forced on this communicator, when that one cannot run on
 // its group (tuner.h); why == nullptr when nothing falls back.
 Fallback forcedFallback(const tparComm* comm);
+
+// One call's launches, worked out without the GPU: the plan, the kernel, the pieces and the
+// first piece's arguments (setPiece moves them to a piece). plan.nccl: the call goes to NCCL and
+// nothing else is set.
+struct CallLaunch {
+  Plan plan;
+  const Algorithm* algo = nullptr;
+  AlgoShape shape;
+  size_t esize = 0;
+  uint64_t piece_elems = 0;  // elements per launch
+  const void* fn = nullptr;
+  kernels::AllReduceArgs args;
+};
+void prepareAllReduce(const tparComm* comm, size_t count, tparDataType_t dtype, tparRedOp_t op,
+                      CallLaunch* out);
+// Points call->args at the piece that starts at element `done` of the call; returns the
+// piece's threads per block.
+int setPiece(const tparComm* comm, CallLaunch* call, const void* send, void* recv, size_t count,
+             uint64_t done);
 
 // The whole all-reduce path after argument checks.
 tparResult_t allReduce(tparComm* comm, const void* send, void* recv, size_t count,
