@@ -286,6 +286,7 @@ tparResult_t commInitRank(tparComm_t* out, int nranks, const tparUniqueId& id, i
   // ready.
   res = checkGroupReady(*boot, comm, res);
   if (res != tparSuccess) return cleanup(res);
+  prepareCalls(comm);  // NOTE [call template]
   registerComm(comm);
   *out = comm;
   return tparSuccess;
@@ -408,6 +409,7 @@ tparResult_t commInitAll(tparComm_t* comms, int ndev, const int* devlist,
   for (tparComm* c : made) c->max_blocks = grid;
   for (tparComm* c : made) {
     c->transport = kind;
+    prepareCalls(c);  // NOTE [call template]
     registerComm(c);
   }
   for (int i = 0; i < ndev; ++i) comms[i] = made[i];

@@ -30,21 +30,54 @@ std::unordered_set<tparComm*>& registry() {
   return live;
 }
 
+// NOTE [live handle cache]
+// Every call checks its handle against the registry; under a global mutex that costs two
+// atomic read-modify-writes on one line shared by every thread that calls (one thread per GPU
+// in one process). Instead each thread remembers the few handles it found live and the
+// registry's generation then. Every register and unregister advances the generation, so while
+// it is unchanged the set of live communicators is unchanged, and a remembered handle is still
+// live: the check is one shared load that only communicator creation and destruction write. A
+// changed generation forgets everything (a freed handle may come back at the same address).
+std::atomic<uint64_t> g_registry_generation{1};
+constexpr int kLiveCacheSlots = 8;
+struct LiveCache {
+  uint64_t generation = 0;
+  tparComm* comms[kLiveCacheSlots] = {};
+  int next = 0;
+};
+thread_local LiveCache t_live;
+
 }  // namespace
 
 void registerComm(tparComm* comm) {
   std::lock_guard<std::mutex> lock(g_registry_mutex);
   registry().insert(comm);
+  g_registry_generation.fetch_add(1, std::memory_order_release);
 }
 
 void unregisterComm(tparComm* comm) {
   std::lock_guard<std::mutex> lock(g_registry_mutex);
   registry().erase(comm);
+  g_registry_generation.fetch_add(1, std::memory_order_release);
 }
 
 bool isLiveComm(tparComm* comm) {
+  LiveCache& cache = t_live;
+  const uint64_t generation = g_registry_generation.load(std::memory_order_acquire);
+  if (cache.generation == generation) {
+    for (tparComm* c : cache.comms)
+      if (c == comm && comm != nullptr) return true;
+  } else {
+    cache = LiveCache();
+    cache.generation = generation;
+  }
   std::lock_guard<std::mutex> lock(g_registry_mutex);
-  return registry().count(comm) != 0;
+  if (registry().count(comm) == 0) return false;
+  // Remembered for the generation read before the lookup: a change since then makes the next
+  // check look again.
+  cache.comms[cache.next] = comm;
+  cache.next = (cache.next + 1) % kLiveCacheSlots;
+  return true;
 }
 
 tparResult_t createLocal(int rank, int nranks, const ResolvedConfig& cfg, int ranks_on_device,
@@ -292,6 +325,7 @@ tparResult_t applyTopology(tparComm* comm, const Topology& topo) {
     comm->hier_island = 0;
     comm->hier_pos = comm->rank;
   }
+  prepareCalls(comm);
   // A tuning table measured on this machine replaces the defaults.
   const std::string path = tuningFilePath(ctx);
   if (!path.empty() && access(path.c_str(), R_OK) == 0) {
@@ -320,6 +354,26 @@ Fallback forcedFallback(const tparComm* comm) {
   return forcedFallback(comm->cfg.forced_algo, comm->tuner_ctx);
 }
 
+void prepareCalls(tparComm* comm) {
+  kernels::AllReduceArgs& args = comm->call_template;
+  std::memset(&args, 0, sizeof(args));
+  for (int r = 0; r < comm->nranks; ++r) args.peer_ws[r] = comm->peer_ws[r];
+  args.state = comm->device_state;
+  args.block_epochs = comm->block_epochs;
+  args.host_state = comm->host_state_dev;
+  args.timeout_ns = static_cast<uint64_t>(comm->cfg.timeout_ms) * 1000000ull;
+  args.data_bytes = comm->layout.data_bytes;
+  args.pull_base = comm->layout.pullBase();
+  args.pull_bytes = comm->layout.pull_bytes;
+  args.rank = comm->rank;
+  args.nranks = comm->nranks;
+  args.hier_k = comm->hier_k;
+  args.hier_m = comm->hier_m;
+  args.hier_island = comm->hier_island;
+  args.hier_pos = comm->hier_pos;
+  for (int r = 0; r < comm->nranks; ++r) args.hier_rank[r] = comm->hier_rank[r];
+}
+
 void prepareAllReduce(const tparComm* comm, size_t count, tparDataType_t dtype, tparRedOp_t op,
                       CallLaunch* out) {
   CallLaunch& c = *out;
@@ -340,23 +394,7 @@ void prepareAllReduce(const tparComm* comm, size_t count, tparDataType_t dtype, 
   c.fn = algo.kernels->get(dtype, comm->nranks > 8);
 
   kernels::AllReduceArgs& args = c.args;
-  std::memset(&args, 0, sizeof(args));
-  for (int r = 0; r < comm->nranks; ++r) args.peer_ws[r] = comm->peer_ws[r];
-  args.state = comm->device_state;
-  args.block_epochs = comm->block_epochs;
-  args.host_state = comm->host_state_dev;
-  args.timeout_ns = static_cast<uint64_t>(comm->cfg.timeout_ms) * 1000000ull;
-  args.data_bytes = comm->layout.data_bytes;
-  args.pull_base = comm->layout.pullBase();
-  args.pull_bytes = comm->layout.pull_bytes;
-  args.rank = comm->rank;
-  args.nranks = comm->nranks;
-  args.hier_k = comm->hier_k;
-  args.hier_m = comm->hier_m;
-  args.hier_island = comm->hier_island;
-  args.hier_pos = comm->hier_pos;
-  for (int r = 0; r < comm->nranks; ++r) args.hier_rank[r] = comm->hier_rank[r];
-
+  args = comm->call_template;  // NOTE [call template]
   args.meta = kernels::makeCallMeta(dtype, op, algo.id, count, comm->nccl.comm != nullptr);
   args.op = op;
   args.active_blocks = c.plan.active_blocks;

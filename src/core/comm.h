@@ -45,6 +45,8 @@ struct tparComm {
   uint8_t hier_rank[tpar::kernels::kMaxRanks] = {};
   bool launch_overlap = false;  // NOTE [launch overlap]
   int threads = 512;
+  // The launch arguments every call shares (NOTE [call template] in core/comm.h).
+  tpar::kernels::AllReduceArgs call_template{};
   std::string last_error;
   tpar::NcclRoute nccl;  // tparCommSetNcclComm (core/nccl_route.h)
 };
@@ -104,6 +106,18 @@ Plan planFor(const tparComm* comm, uint64_t bytes, tparDataType_t dtype);
 // What runs instead of the algorithm forced on this communicator, when that one cannot run on
 // its group (tuner.h); why == nullptr when nothing falls back.
 Fallback forcedFallback(const tparComm* comm);
+
+// NOTE [call template]
+// A call's launch arguments are mostly the communicator's: peer workspaces, control words,
+// timeout, layout, rank and islands. prepareCalls builds that part once into call_template;
+// each call copies it and fills in its own fields (buffers, count, header word, op, plan
+// shape), so a call does not rebuild what only init changes. Everything the template reads is
+// written during init only (createLocal, peer mapping, applyTopology), and both init paths
+// call prepareCalls after the last of it, before the communicator is registered;
+// applyTopology calls it too. Code that changes one of those fields later must call it again.
+// The call header's NCCL bit, the plan and the grid are read per call, never from the
+// template, so attaching NCCL or replacing the tuning table needs nothing here.
+void prepareCalls(tparComm* comm);
 
 // One call's launches, worked out without the GPU: the plan, the kernel, the pieces and the
 // first piece's arguments (setPiece moves them to a piece). plan.nccl: the call goes to NCCL and
