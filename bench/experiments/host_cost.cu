@@ -16,7 +16,7 @@
 //
 // Build (next to a tpar build in BUILD):
 //   nvcc -O2 -std=c++17 -arch=sm_90 -Iinclude -Isrc bench/experiments/host_cost.cu \
-//        -LBUILD/src -ltpar -Xlinker -rpath=BUILD/src -o host_cost
+//        -LBUILD -ltpar -Xlinker -rpath=BUILD -o host_cost
 // (or cmake --build BUILD --target tpar_host_cost). Run: ./host_cost [--ranks N] [--bytes N]
 //   [--batch N] [--batches N]
 #include <cuda_runtime.h>
