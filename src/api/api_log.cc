@@ -177,9 +177,8 @@ void logCommEnd(tparComm_t comm, bool abort) {
               c->rank, c->nranks);
 }
 
-void logAllReduce(tparComm_t comm, const void* send, void* recv, size_t count,
-                  tparDataType_t dtype, tparRedOp_t op, cudaStream_t stream) {
-  if (!logEnabled(LogLevel::kTrace, kLogColl)) return;
+void logAllReduceCall(tparComm_t comm, const void* send, void* recv, size_t count,
+                      tparDataType_t dtype, tparRedOp_t op, cudaStream_t stream) {
   const tparComm* c = comm;
   LogScope scope(c->rank, c->device);
   const size_t bytes = count * elementBytes(dtype);

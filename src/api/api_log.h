@@ -10,6 +10,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include "core/log.h"
 #include "tpar/tpar.h"
 
 namespace tpar {
@@ -30,9 +31,13 @@ void logCommEnd(tparComm_t comm, bool abort);
 // "256 B-32 KiB oneshot, 64 KiB-64 MiB twoshot": the algorithm tparAllReduce runs for bfloat16
 // messages of 256 B to 64 MiB on this communicator (the log, `tpar doctor`).
 std::string algorithmTable(tparComm_t comm);
-// One call, at trace (COLL).
-void logAllReduce(tparComm_t comm, const void* send, void* recv, size_t count,
-                  tparDataType_t dtype, tparRedOp_t op, cudaStream_t stream);
+// One call, at trace (COLL). Inline: one load when tracing is off (traceEnabled).
+void logAllReduceCall(tparComm_t comm, const void* send, void* recv, size_t count,
+                      tparDataType_t dtype, tparRedOp_t op, cudaStream_t stream);
+inline void logAllReduce(tparComm_t comm, const void* send, void* recv, size_t count,
+                         tparDataType_t dtype, tparRedOp_t op, cudaStream_t stream) {
+  if (traceEnabled(kLogColl)) logAllReduceCall(comm, send, recv, count, dtype, op, stream);
+}
 
 }  // namespace tpar
 

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "api/api_log.h"
+#include "api/call_checks.h"
 #include "api/init_internal.h"
 #include "bootstrap/bootstrap.h"
 #include "core/agreement.h"
@@ -285,6 +286,7 @@ tparResult_t commInitRank(tparComm_t* out, int nranks, const tparUniqueId& id, i
   // ready.
   res = checkGroupReady(*boot, comm, res);
   if (res != tparSuccess) return cleanup(res);
+  prepareCalls(comm);  // NOTE [call template]
   registerComm(comm);
   *out = comm;
   return tparSuccess;
@@ -407,6 +409,7 @@ tparResult_t commInitAll(tparComm_t* comms, int ndev, const int* devlist,
   for (tparComm* c : made) c->max_blocks = grid;
   for (tparComm* c : made) {
     c->transport = kind;
+    prepareCalls(c);  // NOTE [call template]
     registerComm(c);
   }
   for (int i = 0; i < ndev; ++i) comms[i] = made[i];
@@ -454,6 +457,46 @@ bool overlaps(const void* a, const void* b, size_t bytes) {
 }
 
 }  // namespace
+
+tparResult_t tpar::checkAllReduceArgs(tparComm* comm, const void* sendbuff, void* recvbuff,
+                                      size_t count, tparDataType_t datatype, tparRedOp_t op) {
+  if (static_cast<int>(datatype) < 0 || datatype >= tparNumDataTypes) {
+    return setError(tparInvalidArgument, "datatype %d is not a tparDataType_t",
+                    static_cast<int>(datatype));
+  }
+  if (static_cast<int>(op) < 0 || op >= tparNumOps) {
+    return setError(tparInvalidArgument, "op %d is not a tparRedOp_t", static_cast<int>(op));
+  }
+  const uint32_t async = reinterpret_cast<volatile uint32_t*>(&comm->host_state->error)[0];
+  if (async != 0) {
+    logAsyncError(comm, async);
+    return setError(static_cast<tparResult_t>(async),
+                    "the communicator failed earlier (%s); destroy or abort it",
+                    tparGetErrorString(static_cast<tparResult_t>(async)));
+  }
+  if (count == 0) return tparSuccess;
+  const size_t esize = elementBytes(datatype);
+  if (count > SIZE_MAX / esize) {
+    return setError(tparInvalidArgument, "count %zu overflows the byte size", count);
+  }
+  if (sendbuff == nullptr) return setError(tparInvalidArgument, "sendbuff is NULL");
+  if (recvbuff == nullptr) return setError(tparInvalidArgument, "recvbuff is NULL");
+  if (reinterpret_cast<uintptr_t>(sendbuff) % esize != 0) {
+    return setError(tparInvalidArgument, "sendbuff %p is not aligned to its %zu-byte elements",
+                    sendbuff, esize);
+  }
+  if (reinterpret_cast<uintptr_t>(recvbuff) % esize != 0) {
+    return setError(tparInvalidArgument, "recvbuff %p is not aligned to its %zu-byte elements",
+                    recvbuff, esize);
+  }
+  const size_t bytes = count * esize;
+  if (sendbuff != recvbuff && overlaps(sendbuff, recvbuff, bytes)) {
+    return setError(tparInvalidArgument,
+                    "sendbuff and recvbuff overlap without being equal (in place needs "
+                    "sendbuff == recvbuff)");
+  }
+  return tparSuccess;
+}
 
 tparResult_t tpar::commInitAllWithTopologyFile(tparComm_t* comms, int ndev, const int* devlist,
                                                const tparConfig_t* config,
@@ -585,41 +628,9 @@ tparResult_t tparAllReduce(const void* sendbuff, void* recvbuff, size_t count,
   return guarded([&]() -> tparResult_t {
     TPAR_TRY(checkComm(comm));
     auto bad = [&](tparResult_t code) { return finish(comm, code); };
-    if (static_cast<int>(datatype) < 0 || datatype >= tparNumDataTypes) {
-      return bad(setError(tparInvalidArgument, "datatype %d is not a tparDataType_t",
-                          static_cast<int>(datatype)));
-    }
-    if (static_cast<int>(op) < 0 || op >= tparNumOps) {
-      return bad(setError(tparInvalidArgument, "op %d is not a tparRedOp_t", static_cast<int>(op)));
-    }
-    const uint32_t async = reinterpret_cast<volatile uint32_t*>(&comm->host_state->error)[0];
-    if (async != 0) {
-      logAsyncError(comm, async);
-      return bad(setError(static_cast<tparResult_t>(async),
-                          "the communicator failed earlier (%s); destroy or abort it",
-                          tparGetErrorString(static_cast<tparResult_t>(async))));
-    }
+    const tparResult_t checked = checkAllReduceArgs(comm, sendbuff, recvbuff, count, datatype, op);
+    if (checked != tparSuccess) return bad(checked);
     if (count == 0) return tparSuccess;
-    const size_t esize = elementBytes(datatype);
-    if (count > SIZE_MAX / esize) {
-      return bad(setError(tparInvalidArgument, "count %zu overflows the byte size", count));
-    }
-    if (sendbuff == nullptr) return bad(setError(tparInvalidArgument, "sendbuff is NULL"));
-    if (recvbuff == nullptr) return bad(setError(tparInvalidArgument, "recvbuff is NULL"));
-    if (reinterpret_cast<uintptr_t>(sendbuff) % esize != 0) {
-      return bad(setError(tparInvalidArgument, "sendbuff %p is not aligned to its %zu-byte elements",
-                          sendbuff, esize));
-    }
-    if (reinterpret_cast<uintptr_t>(recvbuff) % esize != 0) {
-      return bad(setError(tparInvalidArgument, "recvbuff %p is not aligned to its %zu-byte elements",
-                          recvbuff, esize));
-    }
-    const size_t bytes = count * esize;
-    if (sendbuff != recvbuff && overlaps(sendbuff, recvbuff, bytes)) {
-      return bad(setError(tparInvalidArgument,
-                          "sendbuff and recvbuff overlap without being equal (in place needs "
-                          "sendbuff == recvbuff)"));
-    }
     // cudaStreamGetDevice is not allowed while a stream captures (it would invalidate the
     // capture); the check runs on eager calls, and a graph inherits the stream it captured on.
     cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;

@@ -112,16 +112,35 @@ const std::vector<Algorithm>& table() {
 
 const std::vector<Algorithm>& algorithms() { return table(); }
 
+namespace {
+
+// Rows by kernel id and by public value: every call looks its algorithm up, so in O(1).
+// (Ids stay below 8: the call header carries them in 3 bits.)
+struct RowIndex {
+  const Algorithm* by_id[8] = {};
+  const Algorithm* by_pub[tparNumAlgos] = {};
+  RowIndex() {
+    for (const Algorithm& a : table()) {
+      by_id[static_cast<int>(a.id)] = &a;
+      by_pub[a.pub] = &a;
+    }
+  }
+};
+const RowIndex& rowIndex() {
+  static const RowIndex index;
+  return index;
+}
+
+}  // namespace
+
 const Algorithm& algorithm(Algo id) {
-  for (const Algorithm& a : table())
-    if (a.id == id) return a;
-  return table()[1];  // unreachable for a valid id: two-shot runs every group
+  const int i = static_cast<int>(id);
+  const Algorithm* a = i >= 0 && i < 8 ? rowIndex().by_id[i] : nullptr;
+  return a != nullptr ? *a : table()[1];  // unreachable for a valid id: two-shot runs every group
 }
 
 const Algorithm* findAlgorithm(tparAlgo_t pub) {
-  for (const Algorithm& a : table())
-    if (a.pub == pub) return &a;
-  return nullptr;
+  return pub >= 0 && pub < tparNumAlgos ? rowIndex().by_pub[pub] : nullptr;
 }
 
 const Algorithm* findAlgorithm(const std::string& name) {

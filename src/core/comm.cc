@@ -30,21 +30,54 @@ std::unordered_set<tparComm*>& registry() {
   return live;
 }
 
+// NOTE [live handle cache]
+// Every call checks its handle against the registry; under a global mutex that costs two
+// atomic read-modify-writes on one line shared by every thread that calls (one thread per GPU
+// in one process). Instead each thread remembers the few handles it found live and the
+// registry's generation then. Every register and unregister advances the generation, so while
+// it is unchanged the set of live communicators is unchanged, and a remembered handle is still
+// live: the check is one shared load that only communicator creation and destruction write. A
+// changed generation forgets everything (a freed handle may come back at the same address).
+std::atomic<uint64_t> g_registry_generation{1};
+constexpr int kLiveCacheSlots = 8;
+struct LiveCache {
+  uint64_t generation = 0;
+  tparComm* comms[kLiveCacheSlots] = {};
+  int next = 0;
+};
+thread_local LiveCache t_live;
+
 }  // namespace
 
 void registerComm(tparComm* comm) {
   std::lock_guard<std::mutex> lock(g_registry_mutex);
   registry().insert(comm);
+  g_registry_generation.fetch_add(1, std::memory_order_release);
 }
 
 void unregisterComm(tparComm* comm) {
   std::lock_guard<std::mutex> lock(g_registry_mutex);
   registry().erase(comm);
+  g_registry_generation.fetch_add(1, std::memory_order_release);
 }
 
 bool isLiveComm(tparComm* comm) {
+  LiveCache& cache = t_live;
+  const uint64_t generation = g_registry_generation.load(std::memory_order_acquire);
+  if (cache.generation == generation) {
+    for (tparComm* c : cache.comms)
+      if (c == comm && comm != nullptr) return true;
+  } else {
+    cache = LiveCache();
+    cache.generation = generation;
+  }
   std::lock_guard<std::mutex> lock(g_registry_mutex);
-  return registry().count(comm) != 0;
+  if (registry().count(comm) == 0) return false;
+  // Remembered for the generation read before the lookup: a change since then makes the next
+  // check look again.
+  cache.comms[cache.next] = comm;
+  cache.next = (cache.next + 1) % kLiveCacheSlots;
+  return true;
 }
 
 tparResult_t createLocal(int rank, int nranks, const ResolvedConfig& cfg, int ranks_on_device,
@@ -292,6 +325,7 @@ tparResult_t applyTopology(tparComm* comm, const Topology& topo) {
     comm->hier_island = 0;
     comm->hier_pos = comm->rank;
   }
+  prepareCalls(comm);
   // A tuning table measured on this machine replaces the defaults.
   const std::string path = tuningFilePath(ctx);
   if (!path.empty() && access(path.c_str(), R_OK) == 0) {
@@ -320,24 +354,8 @@ Fallback forcedFallback(const tparComm* comm) {
   return forcedFallback(comm->cfg.forced_algo, comm->tuner_ctx);
 }
 
-tparResult_t allReduce(tparComm* comm, const void* send, void* recv, size_t count,
-                       tparDataType_t dtype, tparRedOp_t op, cudaStream_t stream) {
-  const size_t esize = elementBytes(dtype);
-  const uint64_t bytes = uint64_t(count) * esize;
-  Plan plan = planFor(comm, bytes, dtype);
-  if (plan.nccl) return ncclRouteAllReduce(comm, send, recv, count, dtype, op, stream);
-  if (algorithm(plan.algo).needs_islands && !comm->hier_ok) plan.algo = kernels::Algo::kTwoShot;
-  const Algorithm& algo = algorithm(plan.algo);
-  AlgoShape shape;
-  shape.nranks = comm->nranks;
-  shape.hier_m = comm->hier_m;
-  shape.hier_k = comm->hier_k;
-  shape.elem_bytes = esize;
-  const uint64_t algo_limit = algo.max_bytes(comm->layout, shape);
-  const uint64_t piece_limit = std::min<uint64_t>(comm->cfg.max_bytes_per_call, algo_limit);
-  const uint64_t piece_elems = piece_limit / esize;  // piece_limit is a multiple of 16
-
-  kernels::AllReduceArgs args;
+void prepareCalls(tparComm* comm) {
+  kernels::AllReduceArgs& args = comm->call_template;
   std::memset(&args, 0, sizeof(args));
   for (int r = 0; r < comm->nranks; ++r) args.peer_ws[r] = comm->peer_ws[r];
   args.state = comm->device_state;
@@ -347,45 +365,83 @@ tparResult_t allReduce(tparComm* comm, const void* send, void* recv, size_t coun
   args.data_bytes = comm->layout.data_bytes;
   args.pull_base = comm->layout.pullBase();
   args.pull_bytes = comm->layout.pull_bytes;
-  args.meta = kernels::makeCallMeta(dtype, op, algo.id, count, comm->nccl.comm != nullptr);
   args.rank = comm->rank;
   args.nranks = comm->nranks;
-  args.op = op;
-  args.active_blocks = plan.active_blocks;
-  if (algo.max_blocks > 0 && (args.active_blocks <= 0 || args.active_blocks > algo.max_blocks))
-    args.active_blocks = std::min(comm->max_blocks, algo.max_blocks);
-  args.steps = plan.steps;
-  args.pull = plan.pull ? 1 : 0;
   args.hier_k = comm->hier_k;
   args.hier_m = comm->hier_m;
   args.hier_island = comm->hier_island;
   args.hier_pos = comm->hier_pos;
   for (int r = 0; r < comm->nranks; ++r) args.hier_rank[r] = comm->hier_rank[r];
+}
+
+void prepareAllReduce(const tparComm* comm, size_t count, tparDataType_t dtype, tparRedOp_t op,
+                      CallLaunch* out) {
+  CallLaunch& c = *out;
+  c.esize = elementBytes(dtype);
+  const uint64_t bytes = uint64_t(count) * c.esize;
+  c.plan = planFor(comm, bytes, dtype);
+  if (c.plan.nccl) return;
+  if (algorithm(c.plan.algo).needs_islands && !comm->hier_ok) c.plan.algo = kernels::Algo::kTwoShot;
+  c.algo = &algorithm(c.plan.algo);
+  const Algorithm& algo = *c.algo;
+  c.shape.nranks = comm->nranks;
+  c.shape.hier_m = comm->hier_m;
+  c.shape.hier_k = comm->hier_k;
+  c.shape.elem_bytes = c.esize;
+  const uint64_t algo_limit = algo.max_bytes(comm->layout, c.shape);
+  const uint64_t piece_limit = std::min<uint64_t>(comm->cfg.max_bytes_per_call, algo_limit);
+  c.piece_elems = piece_limit / c.esize;  // piece_limit is a multiple of 16
+  c.fn = algo.kernels->get(dtype, comm->nranks > 8);
+
+  kernels::AllReduceArgs& args = c.args;
+  args = comm->call_template;  // NOTE [call template]
+  args.meta = kernels::makeCallMeta(dtype, op, algo.id, count, comm->nccl.comm != nullptr);
+  args.op = op;
+  args.active_blocks = c.plan.active_blocks;
+  if (algo.max_blocks > 0 && (args.active_blocks <= 0 || args.active_blocks > algo.max_blocks))
+    args.active_blocks = std::min(comm->max_blocks, algo.max_blocks);
+  args.steps = c.plan.steps;
+  args.pull = c.plan.pull ? 1 : 0;
+}
+
+int setPiece(const tparComm* comm, CallLaunch* call, const void* send, void* recv, size_t count,
+             uint64_t done) {
+  CallLaunch& c = *call;
+  kernels::AllReduceArgs& args = c.args;
+  const uint64_t n = std::min<uint64_t>(c.piece_elems, count - done);
+  args.send = static_cast<const char*>(send) + done * c.esize;
+  args.recv = static_cast<char*>(recv) + done * c.esize;
+  args.count = n;
+  args.vec_aligned = (reinterpret_cast<uintptr_t>(args.send) % kernels::kVecBytes == 0) &&
+                     (reinterpret_cast<uintptr_t>(args.recv) % kernels::kVecBytes == 0);
+  // Always the same grid (NOTE [epochs and parity]); the block size follows the work.
+  const int active = args.active_blocks > 0 ? std::min(args.active_blocks, comm->max_blocks)
+                                            : comm->max_blocks;
+  const uint64_t work = c.algo->work_vectors(
+      (n * c.esize + kernels::kVecBytes - 1) / kernels::kVecBytes, c.shape);
+  int threads = c.plan.threads > 0 ? std::min(c.plan.threads, comm->threads)
+                                   : kernels::threadsFor(work, active, comm->threads);
+  // Groups of warps that run side by side (the flag-line two-shots): every thread they may
+  // have.
+  if (c.algo->min_threads > 0)
+    threads = std::max(c.algo->min_threads, c.plan.threads > 0 ? threads : comm->threads);
+  return threads;
+}
+
+tparResult_t allReduce(tparComm* comm, const void* send, void* recv, size_t count,
+                       tparDataType_t dtype, tparRedOp_t op, cudaStream_t stream) {
+  CallLaunch call;
+  prepareAllReduce(comm, count, dtype, op, &call);
+  if (call.plan.nccl) return ncclRouteAllReduce(comm, send, recv, count, dtype, op, stream);
 
   int prev = -1;
   TPAR_CUDA_TRY(cudaGetDevice(&prev));
   if (prev != comm->device) TPAR_CUDA_TRY(cudaSetDevice(comm->device));
   tparResult_t result = tparSuccess;
-  for (uint64_t done = 0; done < count; done += piece_elems) {
-    const uint64_t n = std::min<uint64_t>(piece_elems, count - done);
-    args.send = static_cast<const char*>(send) + done * esize;
-    args.recv = static_cast<char*>(recv) + done * esize;
-    args.count = n;
-    args.vec_aligned = (reinterpret_cast<uintptr_t>(args.send) % kernels::kVecBytes == 0) &&
-                       (reinterpret_cast<uintptr_t>(args.recv) % kernels::kVecBytes == 0);
-    // Always the same grid (NOTE [epochs and parity]); the block size follows the work.
-    const int active = args.active_blocks > 0 ? std::min(args.active_blocks, comm->max_blocks)
-                                              : comm->max_blocks;
-    const uint64_t work = algo.work_vectors((n * esize + kernels::kVecBytes - 1) / kernels::kVecBytes, shape);
-    int threads = plan.threads > 0 ? std::min(plan.threads, comm->threads)
-                                   : kernels::threadsFor(work, active, comm->threads);
-    // Groups of warps that run side by side (the flag-line two-shots): every thread they may
-    // have.
-    if (algo.min_threads > 0)
-      threads = std::max(algo.min_threads, plan.threads > 0 ? threads : comm->threads);
-    cudaError_t err = kernels::launchAllReduce(algo.kernels->get(dtype, comm->nranks > 8), args,
-                                               comm->max_blocks, threads, comm->launch_overlap,
-                                               stream);
+  for (uint64_t done = 0; done < count; done += call.piece_elems) {
+    const int threads = setPiece(comm, &call, send, recv, count, done);
+    cudaError_t err = kernels::launchAllReduce(call.fn, call.args, comm->max_blocks, threads,
+                                               comm->launch_overlap, stream);
     if (err != cudaSuccess) {
       result = cudaFailure(err, "launching the all-reduce kernel", __FILE__, __LINE__);
       // Peers may already wait for this kernel: the group is out of step for good.

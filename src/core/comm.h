@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "core/algorithms.h"
 #include "core/config.h"
 #include "core/nccl_route.h"
 #include "topology/topology.h"
@@ -44,6 +45,8 @@ struct tparComm {
   uint8_t hier_rank[tpar::kernels::kMaxRanks] = {};
   bool launch_overlap = false;  // NOTE [launch overlap]
   int threads = 512;
+  // The launch arguments every call shares (NOTE [call template] in core/comm.h).
+  tpar::kernels::AllReduceArgs call_template{};
   std::string last_error;
   tpar::NcclRoute nccl;  // tparCommSetNcclComm (core/nccl_route.h)
 };
@@ -103,6 +106,37 @@ Plan planFor(const tparComm* comm, uint64_t bytes, tparDataType_t dtype);
 // What runs instead of the algorithm forced on this communicator, when that one cannot run on
 // its group (tuner.h); why == nullptr when nothing falls back.
 Fallback forcedFallback(const tparComm* comm);
+
+// NOTE [call template]
+// A call's launch arguments are mostly the communicator's: peer workspaces, control words,
+// timeout, layout, rank and islands. prepareCalls builds that part once into call_template;
+// each call copies it and fills in its own fields (buffers, count, header word, op, plan
+// shape), so a call does not rebuild what only init changes. Everything the template reads is
+// written during init only (createLocal, peer mapping, applyTopology), and both init paths
+// call prepareCalls after the last of it, before the communicator is registered;
+// applyTopology calls it too. Code that changes one of those fields later must call it again.
+// The call header's NCCL bit, the plan and the grid are read per call, never from the
+// template, so attaching NCCL or replacing the tuning table needs nothing here.
+void prepareCalls(tparComm* comm);
+
+// One call's launches, worked out without the GPU: the plan, the kernel, the pieces and the
+// first piece's arguments (setPiece moves them to a piece). plan.nccl: the call goes to NCCL and
+// nothing else is set.
+struct CallLaunch {
+  Plan plan;
+  const Algorithm* algo = nullptr;
+  AlgoShape shape;
+  size_t esize = 0;
+  uint64_t piece_elems = 0;  // elements per launch
+  const void* fn = nullptr;
+  kernels::AllReduceArgs args;
+};
+void prepareAllReduce(const tparComm* comm, size_t count, tparDataType_t dtype, tparRedOp_t op,
+                      CallLaunch* out);
+// Points call->args at the piece that starts at element `done` of the call; returns the
+// piece's threads per block.
+int setPiece(const tparComm* comm, CallLaunch* call, const void* send, void* recv, size_t count,
+             uint64_t done);
 
 // The whole all-reduce path after argument checks.
 tparResult_t allReduce(tparComm* comm, const void* send, void* recv, size_t count,

@@ -13,6 +13,9 @@
 #include "core/error.h"
 
 namespace tpar {
+
+std::atomic<uint32_t> g_trace_subsys{kLogAll};
+
 namespace {
 
 // The settings, read once from the environment (or set by a test). level -1: not read yet.
@@ -44,6 +47,7 @@ void apply(Settings& s, LogLevel level, bool level_set, uint32_t subsys,
   s.file = file;
   s.subsys.store(subsys, std::memory_order_relaxed);
   s.level.store(static_cast<int>(level), std::memory_order_release);
+  g_trace_subsys.store(level >= LogLevel::kTrace ? subsys : 0u, std::memory_order_relaxed);
 }
 
 int currentLevel() {

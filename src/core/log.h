@@ -8,6 +8,7 @@
 #ifndef TPAR_CORE_LOG_H_
 #define TPAR_CORE_LOG_H_
 
+#include <atomic>
 #include <cstdint>
 #include <string>
 
@@ -40,6 +41,15 @@ std::string logPrefix(const std::string& host, int pid, int tid, int rank, int d
 
 // Whether a message of `level` in `subsys` would print. Cheap: the settings are read once.
 bool logEnabled(LogLevel level, uint32_t subsys);
+
+// The subsystems that print at trace (0 when the level is below trace); every bit until the
+// settings are read, so that the first check reads them. Per-call paths test it before
+// anything else: one load when tracing is off (traceEnabled).
+extern std::atomic<uint32_t> g_trace_subsys;
+inline bool traceEnabled(uint32_t subsys) {
+  return (g_trace_subsys.load(std::memory_order_relaxed) & subsys) != 0 &&
+         logEnabled(LogLevel::kTrace, subsys);
+}
 
 void logMessage(LogLevel level, uint32_t subsys, const char* fmt, ...)
     __attribute__((format(printf, 3, 4)));
