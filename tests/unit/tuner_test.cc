@@ -879,57 +879,6 @@ namespace {
 
 using tpar::kernels::Algo;
 
-TEST(TuneCandidates, PullAlgorithmsAlwaysAndNcclLastWhenItCanRun) {
-  tpar::TunerContext ctx;
-  ctx.nranks = 8;
-  ctx.hierarchical_ok = true;
-  const auto with = tuneCandidates(ctx, 32, /*shapes=*/true, /*nccl=*/true);
-  auto count = [](const std::vector<tpar::Plan>& ps, Algo a) {
-    size_t n = 0;
-    for (const tpar::Plan& p : ps) n += !p.nccl && p.algo == a;
-    return n;
-  };
-  for (Algo a : {Algo::kOneShot, Algo::kTwoShot, Algo::kStaged, Algo::kHier, Algo::kOneShotPull,
-                 Algo::kTwoShotPull})
-    EXPECT_EQ(2u, count(with, a)) << tpar::algoName(a) << ": default shape and half the blocks";
-  ASSERT_FALSE(with.empty());
-  EXPECT_TRUE(with.back().nccl) << "NCCL is listed last, so tpar keeps ties";
-  size_t ncclCount = 0;
-  for (const tpar::Plan& p : with) ncclCount += p.nccl;
-  EXPECT_EQ(1u, ncclCount);
-
-  const auto without = tuneCandidates(ctx, 32, /*shapes=*/false, /*nccl=*/false);
-  for (const tpar::Plan& p : without) EXPECT_FALSE(p.nccl);
-  EXPECT_EQ(1u, count(without, Algo::kOneShotPull));
-  EXPECT_EQ(1u, count(without, Algo::kTwoShotPull));
-}
-
-TEST(TuneCandidates, HostMemoryMeasuresTheGridOfShapesEachPlanOnce) {
-  tpar::TunerContext ctx;
-  ctx.nranks = 8;
-  ctx.host_transport = true;
-  // 16 blocks: half of them (8) is also one of two-shot LL's block counts.
-  const auto plans = tuneCandidates(ctx, 16, /*shapes=*/true, /*nccl=*/false);
-  for (size_t i = 0; i < plans.size(); ++i) {
-    for (size_t j = i + 1; j < plans.size(); ++j) {
-      const tpar::Plan& a = plans[i];
-      const tpar::Plan& b = plans[j];
-      EXPECT_FALSE(a.algo == b.algo && a.active_blocks == b.active_blocks &&
-                   a.threads == b.threads && a.steps == b.steps && a.pull == b.pull)
-          << tpar::algoName(a.algo) << " blocks " << a.active_blocks << " listed twice";
-    }
-  }
-  size_t ll = 0, pipelined = 0, pulled = 0;
-  for (const tpar::Plan& p : plans) {
-    ll += p.algo == Algo::kTwoShotLL;
-    pipelined += p.algo == Algo::kPipelined;
-    pulled += p.algo == Algo::kPipelined && p.pull;
-  }
-  EXPECT_EQ(5u, ll);  // all 16 blocks, then 1, 2, 4 and 8
-  EXPECT_EQ(4u * 4u * 2u, pipelined);  // blocks 1/2/4/8 x steps 1/2/4/8 x pull/push
-  EXPECT_EQ(16u, pulled);
-}
-
 TEST(TunePick, NcclEntersTheTableOnlyWhereItBeatsTparBeyondTheNoise) {
   tpar::TunerContext ctx;
   ctx.nranks = 2;

@@ -14,6 +14,7 @@ namespace tpar_cli {
 
 struct TuneOptions {
   int ranks = 0;                  // 0: every GPU, or 8 virtual ranks on one GPU
+  bool virtual_ranks = false;     // every rank on GPU 0, even with more GPUs (--virtual)
   size_t min_bytes = 1024;
   size_t max_bytes = 64u << 20;
   double factor = 2.0;
@@ -21,7 +22,12 @@ struct TuneOptions {
   int iters = 50;                 // calls per CUDA graph
   int warmup = 5;
   std::vector<tparDataType_t> dtypes = {tparBfloat16};
-  bool shapes = true;             // also try half of the communicator's blocks
+  bool shapes = true;             // search the launch shapes (0: kernel-default shapes only)
+  bool quick = false;             // the smaller search space (quickTuneSpace)
+  std::vector<int> blocks;        // --blocks: replaces the space's block counts
+  std::vector<int> threads;       // --threads: replaces the space's thread counts
+  std::vector<int> steps;         // --steps: replaces the space's pipelined steps
+  bool print_all = false;         // print every measurement, not the best few per size
   std::string output;             // "": tuningFilePath of the group
   bool dry_run = false;           // measure and print, write nothing
   bool nccl = true;               // also measure NCCL where it can run (ranks on distinct GPUs)
@@ -35,16 +41,52 @@ std::string parseTuneArgs(const std::vector<std::string>& args, TuneOptions* opt
 // The message sizes of a run, ascending and distinct.
 std::vector<size_t> tuneSizes(const TuneOptions& opt);
 
-// The plans `tpar tune` measures for a group: every algorithm the context can run, each with
-// the kernel-default shape and (with `shapes`) half of `blocks` active, then NCCL when `nccl`.
-// With receive regions in host memory (ctx.host_transport), the pipelined two-shot is measured
-// over a grid of blocks and steps instead (with `shapes`), since those decide its time there.
-std::vector<tpar::Plan> tuneCandidates(const tpar::TunerContext& ctx, int blocks, bool shapes,
-                                       bool nccl);
+// The shapes `tpar tune` searches (docs/TUNING.md, "Search space"). Every algorithm gets every
+// (blocks, threads) pair; the pipelined kernel also every (steps, mode).
+struct TuneSpace {
+  std::vector<int> blocks;   // active blocks per rank
+  std::vector<int> threads;  // threads per block
+  std::vector<int> steps;    // pipelined: steps per block
+  std::vector<bool> pulls;   // pipelined: push (false) and/or pull (true)
+};
+// Blocks 1..64, threads 128..1024, steps 1..8, push and pull.
+TuneSpace fullTuneSpace();
+// --quick: the shapes that won on the measured machines and their neighbours.
+TuneSpace quickTuneSpace();
+
+// What the group can launch: a shape beyond it is excluded with the reason.
+struct TuneLimits {
+  int grid_blocks = 32;  // the communicator's grid (TPAR_MAX_BLOCKS)
+  int max_threads = tpar::kernels::kMaxThreads;  // the communicator's threads (TPAR_THREADS)
+};
+
+// A plan of the search space that is not measured, and why.
+struct ExcludedPlan {
+  tpar::Plan plan;
+  std::string why;
+};
+
+struct TuneCandidates {
+  std::vector<tpar::Plan> plans;       // measured, in this order (NCCL last)
+  std::vector<ExcludedPlan> excluded;  // left out, each with its reason
+};
+
+// The plans `tpar tune` measures for a group: every algorithm the context can run over the
+// shapes of `space` that fit `limits`, then NCCL when `nccl`. With `shapes` false every
+// algorithm runs with the kernel-default shape only (blocks and threads 0). An algorithm the
+// group cannot run is excluded once, with blocks and threads 0.
+TuneCandidates tuneCandidates(const tpar::TunerContext& ctx, const TuneSpace& space,
+                              const TuneLimits& limits, bool shapes, bool nccl);
+
+// Rough seconds a run takes: per candidate and size a fixed cost (check, capture, sync) plus
+// the timed calls at a pessimistic per-call time. Printed before the run starts.
+double tuneEstimateSeconds(size_t candidates, const std::vector<size_t>& sizes, int iters,
+                           int warmup, int nranks);
 
 // One measured plan for one size bucket.
 struct TuneCandidate {
   tpar::Plan plan;
+  bool is_default = false;  // the built-in choice for this size (measured first)
   double us = 0;          // per call, from a CUDA-graph replay
   long long wrong = -1;   // elements that differ from the exact sum; -1: not checked
   std::string error;      // why it could not be measured ("" when it was)
@@ -67,6 +109,27 @@ int pickFastest(const std::vector<TuneCandidate>& candidates, double noise);
 tpar::TuningTable tableFromBuckets(const std::vector<TuneBucket>& buckets,
                                    const tpar::TunerContext& ctx, const tpar::TuningTable* keep,
                                    double noise);
+
+// One line of the gain report: the tuned choice against the built-in default of one size,
+// both measured in the same run.
+struct TuneGain {
+  uint64_t bytes = 0;
+  tparDataType_t dtype = tparBfloat16;
+  bool tuned_ok = false;    // some candidate was correct
+  tpar::Plan tuned;
+  double tuned_us = 0;
+  bool default_ok = false;  // the default was measured and correct
+  tpar::Plan def;
+  double default_us = 0;
+  double gain() const { return tuned_ok && default_ok ? default_us / tuned_us : 0; }
+};
+std::vector<TuneGain> tuneGains(const std::vector<TuneBucket>& buckets, double noise);
+// The report as printed: one line per size (size, type, tuned plan and time, default plan and
+// time, default / tuned), then the sizes the table speeds up.
+std::string gainReport(const std::vector<TuneGain>& gains);
+
+// A plan as the tune reports print it: algorithm, blocks, threads, steps, mode.
+std::string planText(const tpar::Plan& p);
 
 int runTune(const TuneOptions& opt);
 
