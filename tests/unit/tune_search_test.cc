@@ -1,4 +1,4 @@
-// `tpar tune`'s search (no GPU): the candidates of the search space and what is excluded with
+// `tpar tune` (no GPU): its options, the choice and the table it writes, the candidates of the search space and what is excluded with
 // which reason, the time estimate, the options, the table's new fields, and the gain report.
 #include <algorithm>
 #include <random>
@@ -26,6 +26,140 @@ tpar::TunerContext group(int nranks, bool host = false) {
   ctx.signature = "sig-search";
   ctx.host_transport = host;
   return ctx;
+}
+
+TEST(TuneArgs, DefaultsCoverOneKibToSixtyFourMibByTwo) {
+  TuneOptions opt;
+  ASSERT_EQ("", parseTuneArgs({}, &opt));
+  const auto sizes = tuneSizes(opt);
+  ASSERT_EQ(17u, sizes.size());
+  EXPECT_EQ(1024u, sizes.front());
+  EXPECT_EQ(64u << 20, sizes.back());
+  EXPECT_EQ(std::vector<tparDataType_t>{tparBfloat16}, opt.dtypes);
+  EXPECT_TRUE(opt.shapes);
+  EXPECT_EQ("", opt.output);
+}
+
+TEST(TuneArgs, OptionsLikeBenchAreUnderstood) {
+  TuneOptions opt;
+  ASSERT_EQ("", parseTuneArgs({"--sizes", "64K,4K,4K,1M", "-n", "20", "-w", "2", "-d",
+                               "float16,float32", "--ranks", "4", "--output", "/tmp/t.json",
+                               "--shapes", "0"},
+                              &opt));
+  EXPECT_EQ((std::vector<size_t>{4096, 65536, 1u << 20}), tuneSizes(opt));
+  EXPECT_EQ(20, opt.iters);
+  EXPECT_EQ(2, opt.warmup);
+  EXPECT_EQ((std::vector<tparDataType_t>{tparFloat16, tparFloat32}), opt.dtypes);
+  EXPECT_EQ(4, opt.ranks);
+  EXPECT_EQ("/tmp/t.json", opt.output);
+  EXPECT_FALSE(opt.shapes);
+  TuneOptions bad;
+  EXPECT_NE("", parseTuneArgs({"-d", "int8"}, &bad));
+  TuneOptions bad2;
+  EXPECT_NE("", parseTuneArgs({"--ranks", "99"}, &bad2));
+  TuneOptions bad3;
+  EXPECT_NE("", parseTuneArgs({"--sizes", "4K,x"}, &bad3));
+}
+
+TuneCandidate cand(tpar::kernels::Algo a, int blocks, double us, long long wrong,
+                   const std::string& error = "") {
+  TuneCandidate c;
+  c.plan.algo = a;
+  c.plan.active_blocks = blocks;
+  c.us = us;
+  c.wrong = wrong;
+  c.error = error;
+  return c;
+}
+
+TEST(TunePick, FastestCorrectPlanWinsAndWrongOrFailedPlansNever) {
+  using A = tpar::kernels::Algo;
+  const std::vector<TuneCandidate> cs = {
+      cand(A::kOneShot, 0, 10.0, 0), cand(A::kTwoShot, 0, 8.0, 0),
+      cand(A::kStaged, 0, 2.0, 5),  // fastest but wrong
+      cand(A::kHier, 0, 1.0, -1, "not supported here"), cand(A::kTwoShot, 16, 7.0, 0)};
+  EXPECT_EQ(4, pickFastest(cs, 0.03));
+  // Within the noise margin the earlier candidate stays.
+  const std::vector<TuneCandidate> close = {cand(A::kOneShot, 0, 10.0, 0),
+                                            cand(A::kTwoShot, 0, 9.9, 0)};
+  EXPECT_EQ(0, pickFastest(close, 0.03));
+  EXPECT_EQ(1, pickFastest(close, 0.0));
+  EXPECT_EQ(-1, pickFastest({cand(A::kOneShot, 0, 3.0, 1)}, 0.03));
+}
+
+TEST(TunePick, TableHasOneEntryPerBucketAndKeepsOtherDtypes) {
+  using A = tpar::kernels::Algo;
+  tpar::TunerContext ctx;
+  ctx.nranks = 4;
+  ctx.signature = "sig-t";
+  std::vector<TuneBucket> buckets(3);
+  buckets[0].bytes = 4096;
+  buckets[0].candidates = {cand(A::kOneShot, 0, 3.0, 0), cand(A::kTwoShot, 0, 5.0, 0)};
+  buckets[1].bytes = 65536;
+  buckets[1].candidates = {cand(A::kOneShot, 0, 3.0, 7)};  // nothing correct: left out
+  buckets[2].bytes = 1 << 20;
+  buckets[2].candidates = {cand(A::kOneShot, 0, 30.0, 0), cand(A::kTwoShot, 8, 12.0, 0)};
+  tpar::TuningTable old;
+  old.signature = "sig-t";
+  old.nranks = 4;
+  old.entries = {{8192, tparFloat32, {A::kTwoShot, 0, 0}, 2.0},
+                 {2048, tparBfloat16, {A::kHier, 0, 0}, 1.0}};  // replaced by the new bf16
+  const tpar::TuningTable t = tableFromBuckets(buckets, ctx, &old, 0.03);
+  EXPECT_EQ("sig-t", t.signature);
+  EXPECT_EQ(4, t.nranks);
+  ASSERT_EQ(3u, t.entries.size());
+  EXPECT_EQ(tparFloat32, t.entries[0].dtype);
+  EXPECT_EQ(8192u, t.entries[0].max_bytes);
+  EXPECT_EQ(4096u, t.entries[1].max_bytes);
+  EXPECT_EQ(A::kOneShot, t.entries[1].plan.algo);
+  EXPECT_DOUBLE_EQ(3.0, t.entries[1].us);
+  EXPECT_EQ(1u << 20, t.entries[2].max_bytes);
+  EXPECT_EQ(A::kTwoShot, t.entries[2].plan.algo);
+  EXPECT_EQ(8, t.entries[2].plan.active_blocks);
+  // The result is a valid table.
+  tpar::TuningTable back;
+  EXPECT_EQ(tparSuccess, tpar::tuningFromJson(tpar::tuningToJson(t), &back)) << tpar::lastError();
+  // A previous table of another topology contributes nothing.
+  old.signature = "sig-other";
+  EXPECT_EQ(2u, tableFromBuckets(buckets, ctx, &old, 0.03).entries.size());
+}
+
+TEST(TunePick, NcclEntersTheTableOnlyWhereItBeatsTparBeyondTheNoise) {
+  tpar::TunerContext ctx;
+  ctx.nranks = 2;
+  ctx.signature = "sig-n";
+  auto ncclCand = [](double us) {
+    TuneCandidate c;
+    c.plan.nccl = true;
+    c.us = us;
+    c.wrong = 0;
+    return c;
+  };
+  std::vector<TuneBucket> buckets(3);
+  buckets[0].bytes = 4096;  // tpar clearly faster
+  buckets[0].candidates = {cand(Algo::kOneShot, 0, 5.0, 0), ncclCand(20.0)};
+  buckets[1].bytes = 65536;  // NCCL within 3%: tpar keeps it
+  buckets[1].candidates = {cand(Algo::kTwoShot, 0, 10.0, 0), ncclCand(9.8)};
+  buckets[2].bytes = 1 << 20;  // NCCL clearly faster
+  buckets[2].candidates = {cand(Algo::kTwoShot, 0, 50.0, 0), ncclCand(40.0)};
+  const tpar::TuningTable t = tableFromBuckets(buckets, ctx, nullptr, 0.03);
+  ASSERT_EQ(3u, t.entries.size());
+  EXPECT_FALSE(t.entries[0].plan.nccl);
+  EXPECT_FALSE(t.entries[1].plan.nccl);
+  EXPECT_TRUE(t.entries[2].plan.nccl);
+  EXPECT_DOUBLE_EQ(40.0, t.entries[2].us);
+  tpar::TuningTable back;
+  ASSERT_EQ(tparSuccess, tpar::tuningFromJson(tpar::tuningToJson(t), &back)) << tpar::lastError();
+  EXPECT_TRUE(back.entries[2].plan.nccl);
+}
+
+TEST(TuneArgs, NcclIsMeasuredUnlessTurnedOff) {
+  TuneOptions opt;
+  ASSERT_EQ("", parseTuneArgs({}, &opt));
+  EXPECT_TRUE(opt.nccl);
+  TuneOptions off;
+  ASSERT_EQ("", parseTuneArgs({"--nccl", "0"}, &off));
+  EXPECT_FALSE(off.nccl);
 }
 
 using Shape = std::tuple<int, int, int, int, bool>;  // algo, blocks, threads, steps, pull
@@ -256,15 +390,14 @@ TEST(TuneTable, NewShapesAndTheDefaultTimeRoundTrip) {
   EXPECT_NE(std::string::npos, tpar::lastError().find("entries[0].default_us")) << tpar::lastError();
 }
 
-TuneCandidate measured(Algo a, int blocks, int threads, double us, long long wrong = 0,
-                       bool is_default = false) {
-  TuneCandidate c;
-  c.plan.algo = a;
-  c.plan.active_blocks = blocks;
+TuneCandidate shaped(Algo a, int blocks, int threads, double us, long long wrong = 0) {
+  TuneCandidate c = cand(a, blocks, us, wrong);
   c.plan.threads = threads;
-  c.us = us;
-  c.wrong = wrong;
-  c.is_default = is_default;
+  return c;
+}
+
+TuneCandidate asDefault(TuneCandidate c) {
+  c.is_default = true;
   return c;
 }
 
@@ -273,15 +406,15 @@ TEST(TuneGainReport, TunedAgainstTheDefaultOfTheSameRunPerSize) {
   const double def_us = 5.0 + (rng() % 1000) / 100.0;
   std::vector<TuneBucket> b(3);
   b[0].bytes = 12 << 10;  // a faster shape wins by 2x
-  b[0].candidates = {measured(Algo::kOneShot, 0, 0, def_us, 0, true),
-                     measured(Algo::kOneShot, 32, 256, def_us / 2),
-                     measured(Algo::kOneShot, 8, 512, def_us / 4, /*wrong=*/3)};
+  b[0].candidates = {asDefault(shaped(Algo::kOneShot, 0, 0, def_us)),
+                     shaped(Algo::kOneShot, 32, 256, def_us / 2),
+                     shaped(Algo::kOneShot, 8, 512, def_us / 4, /*wrong=*/3)};
   b[1].bytes = 112 << 10;  // nothing beats the default beyond the noise: it stays
-  b[1].candidates = {measured(Algo::kTwoShot, 0, 0, def_us, 0, true),
-                     measured(Algo::kTwoShot, 16, 256, def_us * 0.99)};
+  b[1].candidates = {asDefault(shaped(Algo::kTwoShot, 0, 0, def_us)),
+                     shaped(Algo::kTwoShot, 16, 256, def_us * 0.99)};
   b[2].bytes = 4 << 20;  // the default failed; the tuned plan has no ratio
-  b[2].candidates = {measured(Algo::kTwoShot, 0, 0, def_us, 5, true),
-                     measured(Algo::kPipelined, 8, 512, def_us)};
+  b[2].candidates = {asDefault(shaped(Algo::kTwoShot, 0, 0, def_us, 5)),
+                     shaped(Algo::kPipelined, 8, 512, def_us)};
   const std::vector<TuneGain> g = tuneGains(b, 0.03);
   ASSERT_EQ(3u, g.size());
   EXPECT_DOUBLE_EQ(2.0, g[0].gain());
