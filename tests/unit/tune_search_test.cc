@@ -12,6 +12,7 @@
 #include "core/algorithms.h"
 #include "core/error.h"
 #include "tools/tpar/tune/tune.h"
+#include "unit/tune_test_util.h"
 #include "tuner/tuner.h"
 
 namespace tpar_cli {
@@ -59,17 +60,6 @@ TEST(TuneArgs, OptionsLikeBenchAreUnderstood) {
   EXPECT_NE("", parseTuneArgs({"--ranks", "99"}, &bad2));
   TuneOptions bad3;
   EXPECT_NE("", parseTuneArgs({"--sizes", "4K,x"}, &bad3));
-}
-
-TuneCandidate cand(tpar::kernels::Algo a, int blocks, double us, long long wrong,
-                   const std::string& error = "") {
-  TuneCandidate c;
-  c.plan.algo = a;
-  c.plan.active_blocks = blocks;
-  c.us = us;
-  c.wrong = wrong;
-  c.error = error;
-  return c;
 }
 
 TEST(TunePick, FastestCorrectPlanWinsAndWrongOrFailedPlansNever) {
@@ -388,17 +378,6 @@ TEST(TuneTable, NewShapesAndTheDefaultTimeRoundTrip) {
   neg.insert(at + 14, "-");
   EXPECT_EQ(tparInvalidArgument, tpar::tuningFromJson(neg, &back));
   EXPECT_NE(std::string::npos, tpar::lastError().find("entries[0].default_us")) << tpar::lastError();
-}
-
-TuneCandidate shaped(Algo a, int blocks, int threads, double us, long long wrong = 0) {
-  TuneCandidate c = cand(a, blocks, us, wrong);
-  c.plan.threads = threads;
-  return c;
-}
-
-TuneCandidate asDefault(TuneCandidate c) {
-  c.is_default = true;
-  return c;
 }
 
 TEST(TuneGainReport, TunedAgainstTheDefaultOfTheSameRunPerSize) {

@@ -6,16 +6,19 @@
 #include <cinttypes>
 #include <cstdio>
 #include <ctime>
+#include <fstream>
 #include <limits>
 #include <map>
 #include <memory>
 #include <sstream>
 
 #include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
 
 #include "core/algorithms.h"
 #include "core/comm.h"
 #include "core/env.h"
+#include "tools/tpar/common/backend.h"
 #include "tools/tpar/common/cli_options.h"
 #include "tools/tpar/common/commands.h"
 #include "tools/tpar/common/exit_codes.h"
@@ -69,6 +72,23 @@ struct Group {
     }
     return "";
   }
+  // One rank of a group spread over processes (--procs): this process's rank only.
+  std::string initRank(int world, int rank, const std::string& id_hex, int dev) {
+    destroy();
+    tparUniqueId id;
+    if (!fromHex(id_hex, id.internal, sizeof(id.internal))) return "bad unique id";
+    tparConfig_t cfg = TPAR_CONFIG_INITIALIZER;
+    cfg.transport = transport;
+    cfg.algorithm = tparAlgoAuto;
+    cfg.allowSharedDevice = 1;  // several processes on one GPU: virtual ranks
+    if (cudaSetDevice(dev) != cudaSuccess) return "cudaSetDevice failed";
+    comms.assign(1, nullptr);
+    if (tparCommInitRankConfig(&comms[0], world, id, rank, &cfg) != tparSuccess) {
+      comms.clear();
+      return std::string("tparCommInitRank: ") + tparGetLastError(nullptr);
+    }
+    return "";
+  }
   std::string asyncError() {
     for (size_t r = 0; r < comms.size(); ++r) {
       tparResult_t e = tparSuccess;
@@ -108,8 +128,11 @@ struct Group {
 // every rank's replay to the join of all ranks' streams.
 // Checks, then times one plan. Returns "" unless the machine is unusable; a plan that fails
 // or computes wrong sums is recorded in `c` and the run goes on.
+// With `lockstep` (one process per rank) every rank issues the same calls whatever it found:
+// a wrong plan is timed too (and never chosen), and a failure ends the run, since the group
+// cannot be recreated without the other processes.
 std::string measurePlan(Group& g, Ranks& rk, size_t count, tparDataType_t dtype,
-                        const TuneOptions& opt, TuneCandidate* c) {
+                        const TuneOptions& opt, bool lockstep, TuneCandidate* c) {
   g.usePlan(c->plan);
   tparAlgo_t runs_as = tparAlgoAuto;
   tparCommSelectAlgorithm(g.comms[0], count * tpar::elementBytes(dtype), &runs_as);
@@ -124,7 +147,7 @@ std::string measurePlan(Group& g, Ranks& rk, size_t count, tparDataType_t dtype,
   if (e.empty()) e = g.asyncError();
   if (e.empty()) {
     if (std::string f = rk.countWrongIn(rk.out, count, dtype, &c->wrong); !f.empty()) return f;
-    if (c->wrong != 0) return "";
+    if (c->wrong != 0 && !lockstep) return "";
     e = timeIt(rk, opt.iters, opt.warmup, /*graph=*/true,
                [&] { return g.allReduce(rk, count, dtype); }, &c->us);
   }
@@ -138,6 +161,7 @@ std::string measurePlan(Group& g, Ranks& rk, size_t count, tparDataType_t dtype,
   }
   c->error = e;
   c->us = 0;
+  if (lockstep) return e;
   // A communicator that recorded an asynchronous error accepts nothing but destroy.
   (void)cudaGetLastError();
   return g.init(rk.devs);
@@ -199,6 +223,12 @@ void registerOptions(CLI::App* app, TuneOptions* opt, std::shared_ptr<std::strin
                   "kernel-default shapes only");
   app->add_flag("--virtual", opt->virtual_ranks,
                 "every rank on GPU 0 (virtual ranks), also where there are more GPUs");
+  app->add_flag("--procs", opt->procs,
+                "one process per rank (default: one thread drives every rank); no NCCL candidate");
+  app->add_option("--worker-rank", opt->worker_rank, "internal")->group("");
+  app->add_option("--worker-world", opt->worker_world, "internal")->group("");
+  app->add_option("--worker-id", opt->worker_id, "internal")->group("");
+  app->add_option("--results-json", opt->results_json, "internal")->group("");
   app->add_flag("--quick", opt->quick, "a smaller search: blocks 1,2,8,16,32 x threads 256,512");
   auto int_list = [app, error](const char* name, std::vector<int>* out, int lo, int hi,
                                const char* what) {
@@ -267,14 +297,10 @@ std::vector<size_t> tuneSizes(const TuneOptions& opt) {
 
 namespace {
 
-std::string joinInts(const std::vector<int>& v) {
-  std::string s;
-  for (int x : v) s += (s.empty() ? "" : ",") + std::to_string(x);
-  return s;
-}
-
 // One size's measurements: the default, the fastest few and every failure (all with `all`).
-void printBucket(const TuneBucket& b, bool all) {
+}  // namespace
+
+void printTuneBucket(const TuneBucket& b, bool all) {
   const int best = pickFastest(b.candidates, kNoise);
   std::vector<size_t> order(b.candidates.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;
@@ -309,13 +335,166 @@ void printBucket(const TuneBucket& b, bool all) {
   std::fflush(stdout);
 }
 
-}  // namespace
+namespace {
 
-int runTune(const TuneOptions& opt) {
-  auto fail = [](const std::string& msg) {
-    std::fprintf(stderr, "tpar tune: %s\n", msg.c_str());
+int failRun(const std::string& msg) {
+  std::fprintf(stderr, "tpar tune: %s\n", msg.c_str());
+  return kExitRunError;
+}
+
+// Measures every size of the search on group `g` (one rank per process with `lockstep`).
+// `header` gets the search's description (nullptr: none); sizes are printed as measured when
+// `print`. Returns "" or why the run cannot go on.
+std::string searchBuckets(Group& g, Ranks& rk, const TuneOptions& opt, bool lockstep, FILE* header,
+                          bool print, std::vector<TuneBucket>* buckets) {
+  const tpar::TunerContext ctx = g.comms[0]->tuner_ctx;
+  tparCommInfo_t info;
+  if (tparCommQuery(g.comms[0], &info) != tparSuccess) return tparGetLastError(g.comms[0]);
+  const auto sizes = tuneSizes(opt);
+  // The search: every algorithm over the space's shapes that this group can launch.
+  TuneSpace space = opt.quick ? quickTuneSpace() : fullTuneSpace();
+  if (!opt.blocks.empty()) space.blocks = opt.blocks;
+  if (!opt.threads.empty()) space.threads = opt.threads;
+  if (!opt.steps.empty()) space.steps = opt.steps;
+  TuneLimits limits;
+  limits.grid_blocks = info.blocksPerRank;
+  limits.max_threads = std::min(info.threadsPerBlock, kernels::kMaxThreads);
+  const TuneCandidates cands = tuneCandidates(ctx, space, limits, opt.shapes, g.nccl != nullptr);
+  const size_t per_size = cands.plans.size() + 1;  // + the built-in default of each size
+  const size_t total = per_size * sizes.size() * opt.dtypes.size();
+  if (header != nullptr) {
+    std::fprintf(header, "# search (%s): blocks %s x threads %s, pipelined also steps %s x push/pull\n",
+                 !opt.shapes ? "kernel-default shapes only" : opt.quick ? "quick" : "full",
+                 joinInts(space.blocks).c_str(), joinInts(space.threads).c_str(),
+                 joinInts(space.steps).c_str());
+    std::map<std::string, size_t> reasons;
+    for (const ExcludedPlan& x : cands.excluded)
+      ++reasons[(x.plan.active_blocks == 0 ? std::string(tpar::planAlgoName(x.plan)) + ": "
+                                            : std::string()) + x.why];
+    for (const auto& [why, count] : reasons)
+      std::fprintf(header, "#   excluded %4zu: %s\n", count, why.c_str());
+    std::fprintf(header, "# %zu candidates per size (the default first) x %zu sizes x %zu types = %zu; "
+                 "about %.0f s (rough; --quick or --shapes 0 for fewer)\n",
+                 per_size, sizes.size(), opt.dtypes.size(), total,
+                 tuneEstimateSeconds(per_size, sizes, opt.iters, opt.warmup, ctx.nranks) *
+                     static_cast<double>(opt.dtypes.size()));
+    std::fprintf(header, "# every plan is checked element by element on poisoned outputs, then timed as a\n"
+                 "# CUDA graph of %d calls after %d warm-up, then checked again; grid of %d blocks "
+                 "per rank, at most %d threads\n",
+                 opt.iters, opt.warmup, info.blocksPerRank, limits.max_threads);
+    std::fflush(header);
+  }
+  if (print) {
+    std::printf("# %12s %9s %-12s %6s %7s %5s %4s %10s %7s\n", "size (B)", "type", "algo",
+                "blocks", "threads", "steps", "mode", "time (us)", "#wrong");
+    std::fflush(stdout);
+  }
+  for (tparDataType_t dtype : opt.dtypes) {
+    for (size_t bytes : sizes) {
+      TuneBucket b;
+      b.dtype = dtype;
+      const size_t count = std::max<size_t>(1, bytes / tpar::elementBytes(dtype));
+      b.bytes = count * tpar::elementBytes(dtype);
+      // The built-in default first (ties go to it), as a communicator without a table runs it.
+      TuneCandidate def;
+      def.plan = tpar::selectPlan(b.bytes, dtype, ctx, nullptr, tparAlgoAuto,
+                                  g.comms[0]->cfg.one_shot_max_bytes);
+      def.is_default = true;
+      std::vector<Plan> plans = {def.plan};
+      for (const Plan& p : cands.plans)
+        if (planText(p) != planText(def.plan)) plans.push_back(p);
+      for (size_t i = 0; i < plans.size(); ++i) {
+        TuneCandidate c = i == 0 ? def : TuneCandidate{};
+        c.plan = plans[i];
+        if (std::string e = measurePlan(g, rk, count, dtype, opt, lockstep, &c); !e.empty())
+          return std::to_string(b.bytes) + " B, " + planText(plans[i]) + ": " + e;
+        b.candidates.push_back(c);
+      }
+      if (print) printTuneBucket(b, opt.print_all);
+      buckets->push_back(b);
+    }
+  }
+  return "";
+}
+
+size_t maxElementBytes(const TuneOptions& opt) {
+  size_t max_elem = 4;
+  for (tparDataType_t d : opt.dtypes) max_elem = std::max(max_elem, tpar::elementBytes(d));
+  return max_elem;
+}
+
+// A child of --procs: measures its rank, writes what it measured to opt.results_json.
+int runTuneWorker(const TuneOptions& opt, int ngpus) {
+  auto fail = [&](const std::string& msg) {
+    std::ofstream(opt.results_json) << nlohmann::json{{"error", msg}}.dump();
     return kExitRunError;
   };
+  const int dev = opt.virtual_ranks || ngpus < opt.worker_world ? 0 : opt.worker_rank;
+  Ranks rk;
+  rk.first_rank = opt.worker_rank;
+  rk.world = opt.worker_world;
+  if (std::string e = rk.alloc({dev}, tuneSizes(opt).back() + maxElementBytes(opt)); !e.empty())
+    return fail(e);
+  Group g;
+  g.transport = opt.transport;
+  if (std::string e = g.initRank(opt.worker_world, opt.worker_rank, opt.worker_id, dev); !e.empty())
+    return fail(e);
+  std::vector<TuneBucket> buckets;
+  if (std::string e = searchBuckets(g, rk, opt, /*lockstep=*/true,
+                                    opt.worker_rank == 0 ? stderr : nullptr, false, &buckets);
+      !e.empty())
+    return fail("rank " + std::to_string(opt.worker_rank) + ": " + e);
+  std::ofstream(opt.results_json) << bucketsToJson(buckets, g.comms[0]->tuner_ctx);
+  return kExitOk;
+}
+
+}  // namespace
+
+int finishTune(const std::vector<TuneBucket>& buckets, const tpar::TunerContext& ctx,
+               const TuneOptions& opt, const std::string& gpu_label, double elapsed_s) {
+  size_t total = 0;
+  long long wrong = 0;
+  for (const TuneBucket& b : buckets) {
+    total += b.candidates.size();
+    for (const TuneCandidate& c : b.candidates) wrong += std::max(0LL, c.wrong);
+  }
+  // What the table changes against the built-in defaults, both measured in this run.
+  std::printf("#\n%s", gainReport(tuneGains(buckets, kNoise)).c_str());
+  std::printf("# measured %zu candidates in %.1f s\n", total, elapsed_s);
+  if (wrong > 0)
+    std::printf("# %lld wrong elements in total: those plans were never chosen\n", wrong);
+
+  const std::string path = opt.output.empty() ? tpar::tuningFilePath(ctx) : opt.output;
+  if (path.empty() && !opt.dry_run)
+    return failRun("no place for the table: set TPAR_TUNING_FILE, XDG_CACHE_HOME or HOME, or pass --output");
+  tpar::TuningTable old;
+  const bool have_old = !path.empty() && tpar::loadTuningFile(path, ctx, &old) == tparSuccess;
+  tpar::TuningTable table = tableFromBuckets(buckets, ctx, have_old ? &old : nullptr, kNoise);
+  table.created = utcNow();
+  table.gpu = gpu_label;
+  if (table.entries.empty()) return failRun("no size had a correct plan; nothing written");
+  if (opt.dry_run) {
+    std::printf("# --dry-run: would write %s\n", path.empty() ? "(no path)" : path.c_str());
+    return wrong ? kExitCheckFailed : kExitOk;
+  }
+  if (tpar::saveTuningFile(path, table) != tparSuccess) return failRun(tparGetLastError(nullptr));
+  size_t to_nccl = 0;
+  for (const tpar::TuningEntry& e : table.entries) to_nccl += e.plan.nccl;
+  if (to_nccl > 0) {
+    std::printf("# %zu entries route to NCCL: in communicators with an NCCL communicator attached\n"
+                "# (tparCommSetNcclComm); the others use the built-in choice for those sizes\n",
+                to_nccl);
+  }
+  size_t kept = 0;
+  for (const tpar::TuningEntry& e : table.entries)
+    kept += std::find(opt.dtypes.begin(), opt.dtypes.end(), e.dtype) == opt.dtypes.end();
+  std::printf("# wrote %zu entries (%zu kept from the previous file) to\n#   %s\n"
+              "# communicators of this topology and rank count load it at init\n",
+              table.entries.size(), kept, path.c_str());
+  return wrong ? kExitCheckFailed : kExitOk;
+}
+
+int runTune(const TuneOptions& opt) {
   std::string why;
   const auto gpus = listGpus(&why);
   if (gpus.empty()) {
@@ -323,15 +502,25 @@ int runTune(const TuneOptions& opt) {
     return kExitNoGpu;
   }
   const int ngpus = static_cast<int>(gpus.size());
+  if (opt.worker_rank >= 0) return runTuneWorker(opt, ngpus);
   const int n = opt.ranks > 0 ? opt.ranks : (ngpus > 1 && !opt.virtual_ranks ? ngpus : 8);
   const bool virt = opt.virtual_ranks || n > ngpus;
+  if (virt) {
+    std::printf("# %d virtual ranks on one %s: they share its SMs, so the crossovers are\n"
+                "# this setup's, not those of an %d-GPU machine (its topology signature differs,\n"
+                "# so a real group never loads this table).\n",
+                n, gpus[0].name.c_str(), n);
+  } else {
+    std::printf("# %d ranks on %d GPUs (%s), %s\n", n, n, gpus[0].name.c_str(),
+                opt.procs ? "one process per rank" : "one thread drives them all");
+  }
+  if (opt.procs) return runTuneProcs(opt, n, virt, gpus[0].name);
+
   std::vector<int> devs(n);
   for (int r = 0; r < n; ++r) devs[r] = virt ? 0 : r;
-  const auto sizes = tuneSizes(opt);
-  size_t max_elem = 4;
-  for (tparDataType_t d : opt.dtypes) max_elem = std::max(max_elem, tpar::elementBytes(d));
   Ranks rk;
-  if (std::string e = rk.alloc(devs, sizes.back() + max_elem); !e.empty()) return fail(e);
+  if (std::string e = rk.alloc(devs, tuneSizes(opt).back() + maxElementBytes(opt)); !e.empty())
+    return failRun(e);
   Group g;
   g.transport = opt.transport;
   std::string nccl_note;
@@ -351,126 +540,28 @@ int runTune(const TuneOptions& opt) {
     g.nccl = nullptr;
     init_error = g.init(devs);
   }
-  if (!init_error.empty()) return fail(init_error);
+  if (!init_error.empty()) return failRun(init_error);
   if (g.nccl != nullptr) {
     nccl_note = tpar::ncclVersionString(g.nccl->version) + " (" + g.nccl->path +
                 ") measured as a candidate, attached with tparCommSetNcclComm";
   }
   const tpar::TunerContext ctx = g.comms[0]->tuner_ctx;
-  tparCommInfo_t info;
-  if (tparCommQuery(g.comms[0], &info) != tparSuccess) return fail(tparGetLastError(g.comms[0]));
-  const std::string path = opt.output.empty() ? tpar::tuningFilePath(ctx) : opt.output;
-  if (path.empty() && !opt.dry_run)
-    return fail("no place for the table: set TPAR_TUNING_FILE, XDG_CACHE_HOME or HOME, or pass --output");
-
-  if (virt) {
-    std::printf("# %d virtual ranks on one %s: %d streams share its SMs, so the crossovers are\n"
-                "# this setup's, not those of an %d-GPU machine (its topology signature differs,\n"
-                "# so a real group never loads this table).\n",
-                n, gpus[0].name.c_str(), n, n);
-  } else {
-    std::printf("# %d ranks on %d GPUs (%s)\n", n, n, gpus[0].name.c_str());
-  }
+  if (opt.output.empty() && tpar::tuningFilePath(ctx).empty() && !opt.dry_run)
+    return failRun("no place for the table: set TPAR_TUNING_FILE, XDG_CACHE_HOME or HOME, or pass --output");
   std::printf("# topology %s: %d island(s), worst link class %d%s\n", ctx.signature.c_str(),
               ctx.islands, ctx.worst_link, ctx.hierarchical_ok ? ", hierarchical possible" : "");
   std::printf("# nccl: %s\n", nccl_note.c_str());
-  // The search: every algorithm over the space's shapes that this group can launch.
-  TuneSpace space = opt.quick ? quickTuneSpace() : fullTuneSpace();
-  if (!opt.blocks.empty()) space.blocks = opt.blocks;
-  if (!opt.threads.empty()) space.threads = opt.threads;
-  if (!opt.steps.empty()) space.steps = opt.steps;
-  TuneLimits limits;
-  limits.grid_blocks = info.blocksPerRank;
-  limits.max_threads = std::min(info.threadsPerBlock, kernels::kMaxThreads);
-  const TuneCandidates cands = tuneCandidates(ctx, space, limits, opt.shapes, g.nccl != nullptr);
-  const size_t per_size = cands.plans.size() + 1;  // + the built-in default of each size
-  const size_t total = per_size * sizes.size() * opt.dtypes.size();
-  std::printf("# search (%s): blocks %s x threads %s, pipelined also steps %s x push/pull\n",
-              !opt.shapes ? "kernel-default shapes only" : opt.quick ? "quick" : "full",
-              joinInts(space.blocks).c_str(), joinInts(space.threads).c_str(),
-              joinInts(space.steps).c_str());
-  std::map<std::string, size_t> reasons;
-  for (const ExcludedPlan& x : cands.excluded)
-    ++reasons[(x.plan.active_blocks == 0 ? std::string(tpar::planAlgoName(x.plan)) + ": "
-                                          : std::string()) + x.why];
-  for (const auto& [why, count] : reasons) std::printf("#   excluded %4zu: %s\n", count, why.c_str());
-  std::printf("# %zu candidates per size (the default first) x %zu sizes x %zu types = %zu; "
-              "about %.0f s (rough; --quick or --shapes 0 for fewer)\n",
-              per_size, sizes.size(), opt.dtypes.size(), total,
-              tuneEstimateSeconds(per_size, sizes, opt.iters, opt.warmup, n) *
-                  static_cast<double>(opt.dtypes.size()));
-  std::printf("# every plan is checked element by element on poisoned outputs, then timed as a\n"
-              "# CUDA graph of %d calls after %d warm-up, then checked again; grid of %d blocks "
-              "per rank, at most %d threads\n",
-              opt.iters, opt.warmup, info.blocksPerRank, limits.max_threads);
-  std::printf("# %12s %9s %-12s %6s %7s %5s %4s %10s %7s\n", "size (B)", "type", "algo", "blocks",
-              "threads", "steps", "mode", "time (us)", "#wrong");
-  std::fflush(stdout);
 
   const auto started = std::chrono::steady_clock::now();
   std::vector<TuneBucket> buckets;
-  for (tparDataType_t dtype : opt.dtypes) {
-    for (size_t bytes : sizes) {
-      TuneBucket b;
-      b.dtype = dtype;
-      const size_t count = std::max<size_t>(1, bytes / tpar::elementBytes(dtype));
-      b.bytes = count * tpar::elementBytes(dtype);
-      // The built-in default first (ties go to it), as a communicator without a table runs it.
-      TuneCandidate def;
-      def.plan = tpar::selectPlan(b.bytes, dtype, ctx, nullptr, tparAlgoAuto,
-                                  g.comms[0]->cfg.one_shot_max_bytes);
-      def.is_default = true;
-      std::vector<Plan> plans = {def.plan};
-      for (const Plan& p : cands.plans)
-        if (planText(p) != planText(def.plan)) plans.push_back(p);
-      for (size_t i = 0; i < plans.size(); ++i) {
-        TuneCandidate c = i == 0 ? def : TuneCandidate{};
-        c.plan = plans[i];
-        if (std::string e = measurePlan(g, rk, count, dtype, opt, &c); !e.empty())
-          return fail(std::to_string(b.bytes) + " B, " + planText(plans[i]) + ": " + e);
-        b.candidates.push_back(c);
-      }
-      printBucket(b, opt.print_all);
-      buckets.push_back(b);
-    }
-  }
+  if (std::string e = searchBuckets(g, rk, opt, /*lockstep=*/false, stdout, true, &buckets);
+      !e.empty())
+    return failRun(e);
   const double elapsed =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-
-  // What the table changes against the built-in defaults, both measured above.
-  long long wrong = 0;
-  for (const TuneBucket& b : buckets)
-    for (const TuneCandidate& c : b.candidates) wrong += std::max(0LL, c.wrong);
-  std::printf("#\n%s", gainReport(tuneGains(buckets, kNoise)).c_str());
-  std::printf("# measured %zu candidates in %.1f s\n", total, elapsed);
-  if (wrong > 0)
-    std::printf("# %lld wrong elements in total: those plans were never chosen\n", wrong);
-
-  tpar::TuningTable old;
-  const bool have_old = tpar::loadTuningFile(path, ctx, &old) == tparSuccess;
-  tpar::TuningTable table = tableFromBuckets(buckets, ctx, have_old ? &old : nullptr, kNoise);
-  table.created = utcNow();
-  table.gpu = gpus[0].name + (virt ? " (" + std::to_string(n) + " virtual ranks)" : "");
-  if (table.entries.empty()) return fail("no size had a correct plan; nothing written");
-  if (opt.dry_run) {
-    std::printf("# --dry-run: would write %s\n", path.empty() ? "(no path)" : path.c_str());
-    return wrong ? kExitCheckFailed : kExitOk;
-  }
-  if (tpar::saveTuningFile(path, table) != tparSuccess) return fail(tparGetLastError(nullptr));
-  size_t to_nccl = 0;
-  for (const tpar::TuningEntry& e : table.entries) to_nccl += e.plan.nccl;
-  if (to_nccl > 0) {
-    std::printf("# %zu entries route to NCCL: in communicators with an NCCL communicator attached\n"
-                "# (tparCommSetNcclComm); the others use the built-in choice for those sizes\n",
-                to_nccl);
-  }
-  size_t kept = 0;
-  for (const tpar::TuningEntry& e : table.entries)
-    kept += std::find(opt.dtypes.begin(), opt.dtypes.end(), e.dtype) == opt.dtypes.end();
-  std::printf("# wrote %zu entries (%zu kept from the previous file) to\n#   %s\n"
-              "# communicators of this topology and rank count load it at init\n",
-              table.entries.size(), kept, path.c_str());
-  return wrong ? kExitCheckFailed : kExitOk;
+  return finishTune(buckets, ctx, opt,
+                    gpus[0].name + (virt ? " (" + std::to_string(n) + " virtual ranks)" : ""),
+                    elapsed);
 }
 
 Action addTuneCommand(CLI::App& root, const std::string& command_line) {

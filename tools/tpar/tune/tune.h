@@ -33,6 +33,14 @@ struct TuneOptions {
   bool nccl = true;               // also measure NCCL where it can run (ranks on distinct GPUs)
   int transport = TPAR_CONFIG_UNDEF_INT;  // tparConfig_t.transport; unset: TPAR_TRANSPORT
   std::string command_line;
+  // One process per rank (--procs): this process starts them and merges their measurements.
+  bool procs = false;
+  // Set in such a child: its rank, the rank count, the group's unique id (hex) and the file
+  // for its measurements.
+  int worker_rank = -1;
+  int worker_world = 0;
+  std::string worker_id;
+  std::string results_json;
 };
 
 // Parses `tpar tune` arguments (argv without program and subcommand). Returns "" or the error.
@@ -130,8 +138,32 @@ std::string gainReport(const std::vector<TuneGain>& gains);
 
 // A plan as the tune reports print it: algorithm, blocks, threads, steps, mode.
 std::string planText(const tpar::Plan& p);
+// "8,16,32": a list as the options take it.
+std::string joinInts(const std::vector<int>& v);
 
 int runTune(const TuneOptions& opt);
+
+// --procs (tune_procs.cc). The arguments of a rank's child: the parent's search, sizes and
+// settings, without the parent's output options (the parent writes the table).
+std::vector<std::string> childTuneArgs(const TuneOptions& opt);
+// A rank's measurements as its child writes them, and back.
+std::string bucketsToJson(const std::vector<TuneBucket>& buckets, const tpar::TunerContext& ctx);
+std::string bucketsFromJson(const std::string& text, std::vector<TuneBucket>* buckets,
+                            tpar::TunerContext* ctx);
+// Merges the ranks' measurements of the same candidates: a candidate's time is the slowest
+// rank's, its wrong elements the sum over ranks (-1 when a rank did not check), its error the
+// first rank's. "" or why they do not describe the same search.
+std::string mergeRankBuckets(const std::vector<std::vector<TuneBucket>>& per_rank,
+                             std::vector<TuneBucket>* out);
+// Runs the children of `n` ranks (on GPUs 0..n-1, or all on GPU 0 with `virt`), then reports
+// and writes the table as the one-process run does.
+int runTuneProcs(const TuneOptions& opt, int n, bool virt, const std::string& gpu_name);
+
+// Shared by both ways of running (tune.cu): one size's measurements as printed, and the gain
+// report, the table and the exit status once every size is measured.
+void printTuneBucket(const TuneBucket& b, bool all);
+int finishTune(const std::vector<TuneBucket>& buckets, const tpar::TunerContext& ctx,
+               const TuneOptions& opt, const std::string& gpu_label, double elapsed_s);
 
 }  // namespace tpar_cli
 

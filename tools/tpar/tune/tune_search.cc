@@ -187,6 +187,12 @@ tpar::TuningTable tableFromBuckets(const std::vector<TuneBucket>& buckets,
   return t;
 }
 
+std::string joinInts(const std::vector<int>& v) {
+  std::string s;
+  for (int x : v) s += (s.empty() ? "" : ",") + std::to_string(x);
+  return s;
+}
+
 std::string planText(const Plan& p) {
   char buf[64];
   std::snprintf(buf, sizeof(buf), "%-12s %6d %7d %5d %4s", tpar::planAlgoName(p), p.active_blocks,
