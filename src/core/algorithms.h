@@ -58,9 +58,6 @@ struct Algorithm {
   int max_blocks;      // active blocks at most (0: the communicator's grid)
   int min_ranks;       // fewer ranks: not worth measuring (`tpar tune`)
   bool needs_islands;  // equal-sized islands, more than one (else two-shot runs instead)
-  // `tpar tune` measures its host-memory shapes in a grid of its own (tune.cu), not in the
-  // generic list, when the receive regions are in host memory.
-  bool host_grid;
   ByteModel bytes;
 };
 

@@ -77,7 +77,10 @@ std::string planAlgoNames() {
   return s.substr(0, s.size() - 2) + " or nccl";
 }
 
-bool validThreads(int64_t t) { return t == 0 || (t >= 64 && t <= 512 && t % 32 == 0); }
+// The kernels' launch bound caps threads (docs/TUNING.md, "Why threads stop at 512").
+bool validThreads(int64_t t) {
+  return t == 0 || (t >= 64 && t <= kernels::kMaxThreads && t % 32 == 0);
+}
 
 // Field checks for tuningFromJson. Each failure names the field by its JSON path.
 tparResult_t bad(const std::string& field, const std::string& problem) {
@@ -111,6 +114,26 @@ tparResult_t getString(const nlohmann::json& obj, const std::string& key, const 
   return tparSuccess;
 }
 
+tparResult_t getMicroseconds(const nlohmann::json& obj, const std::string& key,
+                             const std::string& path, double* out) {
+  auto it = obj.find(key);
+  if (it == obj.end()) return tparSuccess;
+  // Bounded (1000 s) so that every accepted value is written back the same way.
+  if (!it->is_number() || !std::isfinite(it->get<double>()) || it->get<double>() <= 0 ||
+      it->get<double>() > 1e9)
+    return bad(path, "is " + it->dump() + "; expected a positive number of microseconds up to 1e9");
+  *out = it->get<double>();
+  return tparSuccess;
+}
+
+// Written to the nanosecond, and only when that is a positive finite number: the reader
+// rejects 0 and non-numbers, so a sub-nanosecond or overflowing value (both found by fuzzing
+// the round trip) would make the file unreadable.
+void putMicroseconds(nlohmann::ordered_json& obj, const char* key, double value) {
+  const double us = std::round(value * 1000.0) / 1000.0;
+  if (std::isfinite(us) && us > 0) obj[key] = us;
+}
+
 tparResult_t entryFromJson(const nlohmann::json& e, size_t index, TuningEntry* out) {
   const std::string at = "entries[" + std::to_string(index) + "]";
   if (!e.is_object()) return bad(at, "is not an object");
@@ -137,7 +160,8 @@ tparResult_t entryFromJson(const nlohmann::json& e, size_t index, TuningEntry* o
   entry.plan.active_blocks = static_cast<int>(v);
   TPAR_TRY(getInt(e, "threads", at + ".threads", 0, kernels::kMaxThreads, &v));
   if (!validThreads(v))
-    return bad(at + ".threads", "is " + std::to_string(v) + "; expected 0 or a multiple of 32 in 64..512");
+    return bad(at + ".threads", "is " + std::to_string(v) + "; expected 0 or a multiple of 32 in 64.." +
+                                    std::to_string(kernels::kMaxThreads));
   entry.plan.threads = static_cast<int>(v);
   // Optional (tables written before the pipelined two-shot have none): 0 = built-in.
   if (e.find("steps") != e.end()) {
@@ -149,16 +173,10 @@ tparResult_t entryFromJson(const nlohmann::json& e, size_t index, TuningEntry* o
     entry.plan.pull = v != 0;
   }
 
-  // "us" is informational and optional; when present it is a real measurement.
-  auto us = e.find("us");
-  if (us != e.end()) {
-    // Bounded (1000 s) so that every accepted value is written back the same way.
-    if (!us->is_number() || !std::isfinite(us->get<double>()) || us->get<double>() <= 0 ||
-        us->get<double>() > 1e9)
-      return bad(at + ".us", "is " + us->dump() +
-                                 "; expected a positive number of microseconds up to 1e9");
-    entry.us = us->get<double>();
-  }
+  // "us" and "default_us" are informational and optional; when present they are real
+  // measurements.
+  TPAR_TRY(getMicroseconds(e, "us", at + ".us", &entry.us));
+  TPAR_TRY(getMicroseconds(e, "default_us", at + ".default_us", &entry.default_us));
   *out = entry;
   return tparSuccess;
 }
@@ -390,11 +408,8 @@ std::string tuningToJson(const TuningTable& table) {
     o["threads"] = e.plan.threads;
     o["steps"] = e.plan.steps;
     o["pull"] = e.plan.pull ? 1 : 0;
-    // Written to the nanosecond, and only when that is a positive finite number: the reader
-    // rejects 0 and non-numbers, so a sub-nanosecond or overflowing value (both found by
-    // fuzzing the round trip) would make the file unreadable.
-    const double us = std::round(e.us * 1000.0) / 1000.0;
-    if (std::isfinite(us) && us > 0) o["us"] = us;
+    putMicroseconds(o, "us", e.us);
+    putMicroseconds(o, "default_us", e.default_us);
     j["entries"].push_back(o);
   }
   return j.dump(2) + "\n";

@@ -50,6 +50,8 @@ struct TuningEntry {
   tparDataType_t dtype = tparBfloat16;
   Plan plan;
   double us = 0;  // time measured by `tpar tune` (0: not measured); for people, not for choice
+  // The built-in default's time in the same run (0: not measured); for people, like `us`.
+  double default_us = 0;
 };
 
 struct TuningTable {

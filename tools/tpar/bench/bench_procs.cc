@@ -1,32 +1,19 @@
 #include "tools/tpar/bench/bench_procs.h"
 
-#include <fcntl.h>
-#include <signal.h>
-#include <spawn.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cstdlib>
 #include <fstream>
-#include <thread>
 
 #include "tools/tpar/common/exit_codes.h"
-
-extern char** environ;
+#include "tools/tpar/common/spawn.h"
 
 namespace tpar_cli {
 namespace {
 
 // How long the children of one backend may take in all.
 constexpr int kChildTimeoutS = 1800;
-
-std::string selfPath() {
-  char self[4096] = {0};
-  if (readlink("/proc/self/exe", self, sizeof(self) - 1) <= 0) return "";
-  return self;
-}
 
 // A file for a child's rows; removed when this goes out of scope.
 class RowsFile {
@@ -62,59 +49,6 @@ class RowsFile {
  private:
   std::string path_;
 };
-
-// Starts every command (argv lists) with `extra_env` added and its stdout discarded, waits for
-// all (killing them all after timeout_s). Returns "" when every one exited 0.
-std::string runAll(const std::vector<std::vector<std::string>>& cmds,
-                   const std::vector<std::string>& extra_env, int timeout_s) {
-  std::vector<std::string> envs;
-  for (char** e = environ; *e; ++e) envs.push_back(*e);
-  for (const std::string& kv : extra_env) envs.push_back(kv);
-  std::vector<char*> cenv;
-  for (auto& e : envs) cenv.push_back(const_cast<char*>(e.c_str()));
-  cenv.push_back(nullptr);
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, "/dev/null", O_WRONLY, 0);
-  std::vector<pid_t> pids;
-  std::string err;
-  for (const auto& cmd : cmds) {
-    std::vector<char*> argv;
-    for (const auto& a : cmd) argv.push_back(const_cast<char*>(a.c_str()));
-    argv.push_back(nullptr);
-    pid_t pid = 0;
-    if (posix_spawn(&pid, argv[0], &actions, nullptr, argv.data(), cenv.data()) != 0) {
-      err = "cannot start " + cmd[0];
-      break;
-    }
-    pids.push_back(pid);
-  }
-  posix_spawn_file_actions_destroy(&actions);
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(timeout_s);
-  std::vector<bool> done(pids.size(), false);
-  size_t left = pids.size();
-  while (left > 0) {
-    for (size_t i = 0; i < pids.size(); ++i) {
-      int status = 0;
-      if (done[i] || waitpid(pids[i], &status, WNOHANG) != pids[i]) continue;
-      done[i] = true;
-      --left;
-      if ((!WIFEXITED(status) || WEXITSTATUS(status) != 0) && err.empty())
-        err = "rank " + std::to_string(i) + " process failed (status " + std::to_string(status) + ")";
-    }
-    if (left > 0 && (!err.empty() || std::chrono::steady_clock::now() > deadline)) {
-      // A failed rank leaves its peers waiting (boundedly); do not wait for them.
-      if (err.empty()) err = "rank processes did not finish within " + std::to_string(timeout_s) + " s";
-      for (size_t i = 0; i < pids.size(); ++i)
-        if (!done[i]) kill(pids[i], SIGKILL);
-      for (size_t i = 0; i < pids.size(); ++i)
-        if (!done[i]) waitpid(pids[i], nullptr, 0);
-      break;
-    }
-    if (left > 0) std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  return err;
-}
 
 }  // namespace
 

@@ -22,6 +22,9 @@ std::string toHex(const char* bytes, size_t n) {
   return s;
 }
 
+
+}  // namespace
+
 bool fromHex(const std::string& hex, char* bytes, size_t n) {
   if (hex.size() != 2 * n) return false;
   for (size_t i = 0; i < n; ++i) {
@@ -37,6 +40,8 @@ bool fromHex(const std::string& hex, char* bytes, size_t n) {
   }
   return true;
 }
+
+namespace {
 
 class TparBackend : public Backend {
  public:

@@ -59,6 +59,8 @@ std::unique_ptr<Backend> makeNcclBackend(std::string* why);
 // A fresh unique id for `backend` ("tpar..." or "nccl"), hex-encoded. Its rendezvous service
 // lives in this process until the ranks have joined.
 std::string newUniqueId(const std::string& backend, std::string* id_hex);
+// Decodes such an id into `n` bytes; false unless `hex` is exactly 2n lowercase hex digits.
+bool fromHex(const std::string& hex, char* bytes, size_t n);
 
 // The backends makeBackend knows, in order: "tpar", "tpar:<algorithm>" for every algorithm a
 // caller can force (tparAlgoName), "nccl"; and the same as one comma-separated string.

@@ -2,19 +2,23 @@
 
 
 #include <algorithm>
+#include <chrono>
 #include <cinttypes>
 #include <cstdio>
 #include <ctime>
+#include <fstream>
 #include <limits>
 #include <map>
 #include <memory>
 #include <sstream>
 
 #include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
 
 #include "core/algorithms.h"
 #include "core/comm.h"
 #include "core/env.h"
+#include "tools/tpar/common/backend.h"
 #include "tools/tpar/common/cli_options.h"
 #include "tools/tpar/common/commands.h"
 #include "tools/tpar/common/exit_codes.h"
@@ -68,6 +72,23 @@ struct Group {
     }
     return "";
   }
+  // One rank of a group spread over processes (--procs): this process's rank only.
+  std::string initRank(int world, int rank, const std::string& id_hex, int dev) {
+    destroy();
+    tparUniqueId id;
+    if (!fromHex(id_hex, id.internal, sizeof(id.internal))) return "bad unique id";
+    tparConfig_t cfg = TPAR_CONFIG_INITIALIZER;
+    cfg.transport = transport;
+    cfg.algorithm = tparAlgoAuto;
+    cfg.allowSharedDevice = 1;  // several processes on one GPU: virtual ranks
+    if (cudaSetDevice(dev) != cudaSuccess) return "cudaSetDevice failed";
+    comms.assign(1, nullptr);
+    if (tparCommInitRankConfig(&comms[0], world, id, rank, &cfg) != tparSuccess) {
+      comms.clear();
+      return std::string("tparCommInitRank: ") + tparGetLastError(nullptr);
+    }
+    return "";
+  }
   std::string asyncError() {
     for (size_t r = 0; r < comms.size(); ++r) {
       tparResult_t e = tparSuccess;
@@ -107,8 +128,11 @@ struct Group {
 // every rank's replay to the join of all ranks' streams.
 // Checks, then times one plan. Returns "" unless the machine is unusable; a plan that fails
 // or computes wrong sums is recorded in `c` and the run goes on.
+// With `lockstep` (one process per rank) every rank issues the same calls whatever it found:
+// a wrong plan is timed too (and never chosen), and a failure ends the run, since the group
+// cannot be recreated without the other processes.
 std::string measurePlan(Group& g, Ranks& rk, size_t count, tparDataType_t dtype,
-                        const TuneOptions& opt, TuneCandidate* c) {
+                        const TuneOptions& opt, bool lockstep, TuneCandidate* c) {
   g.usePlan(c->plan);
   tparAlgo_t runs_as = tparAlgoAuto;
   tparCommSelectAlgorithm(g.comms[0], count * tpar::elementBytes(dtype), &runs_as);
@@ -123,7 +147,7 @@ std::string measurePlan(Group& g, Ranks& rk, size_t count, tparDataType_t dtype,
   if (e.empty()) e = g.asyncError();
   if (e.empty()) {
     if (std::string f = rk.countWrongIn(rk.out, count, dtype, &c->wrong); !f.empty()) return f;
-    if (c->wrong != 0) return "";
+    if (c->wrong != 0 && !lockstep) return "";
     e = timeIt(rk, opt.iters, opt.warmup, /*graph=*/true,
                [&] { return g.allReduce(rk, count, dtype); }, &c->us);
   }
@@ -137,16 +161,10 @@ std::string measurePlan(Group& g, Ranks& rk, size_t count, tparDataType_t dtype,
   }
   c->error = e;
   c->us = 0;
+  if (lockstep) return e;
   // A communicator that recorded an asynchronous error accepts nothing but destroy.
   (void)cudaGetLastError();
   return g.init(rk.devs);
-}
-
-std::string planText(const Plan& p) {
-  char buf[64];
-  std::snprintf(buf, sizeof(buf), "%-12s %6d %7d %5d %4s", tpar::planAlgoName(p), p.active_blocks,
-                p.threads, p.steps, p.algo == kernels::Algo::kPipelined && p.pull ? "pull" : "-");
-  return buf;
 }
 
 std::string utcNow() {
@@ -159,6 +177,8 @@ std::string utcNow() {
 }
 
 constexpr double kNoise = 0.03;
+// Correct plans printed per size besides the default and the chosen one (--all: every one).
+constexpr size_t kShownPerSize = 4;
 
 void registerOptions(CLI::App* app, TuneOptions* opt, std::shared_ptr<std::string> error) {
   addSizeOptions(app, &opt->min_bytes, &opt->max_bytes, &opt->factor, &opt->sizes, error,
@@ -198,7 +218,42 @@ void registerOptions(CLI::App* app, TuneOptions* opt, std::shared_ptr<std::strin
           *error = "--transport: '" + v + "' is not auto, host or p2p";
       },
       "auto (default: TPAR_TRANSPORT), host (receive regions in pinned host memory) or p2p");
-  app->add_option("--shapes", opt->shapes, "1: also try half the blocks per rank (default); 0: no");
+  app->add_option("--shapes", opt->shapes,
+                  "1: search blocks x threads (x steps x mode) per algorithm (default); 0: "
+                  "kernel-default shapes only");
+  app->add_flag("--virtual", opt->virtual_ranks,
+                "every rank on GPU 0 (virtual ranks), also where there are more GPUs");
+  app->add_flag("--procs", opt->procs,
+                "one process per rank (default: one thread drives every rank); no NCCL candidate");
+  app->add_option("--worker-rank", opt->worker_rank, "internal")->group("");
+  app->add_option("--worker-world", opt->worker_world, "internal")->group("");
+  app->add_option("--worker-id", opt->worker_id, "internal")->group("");
+  app->add_option("--results-json", opt->results_json, "internal")->group("");
+  app->add_flag("--quick", opt->quick, "a smaller search: blocks 1,2,8,16,32 x threads 256,512");
+  auto int_list = [app, error](const char* name, std::vector<int>* out, int lo, int hi,
+                               const char* what) {
+    app->add_option_function<std::string>(
+        name,
+        [out, error, name, lo, hi](const std::string& v) {
+          out->clear();
+          std::stringstream ss(v);
+          std::string item;
+          while (std::getline(ss, item, ',')) {
+            int64_t k = 0;
+            if (!tpar::parseInt(item, &k) || k < lo || k > hi) {
+              *error = std::string(name) + ": '" + item + "' is not a whole number in " +
+                       std::to_string(lo) + ".." + std::to_string(hi);
+              return;
+            }
+            out->push_back(static_cast<int>(k));
+          }
+        },
+        what);
+  };
+  int_list("--blocks", &opt->blocks, 1, kernels::kMaxBlocks, "blocks to search, e.g. 8,16,32");
+  int_list("--threads", &opt->threads, 32, 1024, "threads per block to search, e.g. 256,512");
+  int_list("--steps", &opt->steps, 1, tpar::kMaxPlanSteps, "pipelined steps to search, e.g. 1,4");
+  app->add_flag("--all", opt->print_all, "print every measurement (default: the best few per size)");
   app->add_option("--output", opt->output, "write the table here (default: where tpar looks)");
   // -o was the output file before bench took nccl-tests' -o (the reduction op); still read here.
   app->add_option_function<std::string>(
@@ -240,111 +295,206 @@ std::vector<size_t> tuneSizes(const TuneOptions& opt) {
   return out;
 }
 
-std::vector<Plan> tuneCandidates(const tpar::TunerContext& ctx, int blocks, bool shapes,
-                                 bool nccl) {
-  // Every algorithm the group can run (pull wins only where reads cost less than writes: a
-  // measurement decides, never a default); host-memory grids of their own below.
-  std::vector<kernels::Algo> algos;
-  for (const tpar::Algorithm& a : tpar::algorithms()) {
-    if (ctx.nranks < a.min_ranks || (a.needs_islands && !ctx.hierarchical_ok) ||
-        (a.host_grid && ctx.host_transport))
+namespace {
+
+// One size's measurements: the default, the fastest few and every failure (all with `all`).
+}  // namespace
+
+void printTuneBucket(const TuneBucket& b, bool all) {
+  const int best = pickFastest(b.candidates, kNoise);
+  std::vector<size_t> order(b.candidates.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  // Usable ones by time, then the rest in measuring order.
+  std::stable_sort(order.begin(), order.end(), [&](size_t x, size_t y) {
+    const TuneCandidate& a = b.candidates[x];
+    const TuneCandidate& c = b.candidates[y];
+    if (a.usable() != c.usable()) return a.usable();
+    return a.usable() && a.us < c.us;
+  });
+  size_t shown = 0, hidden = 0;
+  for (size_t i : order) {
+    const TuneCandidate& c = b.candidates[i];
+    const bool show = all || c.is_default || !c.usable() || static_cast<int>(i) == best ||
+                      shown < kShownPerSize;
+    if (!show) {
+      ++hidden;
       continue;
-    algos.push_back(a.id);
-  }
-  std::vector<int> active = {0};
-  if (shapes && blocks >= 2) active.push_back(blocks / 2);
-  std::vector<Plan> out;
-  // Each plan once (the host grids below may repeat a shape of the loop above).
-  auto add = [&out](const Plan& p) {
-    for (const Plan& q : out) {
-      if (q.algo == p.algo && q.active_blocks == p.active_blocks && q.threads == p.threads &&
-          q.steps == p.steps && q.pull == p.pull)
-        return;
     }
-    out.push_back(p);
-  };
-  for (kernels::Algo a : algos) {
-    for (int b : active) add(Plan{a, b, 0});
-  }
-  if (ctx.host_transport && shapes) {
-    // Few blocks poll less across the link.
-    for (int b : {1, 2, 4, 8}) {
-      if (b <= blocks) add(Plan{kernels::Algo::kTwoShotLL, b, 0});
+    shown += c.usable();
+    const std::string mark = static_cast<int>(i) == best ? "  <- chosen" : c.wrong > 0 ? "  WRONG" : "";
+    const std::string tag = c.is_default ? "  (default)" : "";
+    if (!c.error.empty()) {
+      std::printf("  %12" PRIu64 " %9s %s  %s\n", b.bytes, tparDataTypeName(b.dtype),
+                  planText(c.plan).c_str(), c.error.c_str());
+      continue;
     }
+    std::printf("  %12" PRIu64 " %9s %s %10.2f %7lld%s%s\n", b.bytes, tparDataTypeName(b.dtype),
+                planText(c.plan).c_str(), c.us, c.wrong, mark.c_str(), tag.c_str());
   }
-  if (ctx.host_transport) {
-    // Blocks set how many warps poll across the link, steps how far reads and writes overlap.
-    const std::vector<int> grid_blocks = shapes ? std::vector<int>{1, 2, 4, 8} : std::vector<int>{0};
-    const std::vector<int> grid_steps = shapes ? std::vector<int>{1, 2, 4, 8} : std::vector<int>{0};
-    for (bool pull : {true, false}) {
-      for (int b : grid_blocks) {
-        if (b > blocks) continue;
-        for (int s : grid_steps) {
-          Plan p{kernels::Algo::kPipelined, b, 0};
-          p.steps = s;
-          p.pull = pull;
-          add(p);
-        }
+  if (hidden > 0) std::printf("  %12s (%zu slower correct plans not shown; --all shows them)\n", "", hidden);
+  std::fflush(stdout);
+}
+
+namespace {
+
+int failRun(const std::string& msg) {
+  std::fprintf(stderr, "tpar tune: %s\n", msg.c_str());
+  return kExitRunError;
+}
+
+// Measures every size of the search on group `g` (one rank per process with `lockstep`).
+// `header` gets the search's description (nullptr: none); sizes are printed as measured when
+// `print`. Returns "" or why the run cannot go on.
+std::string searchBuckets(Group& g, Ranks& rk, const TuneOptions& opt, bool lockstep, FILE* header,
+                          bool print, std::vector<TuneBucket>* buckets) {
+  const tpar::TunerContext ctx = g.comms[0]->tuner_ctx;
+  tparCommInfo_t info;
+  if (tparCommQuery(g.comms[0], &info) != tparSuccess) return tparGetLastError(g.comms[0]);
+  const auto sizes = tuneSizes(opt);
+  // The search: every algorithm over the space's shapes that this group can launch.
+  TuneSpace space = opt.quick ? quickTuneSpace() : fullTuneSpace();
+  if (!opt.blocks.empty()) space.blocks = opt.blocks;
+  if (!opt.threads.empty()) space.threads = opt.threads;
+  if (!opt.steps.empty()) space.steps = opt.steps;
+  TuneLimits limits;
+  limits.grid_blocks = info.blocksPerRank;
+  limits.max_threads = std::min(info.threadsPerBlock, kernels::kMaxThreads);
+  const TuneCandidates cands = tuneCandidates(ctx, space, limits, opt.shapes, g.nccl != nullptr);
+  const size_t per_size = cands.plans.size() + 1;  // + the built-in default of each size
+  const size_t total = per_size * sizes.size() * opt.dtypes.size();
+  if (header != nullptr) {
+    std::fprintf(header, "# search (%s): blocks %s x threads %s, pipelined also steps %s x push/pull\n",
+                 !opt.shapes ? "kernel-default shapes only" : opt.quick ? "quick" : "full",
+                 joinInts(space.blocks).c_str(), joinInts(space.threads).c_str(),
+                 joinInts(space.steps).c_str());
+    std::map<std::string, size_t> reasons;
+    for (const ExcludedPlan& x : cands.excluded)
+      ++reasons[(x.plan.active_blocks == 0 ? std::string(tpar::planAlgoName(x.plan)) + ": "
+                                            : std::string()) + x.why];
+    for (const auto& [why, count] : reasons)
+      std::fprintf(header, "#   excluded %4zu: %s\n", count, why.c_str());
+    std::fprintf(header, "# %zu candidates per size (the default first) x %zu sizes x %zu types = %zu; "
+                 "about %.0f s (rough; --quick or --shapes 0 for fewer)\n",
+                 per_size, sizes.size(), opt.dtypes.size(), total,
+                 tuneEstimateSeconds(per_size, sizes, opt.iters, opt.warmup, ctx.nranks) *
+                     static_cast<double>(opt.dtypes.size()));
+    std::fprintf(header, "# every plan is checked element by element on poisoned outputs, then timed as a\n"
+                 "# CUDA graph of %d calls after %d warm-up, then checked again; grid of %d blocks "
+                 "per rank, at most %d threads\n",
+                 opt.iters, opt.warmup, info.blocksPerRank, limits.max_threads);
+    std::fflush(header);
+  }
+  if (print) {
+    std::printf("# %12s %9s %-12s %6s %7s %5s %4s %10s %7s\n", "size (B)", "type", "algo",
+                "blocks", "threads", "steps", "mode", "time (us)", "#wrong");
+    std::fflush(stdout);
+  }
+  for (tparDataType_t dtype : opt.dtypes) {
+    for (size_t bytes : sizes) {
+      TuneBucket b;
+      b.dtype = dtype;
+      const size_t count = std::max<size_t>(1, bytes / tpar::elementBytes(dtype));
+      b.bytes = count * tpar::elementBytes(dtype);
+      // The built-in default first (ties go to it), as a communicator without a table runs it.
+      TuneCandidate def;
+      def.plan = tpar::selectPlan(b.bytes, dtype, ctx, nullptr, tparAlgoAuto,
+                                  g.comms[0]->cfg.one_shot_max_bytes);
+      def.is_default = true;
+      std::vector<Plan> plans = {def.plan};
+      for (const Plan& p : cands.plans)
+        if (planText(p) != planText(def.plan)) plans.push_back(p);
+      for (size_t i = 0; i < plans.size(); ++i) {
+        TuneCandidate c = i == 0 ? def : TuneCandidate{};
+        c.plan = plans[i];
+        if (std::string e = measurePlan(g, rk, count, dtype, opt, lockstep, &c); !e.empty())
+          return std::to_string(b.bytes) + " B, " + planText(plans[i]) + ": " + e;
+        b.candidates.push_back(c);
       }
+      if (print) printTuneBucket(b, opt.print_all);
+      buckets->push_back(b);
     }
   }
-  // Last: a tpar plan within the noise of NCCL keeps the size (pickFastest favours the first).
-  if (nccl) {
-    Plan p;
-    p.nccl = true;
-    out.push_back(p);
-  }
-  return out;
+  return "";
 }
 
-int pickFastest(const std::vector<TuneCandidate>& candidates, double noise) {
-  int best = -1;
-  for (size_t i = 0; i < candidates.size(); ++i) {
-    if (!candidates[i].usable()) continue;
-    if (best < 0 || candidates[i].us < candidates[best].us * (1.0 - noise))
-      best = static_cast<int>(i);
-  }
-  return best;
+size_t maxElementBytes(const TuneOptions& opt) {
+  size_t max_elem = 4;
+  for (tparDataType_t d : opt.dtypes) max_elem = std::max(max_elem, tpar::elementBytes(d));
+  return max_elem;
 }
 
-tpar::TuningTable tableFromBuckets(const std::vector<TuneBucket>& buckets,
-                                   const tpar::TunerContext& ctx, const tpar::TuningTable* keep,
-                                   double noise) {
-  tpar::TuningTable t;
-  t.signature = ctx.signature;
-  t.nranks = ctx.nranks;
-  std::map<int, std::vector<tpar::TuningEntry>> by_dtype;
+// A child of --procs: measures its rank, writes what it measured to opt.results_json.
+int runTuneWorker(const TuneOptions& opt, int ngpus) {
+  auto fail = [&](const std::string& msg) {
+    std::ofstream(opt.results_json) << nlohmann::json{{"error", msg}}.dump();
+    return kExitRunError;
+  };
+  const int dev = opt.virtual_ranks || ngpus < opt.worker_world ? 0 : opt.worker_rank;
+  Ranks rk;
+  rk.first_rank = opt.worker_rank;
+  rk.world = opt.worker_world;
+  if (std::string e = rk.alloc({dev}, tuneSizes(opt).back() + maxElementBytes(opt)); !e.empty())
+    return fail(e);
+  Group g;
+  g.transport = opt.transport;
+  if (std::string e = g.initRank(opt.worker_world, opt.worker_rank, opt.worker_id, dev); !e.empty())
+    return fail(e);
+  std::vector<TuneBucket> buckets;
+  if (std::string e = searchBuckets(g, rk, opt, /*lockstep=*/true,
+                                    opt.worker_rank == 0 ? stderr : nullptr, false, &buckets);
+      !e.empty())
+    return fail("rank " + std::to_string(opt.worker_rank) + ": " + e);
+  std::ofstream(opt.results_json) << bucketsToJson(buckets, g.comms[0]->tuner_ctx);
+  return kExitOk;
+}
+
+}  // namespace
+
+int finishTune(const std::vector<TuneBucket>& buckets, const tpar::TunerContext& ctx,
+               const TuneOptions& opt, const std::string& gpu_label, double elapsed_s) {
+  size_t total = 0;
+  long long wrong = 0;
   for (const TuneBucket& b : buckets) {
-    const int best = pickFastest(b.candidates, noise);
-    if (best < 0) continue;
-    tpar::TuningEntry e;
-    e.max_bytes = b.bytes;
-    e.dtype = b.dtype;
-    e.plan = b.candidates[best].plan;
-    e.us = b.candidates[best].us;
-    by_dtype[b.dtype].push_back(e);
+    total += b.candidates.size();
+    for (const TuneCandidate& c : b.candidates) wrong += std::max(0LL, c.wrong);
   }
-  if (keep != nullptr && keep->signature == ctx.signature && keep->nranks == ctx.nranks) {
-    std::map<int, std::vector<tpar::TuningEntry>> kept;
-    for (const tpar::TuningEntry& e : keep->entries)
-      if (!by_dtype.count(e.dtype)) kept[e.dtype].push_back(e);
-    for (auto& [d, v] : kept) by_dtype[d] = v;
+  // What the table changes against the built-in defaults, both measured in this run.
+  std::printf("#\n%s", gainReport(tuneGains(buckets, kNoise)).c_str());
+  std::printf("# measured %zu candidates in %.1f s\n", total, elapsed_s);
+  if (wrong > 0)
+    std::printf("# %lld wrong elements in total: those plans were never chosen\n", wrong);
+
+  const std::string path = opt.output.empty() ? tpar::tuningFilePath(ctx) : opt.output;
+  if (path.empty() && !opt.dry_run)
+    return failRun("no place for the table: set TPAR_TUNING_FILE, XDG_CACHE_HOME or HOME, or pass --output");
+  tpar::TuningTable old;
+  const bool have_old = !path.empty() && tpar::loadTuningFile(path, ctx, &old) == tparSuccess;
+  tpar::TuningTable table = tableFromBuckets(buckets, ctx, have_old ? &old : nullptr, kNoise);
+  table.created = utcNow();
+  table.gpu = gpu_label;
+  if (table.entries.empty()) return failRun("no size had a correct plan; nothing written");
+  if (opt.dry_run) {
+    std::printf("# --dry-run: would write %s\n", path.empty() ? "(no path)" : path.c_str());
+    return wrong ? kExitCheckFailed : kExitOk;
   }
-  for (auto& [d, v] : by_dtype) {
-    std::sort(v.begin(), v.end(), [](const auto& a, const auto& b) { return a.max_bytes < b.max_bytes; });
-    for (const auto& e : v)
-      if (t.entries.empty() || t.entries.back().dtype != e.dtype ||
-          t.entries.back().max_bytes != e.max_bytes)
-        t.entries.push_back(e);
+  if (tpar::saveTuningFile(path, table) != tparSuccess) return failRun(tparGetLastError(nullptr));
+  size_t to_nccl = 0;
+  for (const tpar::TuningEntry& e : table.entries) to_nccl += e.plan.nccl;
+  if (to_nccl > 0) {
+    std::printf("# %zu entries route to NCCL: in communicators with an NCCL communicator attached\n"
+                "# (tparCommSetNcclComm); the others use the built-in choice for those sizes\n",
+                to_nccl);
   }
-  return t;
+  size_t kept = 0;
+  for (const tpar::TuningEntry& e : table.entries)
+    kept += std::find(opt.dtypes.begin(), opt.dtypes.end(), e.dtype) == opt.dtypes.end();
+  std::printf("# wrote %zu entries (%zu kept from the previous file) to\n#   %s\n"
+              "# communicators of this topology and rank count load it at init\n",
+              table.entries.size(), kept, path.c_str());
+  return wrong ? kExitCheckFailed : kExitOk;
 }
 
 int runTune(const TuneOptions& opt) {
-  auto fail = [](const std::string& msg) {
-    std::fprintf(stderr, "tpar tune: %s\n", msg.c_str());
-    return kExitRunError;
-  };
   std::string why;
   const auto gpus = listGpus(&why);
   if (gpus.empty()) {
@@ -352,15 +502,25 @@ int runTune(const TuneOptions& opt) {
     return kExitNoGpu;
   }
   const int ngpus = static_cast<int>(gpus.size());
-  const int n = opt.ranks > 0 ? opt.ranks : (ngpus > 1 ? ngpus : 8);
-  const bool virt = n > ngpus;
+  if (opt.worker_rank >= 0) return runTuneWorker(opt, ngpus);
+  const int n = opt.ranks > 0 ? opt.ranks : (ngpus > 1 && !opt.virtual_ranks ? ngpus : 8);
+  const bool virt = opt.virtual_ranks || n > ngpus;
+  if (virt) {
+    std::printf("# %d virtual ranks on one %s: they share its SMs, so the crossovers are\n"
+                "# this setup's, not those of an %d-GPU machine (its topology signature differs,\n"
+                "# so a real group never loads this table).\n",
+                n, gpus[0].name.c_str(), n);
+  } else {
+    std::printf("# %d ranks on %d GPUs (%s), %s\n", n, n, gpus[0].name.c_str(),
+                opt.procs ? "one process per rank" : "one thread drives them all");
+  }
+  if (opt.procs) return runTuneProcs(opt, n, virt, gpus[0].name);
+
   std::vector<int> devs(n);
   for (int r = 0; r < n; ++r) devs[r] = virt ? 0 : r;
-  const auto sizes = tuneSizes(opt);
-  size_t max_elem = 4;
-  for (tparDataType_t d : opt.dtypes) max_elem = std::max(max_elem, tpar::elementBytes(d));
   Ranks rk;
-  if (std::string e = rk.alloc(devs, sizes.back() + max_elem); !e.empty()) return fail(e);
+  if (std::string e = rk.alloc(devs, tuneSizes(opt).back() + maxElementBytes(opt)); !e.empty())
+    return failRun(e);
   Group g;
   g.transport = opt.transport;
   std::string nccl_note;
@@ -380,122 +540,28 @@ int runTune(const TuneOptions& opt) {
     g.nccl = nullptr;
     init_error = g.init(devs);
   }
-  if (!init_error.empty()) return fail(init_error);
+  if (!init_error.empty()) return failRun(init_error);
   if (g.nccl != nullptr) {
     nccl_note = tpar::ncclVersionString(g.nccl->version) + " (" + g.nccl->path +
                 ") measured as a candidate, attached with tparCommSetNcclComm";
   }
   const tpar::TunerContext ctx = g.comms[0]->tuner_ctx;
-  tparCommInfo_t info;
-  if (tparCommQuery(g.comms[0], &info) != tparSuccess) return fail(tparGetLastError(g.comms[0]));
-  const std::string path = opt.output.empty() ? tpar::tuningFilePath(ctx) : opt.output;
-  if (path.empty() && !opt.dry_run)
-    return fail("no place for the table: set TPAR_TUNING_FILE, XDG_CACHE_HOME or HOME, or pass --output");
-
-  if (virt) {
-    std::printf("# %d virtual ranks on one %s: %d streams share its SMs, so the crossovers are\n"
-                "# this setup's, not those of an %d-GPU machine (its topology signature differs,\n"
-                "# so a real group never loads this table).\n",
-                n, gpus[0].name.c_str(), n, n);
-  } else {
-    std::printf("# %d ranks on %d GPUs (%s)\n", n, n, gpus[0].name.c_str());
-  }
+  if (opt.output.empty() && tpar::tuningFilePath(ctx).empty() && !opt.dry_run)
+    return failRun("no place for the table: set TPAR_TUNING_FILE, XDG_CACHE_HOME or HOME, or pass --output");
   std::printf("# topology %s: %d island(s), worst link class %d%s\n", ctx.signature.c_str(),
               ctx.islands, ctx.worst_link, ctx.hierarchical_ok ? ", hierarchical possible" : "");
   std::printf("# nccl: %s\n", nccl_note.c_str());
-  std::printf("# every plan is checked element by element on poisoned outputs, then timed as a\n"
-              "# CUDA graph of %d calls after %d warm-up; %d blocks per rank, threads from the work\n",
-              opt.iters, opt.warmup, info.blocksPerRank);
-  std::printf("# %12s %9s %-12s %6s %7s %5s %4s %10s %7s\n", "size (B)", "type", "algo", "blocks",
-              "threads", "steps", "mode", "time (us)", "#wrong");
 
+  const auto started = std::chrono::steady_clock::now();
   std::vector<TuneBucket> buckets;
-  const auto plans = tuneCandidates(ctx, info.blocksPerRank, opt.shapes, g.nccl != nullptr);
-  for (tparDataType_t dtype : opt.dtypes) {
-    for (size_t bytes : sizes) {
-      TuneBucket b;
-      b.dtype = dtype;
-      const size_t count = std::max<size_t>(1, bytes / tpar::elementBytes(dtype));
-      b.bytes = count * tpar::elementBytes(dtype);
-      for (const Plan& p : plans) {
-        TuneCandidate c;
-        c.plan = p;
-        if (std::string e = measurePlan(g, rk, count, dtype, opt, &c); !e.empty())
-          return fail(std::to_string(b.bytes) + " B, " + tpar::planAlgoName(p) + ": " + e);
-        b.candidates.push_back(c);
-      }
-      const int best = pickFastest(b.candidates, kNoise);
-      for (size_t i = 0; i < b.candidates.size(); ++i) {
-        const TuneCandidate& c = b.candidates[i];
-        if (!c.error.empty()) {
-          std::printf("  %12" PRIu64 " %9s %s  %s\n", b.bytes, tparDataTypeName(dtype),
-                      planText(c.plan).c_str(), c.error.c_str());
-          continue;
-        }
-        std::printf("  %12" PRIu64 " %9s %s %10.2f %7lld%s\n", b.bytes, tparDataTypeName(dtype),
-                    planText(c.plan).c_str(), c.us, c.wrong,
-                    static_cast<int>(i) == best ? "  <- chosen" : c.wrong ? "  WRONG" : "");
-      }
-      std::fflush(stdout);
-      buckets.push_back(b);
-    }
-  }
-
-  // What the table changes against the built-in defaults.
-  long long wrong = 0;
-  std::printf("#\n# %12s %9s %-27s %10s   %-27s %10s %8s\n", "size (B)", "type", "chosen", "(us)",
-              "built-in default", "(us)", "gain");
-  for (const TuneBucket& b : buckets) {
-    for (const TuneCandidate& c : b.candidates) wrong += std::max(0LL, c.wrong);
-    const int best = pickFastest(b.candidates, kNoise);
-    const Plan def = tpar::defaultPlan(b.bytes, b.dtype, ctx, -1);
-    const TuneCandidate* dc = nullptr;
-    for (const TuneCandidate& c : b.candidates)
-      if (planText(c.plan) == planText(def) && c.usable()) dc = &c;
-    if (best < 0) {
-      std::printf("  %12" PRIu64 " %9s no correct plan: left out of the table\n", b.bytes,
-                  tparDataTypeName(b.dtype));
-      continue;
-    }
-    const TuneCandidate& bc = b.candidates[best];
-    char def_us[32] = "-";
-    char gain[32] = "-";
-    if (dc != nullptr) {
-      std::snprintf(def_us, sizeof(def_us), "%.2f", dc->us);
-      std::snprintf(gain, sizeof(gain), "%.2fx", dc->us / bc.us);
-    }
-    std::printf("  %12" PRIu64 " %9s %-27s %10.2f   %-27s %10s %8s\n", b.bytes,
-                tparDataTypeName(b.dtype), planText(bc.plan).c_str(), bc.us,
-                planText(def).c_str(), def_us, gain);
-  }
-  if (wrong > 0)
-    std::printf("# %lld wrong elements in total: those plans were never chosen\n", wrong);
-
-  tpar::TuningTable old;
-  const bool have_old = tpar::loadTuningFile(path, ctx, &old) == tparSuccess;
-  tpar::TuningTable table = tableFromBuckets(buckets, ctx, have_old ? &old : nullptr, kNoise);
-  table.created = utcNow();
-  table.gpu = gpus[0].name + (virt ? " (" + std::to_string(n) + " virtual ranks)" : "");
-  if (table.entries.empty()) return fail("no size had a correct plan; nothing written");
-  if (opt.dry_run) {
-    std::printf("# --dry-run: would write %s\n", path.empty() ? "(no path)" : path.c_str());
-    return wrong ? kExitCheckFailed : kExitOk;
-  }
-  if (tpar::saveTuningFile(path, table) != tparSuccess) return fail(tparGetLastError(nullptr));
-  size_t to_nccl = 0;
-  for (const tpar::TuningEntry& e : table.entries) to_nccl += e.plan.nccl;
-  if (to_nccl > 0) {
-    std::printf("# %zu entries route to NCCL: in communicators with an NCCL communicator attached\n"
-                "# (tparCommSetNcclComm); the others use the built-in choice for those sizes\n",
-                to_nccl);
-  }
-  size_t kept = 0;
-  for (const tpar::TuningEntry& e : table.entries)
-    kept += std::find(opt.dtypes.begin(), opt.dtypes.end(), e.dtype) == opt.dtypes.end();
-  std::printf("# wrote %zu entries (%zu kept from the previous file) to\n#   %s\n"
-              "# communicators of this topology and rank count load it at init\n",
-              table.entries.size(), kept, path.c_str());
-  return wrong ? kExitCheckFailed : kExitOk;
+  if (std::string e = searchBuckets(g, rk, opt, /*lockstep=*/false, stdout, true, &buckets);
+      !e.empty())
+    return failRun(e);
+  const double elapsed =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  return finishTune(buckets, ctx, opt,
+                    gpus[0].name + (virt ? " (" + std::to_string(n) + " virtual ranks)" : ""),
+                    elapsed);
 }
 
 Action addTuneCommand(CLI::App& root, const std::string& command_line) {
