@@ -37,6 +37,14 @@
 #define TPAR_NCCL_HAS_DEVICE_API 0
 #endif
 
+// ncclGinBarrierCreateRequirement and its handle type appeared within 2.28: the build looks for
+// the declaration in the headers (nccl_shim/CMakeLists.txt).
+#if TPAR_NCCL_HAS_DEVICE_API && defined(TPAR_NCCL_DECLARES_GIN_BARRIER) && TPAR_NCCL_DECLARES_GIN_BARRIER
+#define TPAR_NCCL_HAS_GIN_BARRIER 1
+#else
+#define TPAR_NCCL_HAS_GIN_BARRIER 0
+#endif
+
 // The argument list of a row without its parentheses: TPAR_NCCL_UNPAREN (a, b) is a, b.
 #define TPAR_NCCL_UNPAREN(...) __VA_ARGS__
 

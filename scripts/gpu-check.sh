@@ -68,8 +68,11 @@ tpar=$build/tools/tpar/tpar
 py=${PYTHON:-python3}  # with matplotlib, for the plots
 step_begin build 900 60 || { status=1; finish; }
 echo "   archs $archs, into $build"
+nccl_inc=$(nccl_include_of "$py")
+shim_args=()
+[ -n "$nccl_inc" ] && shim_args=(-DTPAR_NCCL_INCLUDE_DIR="$nccl_inc")
 step_cmd cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTPAR_CUDA_ARCHS="$archs" \
-  -DTPAR_GIT_COMMIT="$commit" && step_cmd ninja -C "$build"
+  -DTPAR_GIT_COMMIT="$commit" "${shim_args[@]}" && step_cmd ninja -C "$build"
 step_end
 [ "$step_rc" = 0 ] || { status=1; finish; }
 

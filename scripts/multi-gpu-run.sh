@@ -148,9 +148,7 @@ step_build() {
   step_begin build || return 1
   archs=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | tr -d . |
     sort -u | paste -sd';')
-  inc=$("$py" -c 'import nvidia, os
-print(next((os.path.join(p, "nccl", "include") for p in nvidia.__path__
-            if os.path.isfile(os.path.join(p, "nccl", "include", "nccl.h"))), ""))' 2>/dev/null)
+  inc=$(nccl_include_of "$py")
   [ -n "$inc" ] && shim=(-DTPAR_NCCL_INCLUDE_DIR="$inc" -DTPAR_BUILD_NCCL_SHIM=ON)
   step_cmd cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
     -DTPAR_CUDA_ARCHS="${archs:-90}" -DTPAR_GIT_COMMIT="$commit" "${shim[@]}" &&

@@ -154,3 +154,12 @@ steps_chosen() {
   for i in "${!all[@]}"; do [ -n "${want[$i]:-}" ] && echo "${all[$i]}"; done
   return 0
 }
+
+# The nccl.h of python's nvidia-nccl package (the NCCL that PyTorch runs), or nothing: builds of
+# the NCCL drop-in use it rather than whatever nccl.h the CUDA toolkit directory holds, which
+# may be an older release than the library loaded at run time.
+nccl_include_of() {  # nccl_include_of PYTHON
+  "$1" -c 'import nvidia, os
+print(next((os.path.join(p, "nccl", "include") for p in nvidia.__path__
+            if os.path.isfile(os.path.join(p, "nccl", "include", "nccl.h"))), ""))' 2>/dev/null
+}
