@@ -13,13 +13,14 @@ source scripts/steps.sh
 # name, then "LIMIT EXPECT": the seconds its commands may take together, and about how long it
 # takes on 8 H200s (a guess until the first 8-GPU run; the budget check uses it).
 steps=(build gpu-tests shim-tests doctor python-tests tp-model verify-8 verify-64 torch-symm bench
-  bench-host bench-procs islands islands-forced shim-torch)
+  bench-host bench-procs islands islands-forced shim-torch host-cost tune)
 step_limits=([build]="360 60" [gpu-tests]="420 300" [shim-tests]="120 30"
   [doctor]="180 90" [python-tests]="240 90" [tp-model]="240 90" [verify-8]="120 40"
   [verify-64]="120 40" [torch-symm]="240 90" [bench]="300 150" [bench-host]="300 180"
-  [bench-procs]="240 100" [islands]="180 50" [islands-forced]="180 50" [shim-torch]="400 240")
+  [bench-procs]="240 100" [islands]="180 50" [islands-forced]="180 50" [shim-torch]="400 240"
+  [host-cost]="120 30" [tune]="420 240")
 # The commands of one lease: each fits in one command of the GPU machines (10 minutes).
-leases=("1-2" "3-7" "8-10" "11-14")
+leases=("1-2" "3-7" "8-10" "11-14" "15-16")
 fixture=tests/fixtures/topology/rootport_2socket_8gpu.xml
 
 usage() {
@@ -55,7 +56,8 @@ steps (LIMIT s / about s on 8 H200s, a guess until measured; what each step reco
                               -> bench.json, bench.png (with torch-symm.json when step 8 ran)
   10 bench-host      $(lim bench-host)  the same with --transport host (receive regions in host memory;
                               each row's host-link floor) -> bench-host.json, bench-host.png
-  11 bench-procs     $(lim bench-procs)  tpar bench --procs (one process per GPU), 1 KiB..64 MiB by 4x,
+  11 bench-procs     $(lim bench-procs)  tpar bench --procs -G 0 (one process per GPU: eager calls, and
+                              graph replays up to 4 MiB beside them), 1 KiB..64 MiB by 4x,
                               every backend, checked -> bench-procs.json
   12 islands         $(lim islands)  tpar, twoshot, staged, hier; the topology as discovered
                               -> islands.json
@@ -66,6 +68,11 @@ steps (LIMIT s / about s on 8 H200s, a guess until measured; what each step reco
                               drop-in, pass-through, NCCL loaded by path, torch.distributed
                               latency, the model step with and without the drop-in)
                               -> shim/torch-shim-check.json, shim/shim-bench.json, ...
+  15 host-cost       $(lim host-cost)  tpar bench --host-cost: the host time of one call with the stream
+                              held, beside a bare launch, tpar and NCCL -> host-cost.json
+  16 tune            $(lim tune)  tpar tune --quick on both transports, one thread and one process
+                              per GPU, 12 KiB..4 MiB: the gain over the defaults
+                              -> tune-p2p.json, tune-host-procs.json, ...
 
 One lease (back to back, so that the machine and its build directory stay warm):
 $(for l in "${leases[@]}"; do
@@ -246,7 +253,7 @@ step_bench-host() {
 
 step_bench-procs() {
   step_begin bench-procs || return 0
-  step_cmd "$tpar" bench --procs --ranks "$n" -b 1K -e 64M -f 4 --json "$out/bench-procs.json"
+  step_cmd "$tpar" bench --procs -G 0 --ranks "$n" -b 1K -e 64M -f 4 --json "$out/bench-procs.json"
   step_end --log "bench:$step_log" --record bench-procs.json
 }
 
@@ -287,6 +294,28 @@ step_shim-torch() {
   step_end "${logs[@]}" --record shim/torch-shim-check.json --record shim/shim-bench.json \
     --record shim/bench-nccl.json --record shim/bench-shim.json \
     --record shim/tp-model-shim-bench.json
+}
+
+issue14_sizes=12K,112K,384K,1M,4M
+step_host-cost() {
+  step_begin host-cost || return 0
+  step_cmd "$tpar" bench --ranks "$n" --host-cost --backends tpar,nccl --sizes "$issue14_sizes" \
+    --json "$out/host-cost.json"
+  step_end --log "rows:$step_log" --record host-cost.json
+}
+
+# The tables are records of what the search found, not tables for the next runs (--output).
+step_tune() {
+  step_begin tune || return 0
+  local t mode
+  for t in p2p host; do
+    for mode in "" --procs; do
+      step_cmd "$tpar" tune --ranks "$n" --quick --transport "$t" ${mode:+"$mode"} \
+        --sizes "$issue14_sizes" --output "$out/tune-$t${mode:+-procs}.json"
+    done
+  done
+  step_end --record tune-p2p.json --record tune-host.json --record tune-p2p-procs.json \
+    --record tune-host-procs.json
 }
 
 if [ "$dry" = 1 ]; then

@@ -164,6 +164,25 @@ CHECK_RULES = [(re.compile(r"^\w+: (PASS|FAIL) \((\d+) checks\b.*?(\d+) failures
                (re.compile(r"^\S+\s+skipped: "), "skipped")]
 
 
+def count_rows(text):
+    """tpar bench --host-cost: a row per size and backend whose tenth field is its count of wrong
+    elements (N/A: not checked); "# skipped" lines are backends that could not run."""
+    passed = failed = skipped = 0
+    for line in text.splitlines():
+        if line.startswith("# skipped "):
+            skipped += 1
+            continue
+        fields = line.split()
+        if line.startswith("#") or len(fields) < 10 or not fields[0].isdigit():
+            continue
+        wrong = fields[9]
+        if wrong.isdigit():
+            passed, failed = passed + (wrong == "0"), failed + (wrong != "0")
+        elif wrong == "N/A":
+            skipped += 1
+    return passed, failed, skipped
+
+
 def count_symm(text):
     return count_by_rules(text, SYMM_RULES)
 
@@ -178,6 +197,7 @@ def count_sanitizer(text):
 
 
 PARSERS = {"gtest": count_gtest, "pytest": count_pytest, "pytest-ranks": count_pytest_ranks,
+           "rows": count_rows,
            "bench": count_bench, "symm": count_symm, "checks": count_checks,
            "sanitizer": count_sanitizer}
 

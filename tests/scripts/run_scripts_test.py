@@ -26,7 +26,7 @@ import summary  # noqa: E402
 
 STEPS = ["build", "gpu-tests", "shim-tests", "doctor", "python-tests", "tp-model", "verify-8",
          "verify-64", "torch-symm", "bench", "bench-host", "bench-procs", "islands",
-         "islands-forced", "shim-torch"]
+         "islands-forced", "shim-torch", "host-cost", "tune"]
 STEP_KEYS = {"name", "command", "status", "passed", "failed", "skipped", "records"}
 
 # `tpar bench` output in its current layout: nccl-tests' 13 columns, then backend and algo.
@@ -211,7 +211,10 @@ for a in "$@"; do
   case "$prev" in --json|--output) json=$a ;; esac
   prev=$a
 done
+[[ " $* " == *" --host-cost "* ]] && set -- host-cost
 case "$1" in
+  host-cost) echo "       12288  tpar              oneshot     4       3.34      3.10       2.96      2.80       0.38       0"
+                       echo "       12288  nccl              -           4       5.34      5.10       2.96      2.80       2.38      N/A  not checked" ;;
   bench) cat "$STUB_DIR/bench.txt" ;;
   doctor) echo "  tpar:oneshot  PASS  20 all-reduces checked element by element" ;;
   verify) echo "check tpar: final hidden state of all 4 ranks bitwise identical; 0 non-finite values -> ok" ;;
@@ -351,7 +354,7 @@ class MultiGpuRun(unittest.TestCase):
         self.assertEqual(r.returncode, 0, r.stderr)
         for i, name in enumerate(STEPS):
             self.assertRegex(r.stdout, rf"\n  {i} +{re.escape(name)} ")
-        self.assertEqual(len(re.findall(r"multi-gpu-run.sh \$OUT --steps ", r.stdout)), 4)
+        self.assertEqual(len(re.findall(r"multi-gpu-run.sh \$OUT --steps ", r.stdout)), 5)
 
     def test_bad_arguments_are_named_and_nothing_runs(self):
         for args, text in ((["--steps", "nosuch"], "unknown step 'nosuch'"),
@@ -400,7 +403,7 @@ class MultiGpuRun(unittest.TestCase):
         commands = [line for line in r.stdout.splitlines() if line.startswith("   ")]
         for line in commands:
             self.assertNotRegex(line, r"--ranks [^4]|--nproc-per-node [^4]|NPROC=[^4]")
-        self.assertEqual(sum("--ranks 4" in c for c in commands), 7)
+        self.assertEqual(sum("--ranks 4" in c for c in commands), 12)
         self.assertEqual(sum("--nproc-per-node 4" in c for c in commands), 3)
         self.assertRegex(r.stdout, r"TPAR_TOPO_FILE=tests/fixtures/topology/\S+\.xml \S+ bench")
         for line in commands:
@@ -431,7 +434,8 @@ class MultiGpuRun(unittest.TestCase):
             "torch-symm": ("passed", 1, 0, 1), "bench": ("failed", 1, 1, 2),
             "bench-host": ("failed", 1, 1, 2), "bench-procs": ("failed", 1, 1, 2),
             "islands": ("failed", 1, 1, 2), "islands-forced": ("failed", 1, 1, 2),
-            "shim-torch": ("passed", 16, 0, 0)})
+            "shim-torch": ("passed", 16, 0, 0), "host-cost": ("passed", 1, 0, 1),
+            "tune": ("passed", 0, 0, 0)})
         self.assertIn("--ranks 4", steps["bench"]["command"])
         self.assertIn("OUTDIR/bench.json", steps["bench"]["command"])
         self.assertIn("STEPS='2 3 4 5 7' NPROC=4", steps["shim-torch"]["command"])
