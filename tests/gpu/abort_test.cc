@@ -1,13 +1,17 @@
 // tparCommAbort while other work keeps the GPU busy (NOTE [bounded abort]), and NCCL attachment
-// carried in the call header (NOTE [agreement]). The NCCL cases need two GPUs and NCCL.
-#include <dlfcn.h>
+// carried in the call header (NOTE [agreement]). The NCCL cases need two GPUs and NCCL; the
+// abort of a stuck NCCL call runs a worker process per rank (tests/multiprocess/mp_worker_nccl.cc).
+#include <stdlib.h>
+#include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
+#include <fstream>
 #include <string>
 #include <thread>
 #include <vector>
 
-#include "core/comm.h"
+#include "common/child_process.h"
 #include "core/nccl_route.h"
 #include "gpu/busy_kernel.h"
 #include "gpu/test_util.h"
@@ -37,23 +41,6 @@ struct ReleaseFlag {
     }
   }
 };
-
-size_t freeBytes(int device) {
-  size_t free_b = 0, total = 0;
-  cudaSetDevice(device);
-  cudaMemGetInfo(&free_b, &total);
-  return free_b;
-}
-
-// Waits until the GPU's free memory is back to `baseline` (within 4 MiB) or 15 s passed.
-bool memoryReturns(int device, size_t baseline) {
-  const auto deadline = Clock::now() + std::chrono::seconds(15);
-  while (Clock::now() < deadline) {
-    if (freeBytes(device) + (4u << 20) >= baseline) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  return false;
-}
 
 // Attack row (second half): a size routed to NCCL on one rank only hung inside NCCL, and
 // tparCommAbort then hung in cudaDeviceSynchronize. Here a kernel that never ends stands in for
@@ -130,13 +117,6 @@ TEST(BoundedAbort, SucceedsAtOnceWhenOnlyItsOwnKernelsWait) {
   const tpar::NcclLib* lib = tpar::loadNccl(&nccl_why_);                            \
   if (lib == nullptr) GTEST_SKIP() << "NCCL cannot be loaded: " << nccl_why_
 
-using NcclAbort = int (*)(tpar::NcclComm);
-
-NcclAbort ncclAbortOf(const tpar::NcclLib* lib) {
-  void* h = dlopen(lib->path.c_str(), RTLD_NOW | RTLD_NOLOAD);
-  return h != nullptr ? reinterpret_cast<NcclAbort>(dlsym(h, "ncclCommAbort")) : nullptr;
-}
-
 // Attack row: a rank that attached an NCCL communicator and one that did not. A call both run
 // through tpar's kernels must fail on both with tparInvalidUsage (the attachment is in the call
 // header), not return a result.
@@ -179,49 +159,56 @@ TEST(NcclAttachment, RanksThatAttachedDifferentlyGetInvalidUsageFromTheirNextCal
   }
 }
 
-// A call routed to NCCL on rank 0 only waits inside NCCL for rank 1, which never comes;
-// tparCommAbort must still return within the timeout, and the memory come back once the NCCL
-// call is aborted.
-// Disabled: one thread drives both NCCL ranks here (ncclCommInitAll), and NCCL's enqueue of a
-// call that only one of them makes blocks on the host (seen on 2 H200s: tparAllReduce never
-// returned), so the premise, an NCCL kernel waiting on the GPU, never arises in one process. It
-// needs one process per rank; BoundedAbort.ReturnsWithinTheTimeoutWhileOtherWorkKeepsTheGpuBusy
-// covers the bound with a kernel that never ends standing in for the stuck NCCL call.
-TEST(NcclAttachment, DISABLED_AbortReturnsWithinTheTimeoutWhileNcclWaitsForAPeer) {
+// A call routed to NCCL on rank 0 waits inside NCCL for rank 1, which never joins it;
+// tparCommAbort must still return tparTimeout within the timeout, and tpar's memory be freed once
+// ncclCommAbort (what tpar cannot do) has ended the NCCL call. One process per rank and GPU
+// (tpar_mp_worker nccl-abort): when one thread drives both NCCL ranks (ncclCommInitAll), NCCL's
+// enqueue of a call that only one of them makes blocks on the host (seen on 2 H200s), so NCCL's
+// kernel never gets to wait on the GPU. The BoundedAbort tests above cover the same bound on one
+// GPU, with a kernel that never ends in place of the stuck NCCL call.
+TEST(NcclAttachment, AbortReturnsWithinTheTimeoutWhileNcclWaitsForAPeer) {
   REQUIRE_TWO_GPUS_AND_NCCL(lib);
-  const NcclAbort ncclAbort = ncclAbortOf(lib);
-  ASSERT_NE(nullptr, ncclAbort) << "ncclCommAbort not found in " << lib->path;
-  std::vector<tpar::NcclComm> nccl(2, nullptr);
-  const int devs[2] = {0, 1};
-  ASSERT_EQ(0, lib->commInitAll(nccl.data(), 2, devs));
-  const size_t baseline = freeBytes(0);
-  constexpr int64_t kTimeoutMs = 1000;
-  tparConfig_t cfg = TPAR_CONFIG_INITIALIZER;
-  cfg.timeoutMs = kTimeoutMs;
-  cfg.algorithm = tparAlgoNccl;
-  tparComm_t comms[2] = {nullptr, nullptr};
-  TPAR_OK(tparCommInitAllConfig(comms, 2, devs, &cfg));
-  TPAR_OK(tparCommSetNcclComm(comms[0], nccl[0]));
-  Buffers b;
-  CUDA_OK(cudaSetDevice(0));
-  CUDA_OK(b.alloc(1, 1 << 20));
-  cudaStream_t s0;
-  CUDA_OK(cudaStreamCreateWithFlags(&s0, cudaStreamNonBlocking));
-  TPAR_OK(tparAllReduce(b.in[0], b.out[0], 1 << 18, tparFloat32, tparSum, comms[0], s0));
-  std::this_thread::sleep_for(std::chrono::milliseconds(200));
-  EXPECT_EQ(cudaErrorNotReady, cudaStreamQuery(s0)) << "NCCL finished without its peer?";
-  const auto t0 = Clock::now();
-  const tparResult_t res = tparCommAbort(comms[0]);
-  const double took = secondsSince(t0);
-  EXPECT_EQ(tparTimeout, res) << tparGetLastError(nullptr);
-  EXPECT_LT(took, kTimeoutMs / 1000.0 + 3.0) << "abort waited " << took << " s";
-  EXPECT_EQ(0, ncclAbort(nccl[0]));  // what tpar cannot do: end the NCCL call
-  (void)cudaStreamSynchronize(s0);
-  (void)cudaGetLastError();
-  TPAR_OK(tparCommAbort(comms[1]));
-  EXPECT_TRUE(memoryReturns(0, baseline)) << "the aborted communicator's memory was not freed";
-  EXPECT_EQ(0, ncclAbort(nccl[1]));  // its peer is gone: no destroy that might wait for it
-  cudaStreamDestroy(s0);
+  tparUniqueId id;
+  TPAR_OK(tparGetUniqueId(&id));
+  char dir_template[] = "/tmp/tpar_nccl_abort_XXXXXX";
+  ASSERT_NE(nullptr, mkdtemp(dir_template));
+  const std::string dir = dir_template;
+  // The workers load the NCCL this process found (the loader's search otherwise).
+  const std::vector<std::string> env = {"TPAR_NCCL_LIBRARY=" + lib->path};
+  ChildProcess ranks[2];
+  for (int r = 0; r < 2; ++r)
+    ASSERT_TRUE(ranks[r].start({TPAR_MP_WORKER, "nccl-abort", idHex(id), std::to_string(r), dir},
+                               env));
+  const int rc0 = ranks[0].wait(180);
+  std::ofstream(dir + "/release") << "\n";  // rank 1 ends even when rank 0 failed early
+  const int rc1 = ranks[1].wait(150);
+  const std::string outputs =
+      "rank 0:\n" + ranks[0].output() + "rank 1:\n" + ranks[1].output();
+  EXPECT_EQ(0, rc0) << outputs;  // -1: still running at the deadline (then killed)
+  EXPECT_EQ(0, rc1) << outputs;
+  const auto res = parseResult(readFile(dir + "/rank0.result"));
+  for (const char* f : {"/nccl-id", "/release", "/released", "/rank0.result"})
+    unlink((dir + f).c_str());
+  rmdir(dir.c_str());
+  ASSERT_FALSE(res.empty()) << "rank 0 wrote no result\n" << outputs;
+  EXPECT_EQ("1", res.at("stream_busy")) << "NCCL's call finished without its peer?\n" << outputs;
+  EXPECT_EQ(std::to_string(tparTimeout), res.at("abort")) << res.at("abort_text");
+  EXPECT_NE(std::string::npos, res.at("abort_text").find("did not become idle"))
+      << res.at("abort_text");
+  const double abort_s = std::atof(res.at("abort_s").c_str());
+  const double timeout_s = std::atof(res.at("timeout_s").c_str());
+  EXPECT_LT(abort_s, timeout_s + 3.0) << "abort waited " << abort_s << " s";
+  EXPECT_EQ("0", res.at("nccl_abort")) << outputs;
+  EXPECT_EQ("cudaSuccess", res.at("stream_after")) << "after ncclCommAbort";
+  EXPECT_EQ("1", res.at("peer_released")) << outputs;
+  EXPECT_EQ("1", res.at("workspace_freed")) << "tpar's device memory was not freed";
+  EXPECT_EQ("1", res.at("host_state_freed")) << "tpar's pinned host memory was not freed";
+  EXPECT_EQ("1", res.at("memory_back")) << "GPU 0's free memory stayed below its baseline";
+  std::printf("NCCL waiting for a peer: tparCommAbort gave %s after %.2f s (timeout %.1f s); "
+              "ncclCommAbort %s in %s s; stream %s; tpar's memory freed %s/%s\n",
+              res.at("abort_name").c_str(), abort_s, timeout_s, res.at("nccl_abort").c_str(),
+              res.at("nccl_abort_s").c_str(), res.at("stream_after").c_str(),
+              res.at("workspace_freed").c_str(), res.at("host_state_freed").c_str());
 }
 
 }  // namespace

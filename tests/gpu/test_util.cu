@@ -52,14 +52,36 @@ int gpuCount() {
   return n;
 }
 
-std::string idHex(const tparUniqueId& id) {
+std::string idHex(const tparUniqueId& id) { return bytesHex(id.internal, sizeof(id.internal)); }
+
+std::string bytesHex(const void* data, size_t n) {
   std::string hex;
   char buf[3];
-  for (char c : id.internal) {
-    std::snprintf(buf, sizeof(buf), "%02x", static_cast<unsigned char>(c));
+  for (size_t i = 0; i < n; ++i) {
+    std::snprintf(buf, sizeof(buf), "%02x", static_cast<const unsigned char*>(data)[i]);
     hex += buf;
   }
   return hex;
+}
+
+bool parseHex(const std::string& hex, void* out, size_t n) {
+  if (hex.size() != 2 * n ||
+      hex.find_first_not_of("0123456789abcdefABCDEF") != std::string::npos)
+    return false;
+  for (size_t i = 0; i < n; ++i)
+    static_cast<unsigned char*>(out)[i] =
+        static_cast<unsigned char>(std::stoi(hex.substr(2 * i, 2), nullptr, 16));
+  return true;
+}
+
+std::map<std::string, std::string> parseResult(const std::string& text) {
+  std::map<std::string, std::string> out;
+  std::istringstream lines(text);
+  for (std::string line; std::getline(lines, line);) {
+    const size_t sp = line.find(' ');
+    if (sp != std::string::npos) out[line.substr(0, sp)] = line.substr(sp + 1);
+  }
+  return out;
 }
 
 std::string readFile(const std::string& path) {
@@ -382,6 +404,22 @@ void runAndCheck(VirtualGroup& g, size_t count, tparDataType_t dtype, tparRedOp_
 
 double secondsSince(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+size_t freeBytes(int device) {
+  size_t free_b = 0, total = 0;
+  cudaSetDevice(device);
+  cudaMemGetInfo(&free_b, &total);
+  return free_b;
+}
+
+bool memoryReturns(int device, size_t baseline) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(15);
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (freeBytes(device) + (4u << 20) >= baseline) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return false;
 }
 
 void expectTimeoutWhenPeerNeverArrives(const tparConfig_t& cfg) {

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <chrono>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -40,6 +41,13 @@ int gpuCount();
 
 // A unique id as hex text (how the multi-process tests pass it to workers).
 std::string idHex(const tparUniqueId& id);
+
+// `n` bytes as hex text, and back: false unless `hex` is exactly 2n hex digits.
+std::string bytesHex(const void* data, size_t n);
+bool parseHex(const std::string& hex, void* out, size_t n);
+
+// "key value" lines (the result files of the multi-process workers) as a map.
+std::map<std::string, std::string> parseResult(const std::string& text);
 
 // A whole file ("" when it cannot be read).
 std::string readFile(const std::string& path);
@@ -133,6 +141,12 @@ struct Buffers {
 };
 
 double secondsSince(std::chrono::steady_clock::time_point t0);
+
+// Free memory of `device` as the driver reports it (the device becomes current).
+size_t freeBytes(int device);
+
+// Waits until the GPU's free memory is back to `baseline` (within 4 MiB) or 15 s passed.
+bool memoryReturns(int device, size_t baseline);
 
 // Two virtual ranks made with `cfg` (whose timeout must be 300 ms): rank 0 calls, rank 1 never
 // does. Rank 0's kernel must record tparTimeout after 0.25 s and before 5 s, and the error must

@@ -1,4 +1,4 @@
-// One rank of a multi-process test (one process per rank, all on GPU 0). Modes:
+// One rank of a multi-process test (one process per rank, all on GPU 0 except nccl-abort). Modes:
 //
 //   tpar_mp_worker check <id hex> <rank> <nranks> <seed> <result file>
 //     Joins the group, runs several all-reduces, checks them against a reference it computes
@@ -26,6 +26,15 @@
 //     "error <text>" to the result file, and exits 0 once it has (tests/multiprocess/
 //     agreement_test.cc: ranks configured differently must all fail init, naming the setting).
 //
+//   tpar_mp_worker nccl-abort <id hex> <rank> <dir>
+//     Rank <rank> of two, on GPU <rank>, with an NCCL communicator of its own (rank 0 makes the
+//     NCCL id and writes it to <dir>/nccl-id) attached to a tpar communicator that routes every
+//     call to NCCL (timeout 1 s). Rank 0 calls an all-reduce that rank 1 never joins, times
+//     tparCommAbort while NCCL's kernel waits for the peer, ends the NCCL call with ncclCommAbort,
+//     writes <dir>/release, waits for <dir>/released and checks that tpar freed its memory;
+//     results in <dir>/rank0.result. Rank 1 waits for <dir>/release (rank 0 or the parent
+//     writes it), aborts its communicators and writes <dir>/released.
+//
 // Environment: TPAR_TRANSPORT=host makes every group use the host transport, checked through
 // tparCommQuery (otherwise two processes must use CUDA IPC). In `check` mode the timeout is
 // TPAR_TIMEOUT_MS when set (runs under compute-sanitizer), else 120 s.
@@ -45,13 +54,12 @@
 
 #include "core/hash.h"
 #include "gpu/test_util.h"
+#include "multiprocess/mp_worker.h"
 #include "multiprocess/resource_check.h"
 
 using namespace tpar_test;
 
-namespace {
-
-using Clock = std::chrono::steady_clock;
+namespace tpar_test {
 
 int fail(const char* what, const std::string& detail) {
   std::fprintf(stderr, "mp_worker %d: %s: %s\n", static_cast<int>(getpid()), what, detail.c_str());
@@ -59,12 +67,34 @@ int fail(const char* what, const std::string& detail) {
 }
 
 bool parseId(const std::string& hex, tparUniqueId* id) {
-  if (hex.size() != 2 * sizeof(id->internal)) return false;
-  for (size_t i = 0; i < sizeof(id->internal); ++i) {
-    id->internal[i] = static_cast<char>(std::stoi(hex.substr(2 * i, 2), nullptr, 16));
+  return parseHex(hex, id->internal, sizeof(id->internal));
+}
+
+bool fileExists(const std::string& path) { return access(path.c_str(), F_OK) == 0; }
+
+bool waitForFile(const std::string& path, int timeout_s) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(timeout_s);
+  while (!fileExists(path)) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   return true;
 }
+
+void writeFileAtomically(const std::string& path, const std::string& text) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream f(tmp);
+    f << text;
+  }
+  std::rename(tmp.c_str(), path.c_str());
+}
+
+}  // namespace tpar_test
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
 
 bool hostTransportWanted() {
   const char* t = std::getenv("TPAR_TRANSPORT");
@@ -74,27 +104,6 @@ bool hostTransportWanted() {
 int64_t nowNs() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch())
       .count();
-}
-
-bool fileExists(const std::string& path) { return access(path.c_str(), F_OK) == 0; }
-
-bool waitForFile(const std::string& path, int timeout_s) {
-  const auto deadline = Clock::now() + std::chrono::seconds(timeout_s);
-  while (!fileExists(path)) {
-    if (Clock::now() > deadline) return false;
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  return true;
-}
-
-// Written under a temporary name and renamed, so a reader never sees half of it.
-void writeFileAtomically(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream f(tmp);
-    f << text;
-  }
-  std::rename(tmp.c_str(), path.c_str());
 }
 
 tparConfig_t workerConfig(int64_t timeout_ms) {
@@ -421,5 +430,6 @@ int main(int argc, char** argv) {
   if (mode == "init") return initMode(argc, argv);
   if (mode == "survivor") return survivorMode(argc, argv);
   if (mode == "victim") return victimMode(argc, argv);
-  return fail("usage", "tpar_mp_worker check|survivor|victim ...");
+  if (mode == "nccl-abort") return ncclAbortMode(argc, argv);
+  return fail("usage", "tpar_mp_worker check|init|survivor|victim|nccl-abort ...");
 }

@@ -133,16 +133,6 @@ int64_t timeoutMsForKillTest() {
   return v > 0 ? v : 3000;
 }
 
-std::map<std::string, std::string> parseResult(const std::string& text) {
-  std::map<std::string, std::string> out;
-  std::istringstream lines(text);
-  for (std::string line; std::getline(lines, line);) {
-    const size_t sp = line.find(' ');
-    if (sp != std::string::npos) out[line.substr(0, sp)] = line.substr(sp + 1);
-  }
-  return out;
-}
-
 bool waitForFileWhile(const std::string& path, Child& alive, int timeout_s) {
   const auto deadline = Clock::now() + std::chrono::seconds(timeout_s);
   while (access(path.c_str(), F_OK) != 0) {
