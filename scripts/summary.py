@@ -109,16 +109,19 @@ def count_pytest_ranks(text):
     return min(r[0] for r in rows), max(r[1] for r in rows), max(r[2] for r in rows)
 
 
-def count_bench(text):
+def count_wrong_columns(text, columns):
+    """A tpar bench table: each row (its first field a size) counts by the #wrong fields at
+    `columns`: failed when one is above 0, passed when all are numbers, skipped when all are N/A
+    (not checked); each "# skipped" line is a backend that could not run."""
     passed = failed = skipped = 0
     for line in text.splitlines():
         if line.startswith("# skipped "):
             skipped += 1
             continue
         fields = line.split()
-        if line.startswith("#") or len(fields) < 13 or not fields[0].isdigit():
+        if line.startswith("#") or len(fields) <= max(columns) or not fields[0].isdigit():
             continue
-        wrong = [fields[8], fields[12]]
+        wrong = [fields[c] for c in columns]
         if any(w.isdigit() and int(w) > 0 for w in wrong):
             failed += 1
         elif all(w.isdigit() for w in wrong):
@@ -126,6 +129,16 @@ def count_bench(text):
         elif all(w == "N/A" for w in wrong):
             skipped += 1
     return passed, failed, skipped
+
+
+def count_bench(text):
+    """nccl-tests' columns: #wrong out of place and in place."""
+    return count_wrong_columns(text, (8, 12))
+
+
+def count_rows(text):
+    """tpar bench --host-cost: one #wrong column, the tenth."""
+    return count_wrong_columns(text, (9,))
 
 
 def count_by_rules(text, rules):
@@ -162,25 +175,6 @@ CHECK_RULES = [(re.compile(r"^\w+: (PASS|FAIL) \((\d+) checks\b.*?(\d+) failures
                (re.compile(r"^check .* -> FAILED"), "failed"),
                (re.compile(r"^\s+\S+\s+(PASS|FAIL)\s"), verdict),
                (re.compile(r"^\S+\s+skipped: "), "skipped")]
-
-
-def count_rows(text):
-    """tpar bench --host-cost: a row per size and backend whose tenth field is its count of wrong
-    elements (N/A: not checked); "# skipped" lines are backends that could not run."""
-    passed = failed = skipped = 0
-    for line in text.splitlines():
-        if line.startswith("# skipped "):
-            skipped += 1
-            continue
-        fields = line.split()
-        if line.startswith("#") or len(fields) < 10 or not fields[0].isdigit():
-            continue
-        wrong = fields[9]
-        if wrong.isdigit():
-            passed, failed = passed + (wrong == "0"), failed + (wrong != "0")
-        elif wrong == "N/A":
-            skipped += 1
-    return passed, failed, skipped
 
 
 def count_symm(text):

@@ -10,8 +10,9 @@
 namespace tpar {
 
 // tparAllReduce's argument checks on a live communicator (tpar.h), in its order: datatype, op,
-// an earlier asynchronous failure, then (count > 0 only) count, buffers, alignment, overlap. Sets the last error and returns its code; tparSuccess when the
-// call may go on (count == 0: nothing to do).
+// an earlier asynchronous failure, then (count > 0 only) count, buffers, alignment, overlap.
+// Sets the last error and returns its code; tparSuccess when the call may go on (count == 0:
+// nothing to do).
 tparResult_t checkAllReduceArgs(tparComm_t comm, const void* sendbuff, void* recvbuff,
                                 size_t count, tparDataType_t datatype, tparRedOp_t op);
 
