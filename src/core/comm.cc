@@ -131,8 +131,7 @@ tparResult_t createLocal(int rank, int nranks, const ResolvedConfig& cfg, int ra
   int major = 0;
   err = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
   if (err != cudaSuccess) return fail(cudaFailure(err, "cudaDeviceGetAttribute", __FILE__, __LINE__));
-  // Programmatic dependent launch exists from compute capability 9.0 on.
-  comm->launch_overlap = cfg.launch_overlap && major >= 9;
+  comm->launch_overlap = kernels::launchOverlapOn(cfg.launch_overlap, major);
 
   tparResult_t res =
       allocWorkspace(comm->layout, cfg.epoch_start, host_transport, &comm->workspace);

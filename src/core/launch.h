@@ -13,6 +13,12 @@ namespace kernels {
 uint32_t makeCallMeta(tparDataType_t dtype, tparRedOp_t op, Algo algo, uint64_t total_count,
                       bool nccl_attached = false);
 
+// Whether a GPU of compute capability `cc_major` launches with programmatic stream
+// serialization when TPAR_LAUNCH_OVERLAP (or the config) asks for it: the attribute exists from
+// 9.0 on (NOTE [launch overlap]). The one rule for the communicator and the tools that mimic
+// its launches.
+inline bool launchOverlapOn(bool wanted, int cc_major) { return wanted && cc_major >= 9; }
+
 // Enqueues one launch of kernel `fn`. `overlap`: launch with programmatic stream serialization
 // (NOTE [launch overlap]).
 cudaError_t launchAllReduce(const void* fn, const AllReduceArgs& args, int blocks, int threads,

@@ -7,7 +7,7 @@
 #include <cuda_fp16.h>
 
 #include "core/env.h"
-#include "kernels/launch.h"
+#include "core/launch.h"
 
 namespace tpar_cli {
 namespace {
@@ -350,7 +350,7 @@ bool tparLaunchOverlap(int dev) {
   if (tpar::processEnv(&env) != tparSuccess || env == nullptr || !env->launch_overlap) return false;
   int major = 0;
   return cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess &&
-         major >= 9;
+         tpar::kernels::launchOverlapOn(true, major);
 }
 
 std::string timeIt(Ranks& rk, int iters, int warmup, bool graph,
