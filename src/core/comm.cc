@@ -420,10 +420,13 @@ int setPiece(const tparComm* comm, CallLaunch* call, const void* send, void* rec
       (n * c.esize + kernels::kVecBytes - 1) / kernels::kVecBytes, c.shape);
   int threads = c.plan.threads > 0 ? std::min(c.plan.threads, comm->threads)
                                    : kernels::threadsFor(work, active, comm->threads);
-  // Groups of warps that run side by side (the flag-line two-shots): every thread they may
-  // have.
-  if (c.algo->min_threads > 0)
-    threads = std::max(c.algo->min_threads, c.plan.threads > 0 ? threads : comm->threads);
+  // Groups of warps that run side by side (the flag-line two-shots with more than one step):
+  // every thread they may have. With one step the whole block runs each phase in turn.
+  if (c.algo->min_threads > 0) {
+    const bool overlapped = c.plan.steps > 1;
+    threads = std::max(c.algo->min_threads,
+                       c.plan.threads > 0 || !overlapped ? threads : comm->threads);
+  }
   return threads;
 }
 

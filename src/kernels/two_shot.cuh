@@ -47,6 +47,7 @@ struct TwoShot {
     const Box& box;
     int n, me;  // peers of the schedule (Ranks) and our position among them
     bool pull, aligned;
+    bool overlap;  // phases in groups of warps side by side (Box::kOverlapPhases, steps > 1)
     uint64_t vecs, chunk, goff;
     char* own;
     __device__ char* area(int p) const { return box.area(Ranks::rank(a, p)); }
@@ -211,7 +212,7 @@ struct TwoShot {
       // A thread that gives up stops working but still reaches the group's barrier, where the
       // group gives up as one.
       if (!reduce<T, kMax>(c, s0 + g.t, s1, g.threads, w)) *g.bad = 1u;
-      if (!Box::kOverlapPhases && !g.agree()) return false;
+      if (!c.overlap && !g.agree()) return false;
       c.box.commit(kGatherPhase, done, g);
       return true;
     }
@@ -227,7 +228,11 @@ struct TwoShot {
     const bool pull = kDir == kPlanned ? a.pull != 0 : kDir == kPull;
     const Box box(a, ctx, grid, steps, pull);
     const uint64_t vecs = (a.count + kPer - 1) / kPer;
-    Call c{a, box, Ranks::count(a), Ranks::self(a), pull, a.vec_aligned != 0, vecs, 0, 0,
+    // With one step there is nothing to overlap: every warp runs each phase in turn, as with
+    // the other mailboxes (groups of a quarter of the warps made two-shot pull 5-51 % slower
+    // than its whole-block predecessor on an H200, bench/results/2026-11-30-h200-compare-*).
+    const bool overlap = Box::kOverlapPhases && steps > 1;
+    Call c{a, box, Ranks::count(a), Ranks::self(a), pull, a.vec_aligned != 0, overlap, vecs, 0, 0,
            box.area(a.rank)};
     Waiter w(a);
     if (Box::kPerVector) {
@@ -258,7 +263,7 @@ struct TwoShot {
     // Nothing to send or read: the same on every rank that agrees on the call, and block 0,
     // which always has a slice, catches ranks that do not (their header or check differs).
     __shared__ uint32_t s_bad[3];
-    if (!Box::kOverlapPhases) {
+    if (!overlap) {
       if (s.width() == 0) return;
       if (threadIdx.x == 0) s_bad[0] = 0;
       const Group whole{0, static_cast<int>(blockDim.x), static_cast<int>(threadIdx.x), s_bad};

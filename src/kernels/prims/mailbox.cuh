@@ -279,8 +279,8 @@ struct LineBox : PullAreas {
 struct FlagBox : PullAreas, PlainSlots {
   static constexpr bool kReservesWord = false;
   static constexpr bool kPerVector = false;
-  // Fenced hand-offs are dear: the schedule overlaps its phases in groups of warps, writes in
-  // one direction of the link with reads in the other.
+  // Fenced hand-offs are dear: with more than one step the schedule overlaps its phases in
+  // groups of warps, writes in one direction of the link with reads in the other.
   static constexpr bool kOverlapPhases = true;
   static constexpr int kGatherDepth = 4;  // each load is a round trip when the source is host memory
   using PullAreas::PullAreas;
