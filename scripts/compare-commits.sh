@@ -12,7 +12,8 @@
 # exits 1 if any row fails.
 #   scripts/compare-commits.sh OLD NEW OUTDIR     (OLD, NEW: commits, or source folders)
 # Knobs (environment): ROUNDS (2: old new new old), SIZES (4K,32K,256K,2M,16M), ITERS (20),
-# WARMUP (3), LIMIT (1.03), BACKENDS (every forced algorithm and auto). About 5-6 minutes on one
+# WARMUP (3), LIMIT (1.03), BACKENDS (every forced algorithm and auto), ISLANDS (1; 0 skips the
+# hier runs on the fixture). About 5-6 minutes on one
 # H200 with the defaults; each run's output is in OUTDIR/runs, the table in OUTDIR/compare.txt.
 # The copies of both commits come from this repository's git objects (`git archive`), so the
 # machine needs the .git directory, not a checkout of either commit.
@@ -69,7 +70,8 @@ ngpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
 configs=()
 for tr in auto host; do
   configs+=("virtual-$tr|CUDA_VISIBLE_DEVICES=0|--transport $tr --ranks 2,4,8 --backends $backends")
-  configs+=("virtual-$tr-islands|CUDA_VISIBLE_DEVICES=0 TPAR_TOPO_FILE=$fixture|--transport $tr --ranks 4,8 --backends tpar:hier")
+  [ "${ISLANDS:-1}" = 1 ] &&
+    configs+=("virtual-$tr-islands|CUDA_VISIBLE_DEVICES=0 TPAR_TOPO_FILE=$fixture|--transport $tr --ranks 4,8 --backends tpar:hier")
   if [ "$ngpus" -ge 2 ]; then
     real=""
     for n in 2 4 8; do [ "$n" -le "$ngpus" ] && real="$real${real:+,}$n"; done
