@@ -46,8 +46,7 @@ struct TwoShot {
     const AllReduceArgs& a;
     const Box& box;
     int n, me;  // peers of the schedule (Ranks) and our position among them
-    bool pull, aligned;
-    bool overlap;  // phases in groups of warps side by side (Box::kOverlapPhases, steps > 1)
+    bool pull, aligned, overlap;  // overlap: phases in groups of warps side by side
     uint64_t vecs, chunk, goff;
     char* own;
     __device__ char* area(int p) const { return box.area(Ranks::rank(a, p)); }
@@ -228,9 +227,7 @@ struct TwoShot {
     const bool pull = kDir == kPlanned ? a.pull != 0 : kDir == kPull;
     const Box box(a, ctx, grid, steps, pull);
     const uint64_t vecs = (a.count + kPer - 1) / kPer;
-    // With one step there is nothing to overlap: every warp runs each phase in turn, as with
-    // the other mailboxes (groups of a quarter of the warps made two-shot pull 5-51 % slower
-    // than its whole-block predecessor on an H200, bench/results/2026-11-30-h200-compare-*).
+    // One step: nothing to overlap, every warp runs each phase (docs/PERFORMANCE.md, issue 13).
     const bool overlap = Box::kOverlapPhases && steps > 1;
     Call c{a, box, Ranks::count(a), Ranks::self(a), pull, a.vec_aligned != 0, overlap, vecs, 0, 0,
            box.area(a.rank)};
