@@ -25,7 +25,8 @@ TEST_P(PipelinedShapes, EveryBlockAndStepCountIsCorrect) {
   struct Shape {
     int blocks, steps;
   };
-  const Shape shapes[] = {{1, 1}, {1, 5}, {2, 16}, {7, 3}, {64, 64}};
+  // One step runs every phase on the whole block; more steps, in groups of warps side by side.
+  const Shape shapes[] = {{1, 1}, {5, 1}, {1, 5}, {2, 16}, {7, 3}, {64, 64}};
   for (int n : {2, 3, 8}) {
     tparConfig_t cfg = sharedDeviceConfig();
     cfg.transport = GetParam();
