@@ -189,6 +189,9 @@ TPAR_API tparResult_t tparCommInitRankConfig(tparComm_t* comm, int nranks, tparU
  * 1 (or TPAR_ALLOW_SHARED_DEVICE=1); those "virtual ranks" run as concurrent kernels on one GPU.
  * config may be NULL. comms[] is written only on success.
  *
+ * One host thread driving several ranks launches each rank's kernel in turn: an eager call
+ * (outside a CUDA graph) waits for all of those launches, so for latency run one process per
+ * GPU (tparCommInitRank), as serving engines do, or capture the calls in a CUDA graph.
  * One host thread driving several ranks: tpar loads its kernels at init, but a kernel of your
  * own that is launched for the first time while an all-reduce of another rank of the same GPU
  * waits can deadlock under lazy module loading (the load waits for the GPU to go idle). Launch
