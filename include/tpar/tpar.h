@@ -192,7 +192,8 @@ TPAR_API tparResult_t tparCommInitRankConfig(tparComm_t* comm, int nranks, tparU
  * One host thread driving several ranks launches each rank's kernel in turn: an eager call
  * (outside a CUDA graph) waits for all of those launches, so for latency run one process per
  * GPU (tparCommInitRank), as serving engines do, or capture the calls in a CUDA graph.
- * One host thread driving several ranks: tpar loads its kernels at init, but a kernel of your
+ *
+ * Lazy module loading: tpar loads its kernels at init, but a kernel of your
  * own that is launched for the first time while an all-reduce of another rank of the same GPU
  * waits can deadlock under lazy module loading (the load waits for the GPU to go idle). Launch
  * each of your kernels once before, or set CUDA_MODULE_LOADING=EAGER.
