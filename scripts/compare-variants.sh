@@ -4,18 +4,25 @@
 # (3), in alternating tree order so that a drift of the machine cancels, and prints per (config,
 # ranks, backend, size) each tree's median of (out-of-place + in-place) / 2 in us, with the
 # range over the rounds. Results unchecked (-c 0: the GPU tests check them).
-#   scripts/compare-variants.sh OUT "tag=DIR ..." "name|ENV|TPAR BENCH ARGS" ...
-# e.g. scripts/compare-variants.sh /tmp/v "old=../old new=." \
-#        "host|CUDA_VISIBLE_DEVICES=0|--transport host --ranks 2 --backends tpar:twoshot-ll --sizes 32K"
+#   scripts/compare-variants.sh OUT "tag=DIR[+PATCH] ..." "name|ENV|TPAR BENCH ARGS" ...
+# A tree is a source folder, optionally with a patch applied to a copy of it; DIR and PATCH are
+# relative to this repository's root (bench/experiments/variants/README.md names the commit each
+# patch there is made for), e.g.
+#   scripts/compare-variants.sh /tmp/v "base=. va=.+bench/experiments/variants/va.patch" \
+#     "gpu|CUDA_VISIBLE_DEVICES=0|--transport auto --ranks 8 --backends tpar --sizes 12K,1M"
 set -u
 out=$1; shift; trees=$1; shift
-mkdir -p "$out"
+mkdir -p "$out" && out=$(cd "$out" && pwd)
+cd "$(dirname "$0")/.."
 export NCCL_NVLS_ENABLE=0
 t0=$(date +%s)
 for td in $trees; do
-  tag=${td%%=*}; dir=${td#*=}
+  tag=${td%%=*}; spec=${td#*=}
+  dir=${spec%%+*}; patch=""
+  [[ $spec == *+* ]] && patch=$(pwd)/${spec#*+}
   ( rm -rf /tmp/exp-src-$tag && mkdir -p /tmp/exp-src-$tag &&
     tar -C "$dir" --exclude='./build*' --exclude=./.git --exclude='./.devcarry' -cf - . | tar -x -C /tmp/exp-src-$tag &&
+    { [ -z "$patch" ] || (cd /tmp/exp-src-$tag && git apply "$patch"); } &&
     cmake -S /tmp/exp-src-$tag -B /tmp/exp-build-$tag -G Ninja -DCMAKE_BUILD_TYPE=Release -DTPAR_CUDA_ARCHS=90 \
       -DTPAR_GIT_COMMIT=$tag -DTPAR_BUILD_TESTS=OFF -DTPAR_BUILD_EXAMPLES=OFF >"$out/build-$tag.log" 2>&1 &&
     cmake --build /tmp/exp-build-$tag --target tpar_cli -j 4 >>"$out/build-$tag.log" 2>&1 || echo "build $tag failed" ) &
