@@ -353,6 +353,15 @@ Fallback forcedFallback(const tparComm* comm) {
   return forcedFallback(comm->cfg.forced_algo, comm->tuner_ctx);
 }
 
+const TunerContext& tunerContextOf(const tparComm* comm) { return comm->tuner_ctx; }
+
+int64_t oneShotMaxBytesOf(const tparComm* comm) { return comm->cfg.one_shot_max_bytes; }
+
+void usePlan(tparComm* comm, const Plan& plan) {
+  comm->tuning = singlePlanTable(comm->tuner_ctx, plan);
+  comm->has_tuning = true;
+}
+
 void prepareCalls(tparComm* comm) {
   kernels::AllReduceArgs& args = comm->call_template;
   std::memset(&args, 0, sizeof(args));

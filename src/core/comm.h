@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/algorithms.h"
+#include "core/comm_access.h"
 #include "core/config.h"
 #include "core/nccl_route.h"
 #include "topology/topology.h"
@@ -102,10 +103,6 @@ tparResult_t describeSelf(const tparComm& comm, PeerInfo* out);
 
 // The plan a call of `bytes` gets on this communicator.
 Plan planFor(const tparComm* comm, uint64_t bytes, tparDataType_t dtype);
-
-// What runs instead of the algorithm forced on this communicator, when that one cannot run on
-// its group (tuner.h); why == nullptr when nothing falls back.
-Fallback forcedFallback(const tparComm* comm);
 
 // NOTE [call template]
 // A call's launch arguments are mostly the communicator's: peer workspaces, control words,

@@ -4,7 +4,7 @@
 #include <string>
 #include <vector>
 
-#include "core/comm.h"
+#include "core/comm_access.h"
 #include "gpu/test_util.h"
 #include "tuner/tuner.h"
 
@@ -12,10 +12,7 @@ namespace tpar_test {
 namespace {
 
 void usePlan(VirtualGroup& g, const tpar::Plan& plan) {
-  for (int r = 0; r < g.size(); ++r) {
-    g.comm(r)->tuning = tpar::singlePlanTable(g.comm(r)->tuner_ctx, plan);
-    g.comm(r)->has_tuning = true;
-  }
+  for (int r = 0; r < g.size(); ++r) tpar::usePlan(g.comm(r), plan);
 }
 
 class PipelinedShapes : public ::testing::TestWithParam<int> {};
@@ -75,12 +72,7 @@ TEST(PipelinedShapes, RanksThatDisagreeOnStepsGetInvalidUsage) {
   plan.steps = 2;
   usePlan(g, plan);
   plan.steps = 3;
-  {
-    // Rank 1 alone gets 3 steps.
-    tpar::TuningTable t = g.comm(1)->tuning;
-    for (auto& e : t.entries) e.plan = plan;
-    g.comm(1)->tuning = t;
-  }
+  tpar::usePlan(g.comm(1), plan);  // rank 1 alone gets 3 steps
   Buffers b;
   CUDA_OK(b.alloc(2, 1 << 16));
   for (int r = 0; r < 2; ++r)

@@ -6,7 +6,8 @@
 #include <utility>
 
 #include "api/init_internal.h"
-#include "core/comm.h"
+#include "core/comm_access.h"
+#include "core/nccl_route.h"
 #include "tools/tpar/common/nccl_loader.h"
 
 namespace tpar_cli {

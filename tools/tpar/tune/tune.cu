@@ -16,7 +16,8 @@
 #include <nlohmann/json.hpp>
 
 #include "core/algorithms.h"
-#include "core/comm.h"
+#include "core/comm_access.h"
+#include "core/nccl_route.h"
 #include "core/env.h"
 #include "tools/tpar/common/backend.h"
 #include "tools/tpar/common/cli_options.h"
@@ -97,14 +98,10 @@ struct Group {
     }
     return "";
   }
-  // The public API forces an algorithm but not a launch shape, so the plan goes in as a
-  // one-entry tuning table: every size and dtype then gets `plan`, through the very path
-  // (selectPlan) that a saved table takes, so a measured plan is exactly what a table gives.
+  // The public API forces an algorithm but not a launch shape: the plan goes in as a one-entry
+  // tuning table (tpar::usePlan), the path a saved table takes.
   void usePlan(const Plan& plan) {
-    for (tparComm_t c : comms) {
-      c->tuning = tpar::singlePlanTable(c->tuner_ctx, plan);
-      c->has_tuning = true;
-    }
+    for (tparComm_t c : comms) tpar::usePlan(c, plan);
   }
   std::string allReduce(Ranks& rk, size_t count, tparDataType_t dtype) {
     // One thread drives every rank: calls routed to NCCL must be one NCCL group (tpar's own
@@ -347,7 +344,7 @@ int failRun(const std::string& msg) {
 // `print`. Returns "" or why the run cannot go on.
 std::string searchBuckets(Group& g, Ranks& rk, const TuneOptions& opt, bool lockstep, FILE* header,
                           bool print, std::vector<TuneBucket>* buckets) {
-  const tpar::TunerContext ctx = g.comms[0]->tuner_ctx;
+  const tpar::TunerContext ctx = tpar::tunerContextOf(g.comms[0]);
   tparCommInfo_t info;
   if (tparCommQuery(g.comms[0], &info) != tparSuccess) return tparGetLastError(g.comms[0]);
   const auto sizes = tuneSizes(opt);
@@ -398,7 +395,7 @@ std::string searchBuckets(Group& g, Ranks& rk, const TuneOptions& opt, bool lock
       // The built-in default first (ties go to it), as a communicator without a table runs it.
       TuneCandidate def;
       def.plan = tpar::selectPlan(b.bytes, dtype, ctx, nullptr, tparAlgoAuto,
-                                  g.comms[0]->cfg.one_shot_max_bytes);
+                                  tpar::oneShotMaxBytesOf(g.comms[0]));
       def.is_default = true;
       std::vector<Plan> plans = {def.plan};
       for (const Plan& p : cands.plans)
@@ -444,7 +441,7 @@ int runTuneWorker(const TuneOptions& opt, int ngpus) {
                                     opt.worker_rank == 0 ? stderr : nullptr, false, &buckets);
       !e.empty())
     return fail("rank " + std::to_string(opt.worker_rank) + ": " + e);
-  std::ofstream(opt.results_json) << bucketsToJson(buckets, g.comms[0]->tuner_ctx);
+  std::ofstream(opt.results_json) << bucketsToJson(buckets, tpar::tunerContextOf(g.comms[0]));
   return kExitOk;
 }
 
@@ -545,7 +542,7 @@ int runTune(const TuneOptions& opt) {
     nccl_note = tpar::ncclVersionString(g.nccl->version) + " (" + g.nccl->path +
                 ") measured as a candidate, attached with tparCommSetNcclComm";
   }
-  const tpar::TunerContext ctx = g.comms[0]->tuner_ctx;
+  const tpar::TunerContext ctx = tpar::tunerContextOf(g.comms[0]);
   if (opt.output.empty() && tpar::tuningFilePath(ctx).empty() && !opt.dry_run)
     return failRun("no place for the table: set TPAR_TUNING_FILE, XDG_CACHE_HOME or HOME, or pass --output");
   std::printf("# topology %s: %d island(s), worst link class %d%s\n", ctx.signature.c_str(),
