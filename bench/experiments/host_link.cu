@@ -1,9 +1,9 @@
 // How fast one GPU's PCIe link to pinned host memory moves data, by copy engine and by the SMs:
 // the question behind "use the copy engines for large host-staged messages" (docs/PERFORMANCE.md,
 // "Host-staged transport"). For each size: cudaMemcpyAsync device to host, host to device, and
-// both at once on two streams; then kernels whose threads store 16-byte vectors into host memory
-// or load them from it (four loads in flight per thread, as tpar's gathers do), with the whole
-// GPU (4 blocks per SM x 256 threads, as `tpar doctor` probes the link) and with the few blocks
+// both at once on two streams; then `tpar doctor`'s probe kernels, whose threads store 16-byte
+// vectors into host memory or load them from it (four loads in flight per thread), with the whole
+// GPU (4 blocks per SM x 256 threads, as the doctor probes the link) and with the few blocks
 // of a host-staged all-reduce plan (8, 16, 32 blocks x 512 threads). Median GB/s over the reps.
 //   tpar_host_link [--device N] [--reps N]
 #include <cuda_runtime.h>
@@ -14,6 +14,8 @@
 #include <cstring>
 #include <string>
 #include <vector>
+
+#include "tools/tpar/doctor/stream_kernels.cuh"
 
 namespace {
 
@@ -26,30 +28,6 @@ namespace {
       std::exit(4);                                                               \
     }                                                                             \
   } while (0)
-
-__global__ void storeVecs(int4* dst, size_t n, int seed) {
-  const int4 v = make_int4(seed, seed ^ 0x5a5a5a5a, ~seed, seed + 1);
-  const size_t stride = size_t(gridDim.x) * blockDim.x;
-  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += stride) dst[i] = v;
-}
-
-// The folded value is stored only when it matches one value, so the loads cannot be dropped.
-__global__ void loadVecs(const int4* src, size_t n, int* sink) {
-  const size_t stride = size_t(gridDim.x) * blockDim.x;
-  size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x;
-  int acc = 0;
-  for (; i + 3 * stride < n; i += 4 * stride) {
-    const int4 a = __ldcg(src + i), b = __ldcg(src + i + stride);
-    const int4 c = __ldcg(src + i + 2 * stride), d = __ldcg(src + i + 3 * stride);
-    acc ^= (a.x ^ a.y ^ a.z ^ a.w) + (b.x ^ b.y ^ b.z ^ b.w) + (c.x ^ c.y ^ c.z ^ c.w) +
-           (d.x ^ d.y ^ d.z ^ d.w);
-  }
-  for (; i < n; i += stride) {
-    const int4 a = __ldcg(src + i);
-    acc ^= a.x ^ a.y ^ a.z ^ a.w;
-  }
-  if (acc == 0x13572468) *sink = acc;
-}
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -81,12 +59,12 @@ double rep(const Bufs& b, const std::string& what, size_t bytes, int blocks, int
     CHECK(cudaMemcpyAsync(b.dev2, b.host2, bytes, cudaMemcpyHostToDevice, b.s[1]));
     moved *= 2;
   } else if (what == "sm-store") {
-    storeVecs<<<blocks, threads, 0, b.s[0]>>>(reinterpret_cast<int4*>(b.host), n, 7);
+    tpar_cli::storeStream<<<blocks, threads, 0, b.s[0]>>>(reinterpret_cast<int4*>(b.host), n, 7);
   } else if (what == "sm-load") {
-    loadVecs<<<blocks, threads, 0, b.s[0]>>>(reinterpret_cast<const int4*>(b.host), n, b.sink);
+    tpar_cli::loadStream<<<blocks, threads, 0, b.s[0]>>>(reinterpret_cast<const int4*>(b.host), n, b.sink);
   } else if (what == "sm-both") {
-    storeVecs<<<blocks, threads, 0, b.s[0]>>>(reinterpret_cast<int4*>(b.host), n, 7);
-    loadVecs<<<blocks, threads, 0, b.s[1]>>>(reinterpret_cast<const int4*>(b.host2), n, b.sink);
+    tpar_cli::storeStream<<<blocks, threads, 0, b.s[0]>>>(reinterpret_cast<int4*>(b.host), n, 7);
+    tpar_cli::loadStream<<<blocks, threads, 0, b.s[1]>>>(reinterpret_cast<const int4*>(b.host2), n, b.sink);
     moved *= 2;
   }
   CHECK(cudaGetLastError());

@@ -8,6 +8,7 @@
 
 #include "tools/tpar/doctor/probe_util.h"
 #include "tools/tpar/doctor/probes.h"
+#include "tools/tpar/doctor/stream_kernels.cuh"
 #include "tpar/tpar.h"
 
 namespace tpar_cli {
@@ -20,32 +21,6 @@ __device__ __forceinline__ unsigned long long globalTimerNs() {
   unsigned long long t;
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
   return t;
-}
-
-__global__ void storeStream(int4* dst, size_t n, int seed) {
-  const int4 v = make_int4(seed, seed ^ 0x5a5a5a5a, ~seed, seed + 1);
-  const size_t stride = size_t(gridDim.x) * blockDim.x;
-  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += stride) dst[i] = v;
-}
-
-// Four independent loads per step keep enough requests in flight to cover a PCIe round trip.
-// The folded value is stored only when it matches one value, so the loads cannot be dropped
-// (storing it by chance is harmless).
-__global__ void loadStream(const int4* src, size_t n, int* sink) {
-  const size_t stride = size_t(gridDim.x) * blockDim.x;
-  size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x;
-  int acc = 0;
-  for (; i + 3 * stride < n; i += 4 * stride) {
-    const int4 a = __ldcg(src + i), b = __ldcg(src + i + stride);
-    const int4 c = __ldcg(src + i + 2 * stride), d = __ldcg(src + i + 3 * stride);
-    acc ^= (a.x ^ a.y ^ a.z ^ a.w) + (b.x ^ b.y ^ b.z ^ b.w) + (c.x ^ c.y ^ c.z ^ c.w) +
-           (d.x ^ d.y ^ d.z ^ d.w);
-  }
-  for (; i < n; i += stride) {
-    const int4 a = __ldcg(src + i);
-    acc ^= a.x ^ a.y ^ a.z ^ a.w;
-  }
-  if (acc == 0x13572468) *sink = acc;
 }
 
 struct PingPongResult {
