@@ -2,7 +2,8 @@
 """The GPU run scripts without a GPU: scripts/summary.py's log parsers and file handling,
 scripts/multi-gpu-run.sh's arguments and dry runs, and whole runs of multi-gpu-run.sh and
 gpu-check.sh on stand-in programs (nvidia-smi, cmake, ninja, the test programs, tpar and a
-python with torch), which print what the real ones print.
+python with torch), which print what the real ones print, and scripts/compare-variants.sh on a
+stand-in cmake whose `tpar bench` reports a time its source tree names.
 
     python3 tests/scripts/run_scripts_test.py      (standard library only; CTest runs it)
 """
@@ -531,6 +532,97 @@ class GpuCheck(unittest.TestCase):
             self.assertEqual(steps["soak"]["status"], "passed")
             self.assertEqual(steps["unit-tests"]["status"], "not run")
             self.assertEqual(steps["bench"]["status"], "not run")
+
+
+# A cmake for scripts/compare-variants.sh: `-S SRC -B BUILD` remembers SRC; `--build BUILD`
+# makes BUILD/tools/tpar/tpar, a `tpar bench` that writes one row whose time is the number in
+# SRC/marker.txt (so a patch that changes the marker shows in the table) and logs its tree.
+STUB_VARIANT_CMAKE = textwrap.dedent("""\
+    #!/bin/sh
+    if [ "$1" = --build ]; then
+      b=$2
+      src=$(cat "$b/src")
+      mkdir -p "$b/tools/tpar"
+      printf '%s\\n' '#!/bin/sh' \\
+        "us=\\$(cat '$src/marker.txt')" \\
+        "echo \\"$(basename "$b") \\$*\\" >> \\"\\$STUB_LOG\\"" \\
+        'while [ $# -gt 0 ]; do [ "$1" = --json ] && j=$2; shift; done' \\
+        'echo "{\\"rows\\": [{\\"ranks\\": 2, \\"backend\\": \\"tpar\\", \\"bytes\\": 4096, \\"us_out_of_place\\": $us, \\"us_in_place\\": $us}]}" > "$j"' \\
+        > "$b/tools/tpar/tpar"
+      chmod +x "$b/tools/tpar/tpar"
+      [ "$(basename "$b")" = "exp-build-${STUB_FAIL_TAG:-none}" ] && exit 1
+      exit 0
+    fi
+    while [ $# -gt 0 ]; do
+      case $1 in -S) s=$2; shift ;; -B) b=$2; shift ;; esac
+      shift
+    done
+    mkdir -p "$b" && echo "$s" > "$b/src"
+    """)
+
+MARKER_PATCH = textwrap.dedent("""\
+    diff --git a/marker.txt b/marker.txt
+    --- a/marker.txt
+    +++ b/marker.txt
+    @@ -1 +1 @@
+    -10
+    +20
+    """)
+
+
+class CompareVariants(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory()
+        t = self.tmp.name
+        write(os.path.join(t, "bin", "cmake"), STUB_VARIANT_CMAKE, 0o755)
+        write(os.path.join(t, "tree", "marker.txt"), "10\n")
+        write(os.path.join(t, "marker.patch"), MARKER_PATCH)
+        self.env = dict(os.environ, PATH=os.path.join(t, "bin") + ":" + os.environ["PATH"],
+                        WORK=os.path.join(t, "work"), STUB_LOG=os.path.join(t, "runs.log"),
+                        ROUNDS="2")
+
+    def tearDown(self):
+        self.tmp.cleanup()
+
+    def compare(self, trees, *configs):
+        t = self.tmp.name
+        return run(["bash", os.path.join(ROOT, "scripts", "compare-variants.sh"),
+                    os.path.join(t, "out"), trees] + list(configs), env=self.env)
+
+    def test_a_patched_copy_is_timed_beside_the_tree_in_alternating_order(self):
+        t = self.tmp.name
+        tree = os.path.join(t, "tree")
+        r = self.compare(f"base={tree} var={tree}+{t}/marker.patch", "c|A=1|--ranks 2")
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertRegex(r.stdout, r"c +2 tpar +4096 +base= +10\.00 \[10\.00-10\.00\]  "
+                                   r"var= +20\.00 \[20\.00-20\.00\]")
+        with open(os.path.join(tree, "marker.txt")) as f:
+            self.assertEqual(f.read(), "10\n", "the tree itself is never patched")
+        with open(os.path.join(t, "runs.log")) as f:
+            order = [line.split()[0] for line in f]
+        self.assertEqual(order, ["exp-build-base", "exp-build-var", "exp-build-var",
+                                 "exp-build-base"])
+
+    def test_a_failed_build_fails_the_run_and_leaves_the_others_in_the_table(self):
+        t = self.tmp.name
+        tree = os.path.join(t, "tree")
+        self.env["STUB_FAIL_TAG"] = "var"
+        r = self.compare(f"base={tree} var={tree}+{t}/marker.patch", "c|A=1|--ranks 2")
+        self.assertEqual(r.returncode, 1, r.stdout + r.stderr)
+        self.assertIn("build var failed", r.stdout)
+        self.assertIn("base=   10.00", r.stdout)
+
+    def test_bad_arguments_are_named_and_nothing_is_built(self):
+        t = self.tmp.name
+        tree = os.path.join(t, "tree")
+        for trees, want in ((f"base{tree}", "want tag=DIR"), (f"base={t}/nowhere", "no folder"),
+                            (f"base={tree}+{t}/none.patch", "no patch")):
+            r = self.compare(trees, "c|A=1|--ranks 2")
+            self.assertEqual(r.returncode, 2, trees)
+            self.assertIn(want, r.stderr)
+        r = run(["bash", os.path.join(ROOT, "scripts", "compare-variants.sh"), "out"], env=self.env)
+        self.assertEqual(r.returncode, 2)
+        self.assertFalse(os.path.exists(os.path.join(t, "work")))
 
 
 if __name__ == "__main__":
