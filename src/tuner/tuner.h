@@ -27,6 +27,13 @@ struct Plan {
   bool nccl = false;
 };
 
+// Two plans launch the same way (an NCCL plan's other fields are unused).
+inline bool samePlan(const Plan& a, const Plan& b) {
+  return a.nccl == b.nccl && (a.nccl || (a.algo == b.algo && a.active_blocks == b.active_blocks &&
+                                         a.threads == b.threads && a.steps == b.steps &&
+                                         a.pull == b.pull));
+}
+
 // What the tuner knows about the group (the same on every rank).
 struct TunerContext {
   int nranks = 1;

@@ -1,7 +1,5 @@
 #include "tools/tpar/bench/bench_procs.h"
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <cstdlib>
 #include <fstream>
@@ -15,40 +13,19 @@ namespace {
 // How long the children of one backend may take in all.
 constexpr int kChildTimeoutS = 1800;
 
-// A file for a child's rows; removed when this goes out of scope.
-class RowsFile {
- public:
-  RowsFile() {
-    char tmpl[] = "/tmp/tpar_bench_rows_XXXXXX";
-    const int fd = mkstemp(tmpl);
-    if (fd >= 0) {
-      close(fd);
-      path_ = tmpl;
-    }
+// A child's rows from its file, or its error.
+std::string readRows(const std::string& path, std::vector<BenchRow>* rows) {
+  std::ifstream f(path);
+  nlohmann::json j;
+  try {
+    f >> j;
+  } catch (...) {
+    return "wrote no rows";
   }
-  RowsFile(const RowsFile&) = delete;
-  RowsFile& operator=(const RowsFile&) = delete;
-  ~RowsFile() {
-    if (!path_.empty()) unlink(path_.c_str());
-  }
-  const std::string& path() const { return path_; }
-  // The child's rows, or its error.
-  std::string read(std::vector<BenchRow>* rows) const {
-    std::ifstream f(path_);
-    nlohmann::json j;
-    try {
-      f >> j;
-    } catch (...) {
-      return "wrote no rows";
-    }
-    if (j.contains("error")) return j["error"].get<std::string>();
-    for (const auto& r : j["rows"]) rows->push_back(rowFromJson(r));
-    return "";
-  }
-
- private:
-  std::string path_;
-};
+  if (j.contains("error")) return j["error"].get<std::string>();
+  for (const auto& r : j["rows"]) rows->push_back(rowFromJson(r));
+  return "";
+}
 
 }  // namespace
 
@@ -100,7 +77,7 @@ std::string runBenchVariant(const std::string& variant, const BenchOptions& opt,
                             std::vector<BenchRow>* rows) {
   const std::string self = selfPath();
   if (self.empty()) return "cannot find own binary";
-  RowsFile file;
+  ChildFile file;
   if (file.path().empty()) return "cannot create a temporary file";
   std::vector<std::string> cmd = {self};
   for (const std::string& a : childBenchArgs(opt, "nccl")) cmd.push_back(a);
@@ -109,7 +86,7 @@ std::string runBenchVariant(const std::string& variant, const BenchOptions& opt,
   cmd.back() = file.path();
   const std::string run_error = runAll({cmd}, ncclVariants().at(variant), kChildTimeoutS);
   std::vector<BenchRow> got;
-  if (std::string e = file.read(&got); !e.empty())
+  if (std::string e = readRows(file.path(), &got); !e.empty())
     return run_error.empty() ? e : run_error + ": " + e;
   for (BenchRow& r : got) {
     r.backend = variant;
@@ -138,15 +115,13 @@ std::string runBenchProcs(const BenchOptions& opt, int n, int ngpus,
       skipped->push_back(name + ": " + e);
       continue;
     }
-    std::vector<RowsFile> files(n);
+    std::vector<ChildFile> files(n);
     std::vector<std::vector<std::string>> cmds;
     for (int r = 0; r < n; ++r) {
+      if (files[r].path().empty()) return "cannot create a temporary file";
       std::vector<std::string> cmd = {self};
       for (const std::string& a : childBenchArgs(opt, base)) cmd.push_back(a);
-      for (const std::string& a :
-           {std::string("--worker-rank"), std::to_string(r), std::string("--worker-world"),
-            std::to_string(n), std::string("--worker-id"), id, std::string("--rows-json"),
-            files[r].path()})
+      for (const std::string& a : workerArgs(r, n, id, "--rows-json", files[r].path()))
         cmd.push_back(a);
       cmds.push_back(cmd);
     }
@@ -156,7 +131,7 @@ std::string runBenchProcs(const BenchOptions& opt, int n, int ngpus,
     // Rank r's rows, in the same order in every rank: merged row by row.
     std::vector<std::vector<BenchRow>> per_rank(n);
     for (int r = 0; r < n && err.empty(); ++r)
-      if (std::string e = files[r].read(&per_rank[r]); !e.empty())
+      if (std::string e = readRows(files[r].path(), &per_rank[r]); !e.empty())
         err = "rank " + std::to_string(r) + ": " + e;
     if (!err.empty()) {
       skipped->push_back(name + ": " + err);

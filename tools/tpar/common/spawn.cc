@@ -7,11 +7,31 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <thread>
 
 extern char** environ;
 
 namespace tpar_cli {
+
+ChildFile::ChildFile(const std::string& what) {
+  std::string tmpl = "/tmp/tpar_" + what + "_XXXXXX";
+  const int fd = mkstemp(tmpl.data());
+  if (fd >= 0) {
+    close(fd);
+    path_ = tmpl;
+  }
+}
+
+ChildFile::~ChildFile() {
+  if (!path_.empty()) unlink(path_.c_str());
+}
+
+std::vector<std::string> workerArgs(int rank, int world, const std::string& id,
+                                    const std::string& out_flag, const std::string& out_path) {
+  return {"--worker-rank", std::to_string(rank), "--worker-world", std::to_string(world),
+          "--worker-id", id, out_flag, out_path};
+}
 
 std::string selfPath() {
   char self[4096] = {0};

@@ -16,6 +16,25 @@ std::string runAll(const std::vector<std::vector<std::string>>& cmds,
 // This program's own path (/proc/self/exe), or "".
 std::string selfPath();
 
+// The arguments that make the command a worker of a group of `world` processes: its rank, the
+// group's tpar unique id, and `out_flag out_path`, the file it writes its results to.
+std::vector<std::string> workerArgs(int rank, int world, const std::string& id,
+                                    const std::string& out_flag, const std::string& out_path);
+
+// A temporary file through which a child hands its results back (/tmp/tpar_<what>_XXXXXX);
+// removed when this goes out of scope. path() is "" when it could not be created.
+class ChildFile {
+ public:
+  explicit ChildFile(const std::string& what = "child");
+  ChildFile(const ChildFile&) = delete;
+  ChildFile& operator=(const ChildFile&) = delete;
+  ~ChildFile();
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
 }  // namespace tpar_cli
 
 #endif  // TPAR_TOOLS_COMMON_SPAWN_H_

@@ -1,7 +1,6 @@
 // `tpar tune --procs`: one child process per rank runs the same search in lockstep (the
 // candidates depend only on what every rank agrees on), each times its own rank, and this
 // process merges their measurements, reports and writes the table.
-#include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
@@ -21,29 +20,6 @@ namespace {
 
 // How long the children may take in all: a full search of many sizes takes minutes.
 constexpr int kChildTimeoutS = 3600;
-
-// A temporary file for a child's measurements; removed when this goes out of scope.
-struct ResultsFile {
-  std::string path;
-  ResultsFile() {
-    char tmpl[] = "/tmp/tpar_tune_results_XXXXXX";
-    const int fd = mkstemp(tmpl);
-    if (fd >= 0) {
-      close(fd);
-      path = tmpl;
-    }
-  }
-  ResultsFile(const ResultsFile&) = delete;
-  ResultsFile& operator=(const ResultsFile&) = delete;
-  ~ResultsFile() {
-    if (!path.empty()) unlink(path.c_str());
-  }
-};
-
-bool samePlan(const tpar::Plan& a, const tpar::Plan& b) {
-  return a.nccl == b.nccl && a.algo == b.algo && a.active_blocks == b.active_blocks &&
-         a.threads == b.threads && a.steps == b.steps && a.pull == b.pull;
-}
 
 }  // namespace
 
@@ -149,7 +125,7 @@ std::string mergeRankBuckets(const std::vector<std::vector<TuneBucket>>& per_ran
       for (size_t k = 0; k < m.candidates.size(); ++k) {
         TuneCandidate& c = m.candidates[k];
         const TuneCandidate& d = q.candidates[k];
-        if (!samePlan(c.plan, d.plan) || c.is_default != d.is_default)
+        if (!tpar::samePlan(c.plan, d.plan) || c.is_default != d.is_default)
           return who + " measured other plans";
         // The call ends when the slowest rank's does.
         c.us = std::max(c.us, d.us);
@@ -172,17 +148,14 @@ int runTuneProcs(const TuneOptions& opt, int n, bool virt, const std::string& gp
   if (std::string e = newUniqueId("tpar", &id); !e.empty()) return fail(e);
   std::printf("# nccl: not measured (--procs)\n");
   std::fflush(stdout);
-  std::vector<ResultsFile> files(n);
+  std::vector<ChildFile> files(n);
   std::vector<std::vector<std::string>> cmds;
   for (int r = 0; r < n; ++r) {
-    if (files[r].path.empty()) return fail("cannot create a temporary file");
+    if (files[r].path().empty()) return fail("cannot create a temporary file");
     std::vector<std::string> cmd = {self};
     for (const std::string& a : childTuneArgs(opt)) cmd.push_back(a);
     if (virt && !opt.virtual_ranks) cmd.push_back("--virtual");  // more ranks than GPUs
-    for (const std::string& a :
-         {std::string("--worker-rank"), std::to_string(r), std::string("--worker-world"),
-          std::to_string(n), std::string("--worker-id"), id, std::string("--results-json"),
-          files[r].path})
+    for (const std::string& a : workerArgs(r, n, id, "--results-json", files[r].path()))
       cmd.push_back(a);
     cmds.push_back(cmd);
   }
@@ -194,7 +167,7 @@ int runTuneProcs(const TuneOptions& opt, int n, bool virt, const std::string& gp
   std::vector<std::vector<TuneBucket>> per_rank(n);
   tpar::TunerContext ctx;
   for (int r = 0; r < n; ++r) {
-    std::ifstream f(files[r].path);
+    std::ifstream f(files[r].path());
     std::stringstream text;
     text << f.rdbuf();
     tpar::TunerContext rank_ctx;

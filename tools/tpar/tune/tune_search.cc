@@ -30,12 +30,6 @@ TuneSpace quickTuneSpace() {
 
 namespace {
 
-bool samePlan(const Plan& a, const Plan& b) {
-  return a.nccl == b.nccl && (a.nccl || (a.algo == b.algo && a.active_blocks == b.active_blocks &&
-                                         a.threads == b.threads && a.steps == b.steps &&
-                                         a.pull == b.pull));
-}
-
 // Why the group cannot run algorithm `a` at all, or "".
 std::string algorithmExcluded(const tpar::Algorithm& a, const tpar::TunerContext& ctx) {
   if (ctx.nranks < a.min_ranks)
@@ -72,7 +66,7 @@ TuneCandidates tuneCandidates(const tpar::TunerContext& ctx, const TuneSpace& sp
   TuneCandidates out;
   auto add = [&out](const Plan& p) {
     for (const Plan& q : out.plans)
-      if (samePlan(p, q)) return;
+      if (tpar::samePlan(p, q)) return;
     out.plans.push_back(p);
   };
   for (const tpar::Algorithm& a : tpar::algorithms()) {
@@ -238,7 +232,7 @@ std::string gainReport(const std::vector<TuneGain>& gains) {
     if (g.gain() > 0) {
       std::snprintf(gain, sizeof(gain), "%.2fx", g.gain());
       ++measured;
-      faster += !samePlan(g.tuned, g.def);
+      faster += !tpar::samePlan(g.tuned, g.def);
     }
     std::snprintf(line, sizeof(line), "  %12" PRIu64 " %9s %-33s %9s   %-33s %9s %7s\n", g.bytes,
                   tparDataTypeName(g.dtype), tuned.c_str(), tuned_us, def.c_str(), def_us, gain);
