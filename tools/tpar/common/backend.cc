@@ -23,7 +23,6 @@ std::string toHex(const char* bytes, size_t n) {
   return s;
 }
 
-
 }  // namespace
 
 bool fromHex(const std::string& hex, char* bytes, size_t n) {
