@@ -26,8 +26,19 @@ if [ ! -x "$env/bin/python" ]; then
 fi
 pip=("$env/bin/python" -m pip --disable-pip-version-check -q)
 t0=$SECONDS
-"${pip[@]}" install "${TPAR_TORCH:-torch==2.11.0}" transformers==5.17.0 pytest numpy \
-  "scikit-build-core>=0.10" "nanobind>=2.0"
+# Pinned, so that a new release upstream cannot change what CI runs; a download that fails
+# (a dropped connection in the middle of torch's wheel) is tried again twice.
+deps=("${TPAR_TORCH:-torch==2.11.0}" transformers==5.17.0 pytest==9.2.0 "numpy<3"
+      scikit-build-core==1.1.2 nanobind==3.1.0)
+for attempt in 1 2 3; do
+  if "${pip[@]}" install --retries 10 --timeout 60 "${deps[@]}"; then break; fi
+  if [ "$attempt" = 3 ]; then
+    echo "tpar: installing the Python test dependencies failed three times: ${deps[*]}" >&2
+    exit 1
+  fi
+  echo "tpar: installing the Python test dependencies failed (attempt $attempt of 3); again in 30 s" >&2
+  sleep 30
+done
 echo "== python: dependencies installed in $((SECONDS - t0)) s"
 t0=$SECONDS
 CMAKE_ARGS="-DTPAR_CUDA_ARCHS=${TPAR_CUDA_ARCHS:-90} ${CMAKE_ARGS:-}" \

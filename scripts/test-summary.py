@@ -4,11 +4,13 @@ were disabled, per tier, read from the reports the tiers wrote (JUnit XML from C
 and pytest), so that a run that skipped the GPU tier never reads as "100% passed" alone.
 
   scripts/test-summary.py [--ctest JUNIT [--ctest-tests JSON]] [--gtest NAME=XML]...
-                          [--pytest NAME=XML]... [--tier NAME=STATUS]...
+                          [--pytest NAME=XML]... [--tier NAME=STATUS]... [--log NAME=FILE]...
 
 --ctest: `ctest --output-junit`; --ctest-tests: `ctest --show-only=json-v1`, for the labels of
 the skipped tests. --tier: a step without a report: STATUS is its exit status (0 passed, 77
 skipped) or "off:REASON" (not run). A report that is missing counts as a failed tier.
+--log: the output of the tier NAME; when that tier failed, its last lines are printed under it,
+so that the reason stays in view where only the end of a run's output is kept.
 Exit status: 0 when nothing failed, 1 otherwise."""
 import argparse
 import collections
@@ -17,6 +19,7 @@ import os
 import sys
 import xml.etree.ElementTree as ET
 
+LOG_TAIL_LINES = 40
 SKIP_STATUS = 77  # NOTE [skip exit code] in tests/common/test_main.h
 
 
@@ -91,7 +94,20 @@ def count_line(name, c):
     return line
 
 
+def log_tail(logs, name):
+    """The last lines of the tier's log (--log NAME=FILE), indented, or [] without one."""
+    path = logs.get(name)
+    if not path:
+        return []
+    if not os.path.exists(path):
+        return [f"{'':<24}   (its log {path} was not written)"]
+    with open(path, errors="replace") as f:
+        tail = f.read().splitlines()[-LOG_TAIL_LINES:]
+    return [f"{'':<24}   the last {len(tail)} lines of {path}:"] + [f"{'':<24}   | {t}" for t in tail]
+
+
 def summarize(args):
+    logs = dict(e.split("=", 1) for e in args.log)
     lines = ["== test summary: every tier, with what did not run"]
     failed = False
     skipped_tests = 0
@@ -103,6 +119,7 @@ def summarize(args):
         for name, path in entries:
             if not path or not os.path.exists(path):
                 lines.append(f"{name:<24} FAILED: no report ({path} was not written)")
+                lines += log_tail(logs, name)
                 failed = True
                 continue
             c = read_junit(path)
@@ -119,6 +136,8 @@ def summarize(args):
                 lines.append(f"{'':<24}   failed: {n}")
             if len(c.failed_names) > 20:
                 lines.append(f"{'':<24}   ... and {len(c.failed_names) - 20} more")
+            if c.failed > 0 or c.total == 0:
+                lines += log_tail(logs, name)
             failed |= c.failed > 0 or c.total == 0
             skipped_tests += c.skipped
     for entry in args.tier:
@@ -133,6 +152,7 @@ def summarize(args):
             tiers_not_run += 1
         else:
             lines.append(f"{name:<24} FAILED (exit status {status})")
+            lines += log_tail(logs, name)
             failed = True
     if failed:
         lines.append("result: FAILED")
@@ -159,8 +179,9 @@ def main():
     p.add_argument("--gtest", action="append", default=[])
     p.add_argument("--pytest", action="append", default=[])
     p.add_argument("--tier", action="append", default=[])
+    p.add_argument("--log", action="append", default=[])
     args = p.parse_args()
-    for entry in args.gtest + args.pytest + args.tier:
+    for entry in args.gtest + args.pytest + args.tier + args.log:
         if "=" not in entry:
             p.error(f"'{entry}' is not NAME=VALUE")
     lines, failed = summarize(args)

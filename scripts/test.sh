@@ -64,8 +64,10 @@ fi
 
 if [ "${TPAR_TEST_PYTHON:-1}" != 0 ]; then
   echo "== Python package: build, install, tests"
-  TPAR_PYTEST_JUNIT="$reports/python.xml" bash scripts/python-tests.sh || true
-  summary_args+=(--pytest "python=$reports/python.xml")
+  # Its output also goes to a log, whose end the summary repeats if the tier fails.
+  TPAR_PYTEST_JUNIT="$reports/python.xml" bash scripts/python-tests.sh 2>&1 |
+    tee "$reports/python.log" || true
+  summary_args+=(--pytest "python=$reports/python.xml" --log "python=$reports/python.log")
 else
   off "python" "TPAR_TEST_PYTHON=0"
 fi

@@ -97,9 +97,18 @@ def main():
     if summary.returncode != 0:
         problems.append("the summary failed a run without failures")
 
-    missing = run([sys.executable, SUMMARY, "--pytest", "python=" + os.path.join(a.work, "none.xml")])
+    log = os.path.join(a.work, "python.log")
+    with open(log, "w") as f:
+        f.write("".join(f"line {i}\n" for i in range(100)) + "ERROR: the reason it failed\n")
+    missing = run([sys.executable, SUMMARY, "--pytest", "python=" + os.path.join(a.work, "none.xml"),
+                   "--log", "python=" + log])
     if missing.returncode == 0 or "no report" not in missing.stdout:
         problems.append("a missing report did not fail the summary")
+    if "ERROR: the reason it failed" not in missing.stdout or "line 10\n" in missing.stdout:
+        problems.append("a failed tier's summary does not end with the tail of its log")
+    passing = run([sys.executable, SUMMARY, "--pytest", "python=" + pytest, "--log", "python=" + log])
+    if "the reason it failed" in passing.stdout:
+        problems.append("the summary repeats the log of a tier that passed")
 
     for problem in problems:
         print("FAIL:", problem)
