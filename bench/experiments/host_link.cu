@@ -81,14 +81,31 @@ double rep(const Bufs& b, const std::string& what, size_t bytes, int blocks, int
 
 int main(int argc, char** argv) {
   int device = 0, reps = 10;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    if (!std::strcmp(argv[i], "--device")) device = std::atoi(argv[i + 1]);
-    else if (!std::strcmp(argv[i], "--reps")) reps = std::atoi(argv[i + 1]);
+  for (int i = 1; i < argc; i += 2) {
+    const bool known = !std::strcmp(argv[i], "--device") || !std::strcmp(argv[i], "--reps");
+    char* end = nullptr;
+    const long v = i + 1 < argc ? std::strtol(argv[i + 1], &end, 10) : -1;
+    if (!known || end == nullptr || *end != '\0' || v < 0 || v > 1000000) {
+      std::fprintf(stderr, "tpar_host_link: bad argument '%s'%s%s; usage: tpar_host_link "
+                   "[--device N] [--reps N]\n", argv[i], i + 1 < argc ? " " : "",
+                   i + 1 < argc ? argv[i + 1] : "");
+      return 2;
+    }
+    (!std::strcmp(argv[i], "--device") ? device : reps) = int(v);
+  }
+  if (reps < 1) {
+    std::fprintf(stderr, "tpar_host_link: --reps must be 1 or more\n");
+    return 2;
   }
   int ndev = 0;
   if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
     std::printf("no GPU: nothing to measure\n");
     return 3;
+  }
+  if (device >= ndev) {
+    std::fprintf(stderr, "tpar_host_link: --device %d, but this machine has %d GPU(s)\n", device,
+                 ndev);
+    return 2;
   }
   CHECK(cudaSetDevice(device));
   cudaDeviceProp prop{};

@@ -1,4 +1,4 @@
-// Host-memory hand-off experiments for the host-staged transport (docs/PERFORMANCE.md, issue 5).
+// Host-memory hand-off experiments for the host-staged transport (docs/PERFORMANCE.md, "Host-staged transport").
 //
 // N virtual ranks (N streams on one GPU), each with a region of flag slots and payload, in
 // pinned host memory mapped into the GPU or in device memory. Each round every rank signals

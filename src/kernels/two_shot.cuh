@@ -227,7 +227,8 @@ struct TwoShot {
     const bool pull = kDir == kPlanned ? a.pull != 0 : kDir == kPull;
     const Box box(a, ctx, grid, steps, pull);
     const uint64_t vecs = (a.count + kPer - 1) / kPer;
-    // One step: nothing to overlap, every warp runs each phase (docs/PERFORMANCE.md, issue 13).
+    // One step: nothing to overlap, every warp runs each phase (docs/PERFORMANCE.md, "Device
+    // primitives and the algorithm registry"; the spills this costs: NOTE [spills]).
     const bool overlap = Box::kOverlapPhases && steps > 1;
     Call c{a, box, Ranks::count(a), Ranks::self(a), pull, a.vec_aligned != 0, overlap, vecs, 0, 0,
            box.area(a.rank)};

@@ -165,7 +165,7 @@ TEST(ConfigInitializer, SetsSizeMagicAndVersion) {
 }  // namespace
 
 // ---------------------------------------------------------------------------------------------
-// More bad input (issue 6): every case gets its own error and message, and nothing the caller
+// More bad input: every case gets its own error and message, and nothing the caller
 // owns changes. The cases that need a live communicator or a GPU are in tests/gpu/fault_test.cc.
 
 namespace {

@@ -14,9 +14,9 @@ extern char** environ;
 
 namespace tpar_cli {
 
-ChildFile::ChildFile(const std::string& what) {
-  std::string tmpl = "/tmp/tpar_" + what + "_XXXXXX";
-  const int fd = mkstemp(tmpl.data());
+ChildFile::ChildFile() {
+  char tmpl[] = "/tmp/tpar_child_XXXXXX";
+  const int fd = mkstemp(tmpl);
   if (fd >= 0) {
     close(fd);
     path_ = tmpl;

@@ -21,11 +21,11 @@ std::string selfPath();
 std::vector<std::string> workerArgs(int rank, int world, const std::string& id,
                                     const std::string& out_flag, const std::string& out_path);
 
-// A temporary file through which a child hands its results back (/tmp/tpar_<what>_XXXXXX);
+// A temporary file through which a child hands its results back (/tmp/tpar_child_XXXXXX);
 // removed when this goes out of scope. path() is "" when it could not be created.
 class ChildFile {
  public:
-  explicit ChildFile(const std::string& what = "child");
+  ChildFile();
   ChildFile(const ChildFile&) = delete;
   ChildFile& operator=(const ChildFile&) = delete;
   ~ChildFile();
