@@ -193,10 +193,21 @@ TPAR_API tparResult_t tparCommInitRankConfig(tparComm_t* comm, int nranks, tparU
  * (outside a CUDA graph) waits for all of those launches, so for latency run one process per
  * GPU (tparCommInitRank), as serving engines do, or capture the calls in a CUDA graph.
  *
- * Lazy module loading: tpar loads its kernels at init, but a kernel of your
- * own that is launched for the first time while an all-reduce of another rank of the same GPU
- * waits can deadlock under lazy module loading (the load waits for the GPU to go idle). Launch
- * each of your kernels once before, or set CUDA_MODULE_LOADING=EAGER.
+ * Virtual ranks and other work. The all-reduce of one rank spins on the GPU until every other
+ * rank of the call has arrived, so one thread driving virtual ranks must keep two rules:
+ *  - Launch every rank's all-reduce of a call before any host call that can wait for the GPU:
+ *    cudaMalloc/cudaFree, a synchronize, the first launch of a kernel that is not loaded yet
+ *    (lazy module loading, the CUDA 12+ default), a library's first use of a shape (cuBLAS
+ *    chooses and loads a kernel), a graph's first launch. Such a call made after rank 0's
+ *    all-reduce and before rank 1's waits for rank 0, which waits for rank 1: a deadlock that
+ *    the timeout reports as tparTimeout. Issue work phase by phase: the compute of every rank,
+ *    then the all-reduce of every rank, as an NCCL group would.
+ *  - Load your own kernels before the first all-reduce (launch each once, or
+ *    cudaFuncGetAttributes, or CUDA_MODULE_LOADING=EAGER); tpar loads its own at init.
+ * Kernels of yours on a virtual rank's stream run on the multiprocessors that the other ranks'
+ * waiting all-reduces leave free: tpar sizes the grid so that at least one stays free.
+ * One process per GPU (tparCommInitRank) has neither hazard: a call that waits for its GPU
+ * waits only for work whose peers are launched by other processes.
  */
 TPAR_API tparResult_t tparCommInitAll(tparComm_t* comms, int ndev, const int* devlist);
 TPAR_API tparResult_t tparCommInitAllConfig(tparComm_t* comms, int ndev, const int* devlist,

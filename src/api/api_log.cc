@@ -149,6 +149,16 @@ void logAsyncError(tparComm_t comm, uint32_t code) {
       TPAR_WARN("a collective timed out: a peer did not arrive within %lld ms (TPAR_TIMEOUT_MS); "
                 "the communicator now only accepts destroy or abort",
                 static_cast<long long>(c->cfg.timeout_ms));
+      if (c->ranks_on_device > 1) {
+        // NOTE [virtual-rank residency]; docs/DESIGN.md, "Virtual ranks and other work".
+        TPAR_WARN("%d ranks of this process share this GPU (virtual ranks): the likely cause is "
+                  "not a slow peer but the thread that launches them: a call made between one "
+                  "rank's all-reduce and another's that waits for the device (cudaMalloc, "
+                  "cudaFree, a synchronize, a kernel loaded lazily, a library's first use of a "
+                  "shape) deadlocks them; launch every rank's all-reduce of a call before any "
+                  "such call, and load every kernel before the first all-reduce",
+                  c->ranks_on_device);
+      }
       break;
     case tparInvalidUsage:
       TPAR_WARN("ranks issued mismatched calls (count, datatype, op or algorithm differ); the "

@@ -96,6 +96,7 @@ tparResult_t createLocal(int rank, int nranks, const ResolvedConfig& cfg, int ra
   comm->layout = kernels::WorkspaceLayout::forMaxBytes(cfg.max_bytes_per_call, host_transport);
   comm->host_transport = host_transport;
   comm->threads = cfg.threads;
+  comm->ranks_on_device = std::max(1, ranks_on_device);
 
   auto fail = [&](tparResult_t res) {
     destroyComm(comm);
@@ -117,9 +118,23 @@ tparResult_t createLocal(int rank, int nranks, const ResolvedConfig& cfg, int ra
                          "GPU (TPAR_THREADS)",
                          comm->threads));
   }
-  // Ranks sharing a GPU in one process run as concurrent kernels that wait for each other:
-  // all their blocks must be resident at once.
-  const int resident = per_sm * sms / std::max(1, ranks_on_device);
+  // NOTE [virtual-rank residency]
+  // Ranks sharing a GPU in one process run as concurrent kernels that wait for each other, so
+  // two bounds hold for the grid:
+  // 1. All ranks' blocks fit at once (per_sm * sms over the ranks).
+  // 2. While the all-reduces of all ranks but one spin, the last rank's stream must still be
+  //    able to run whatever precedes its all-reduce (a GEMM, a norm, any kernel of the caller).
+  //    Such a kernel may need a whole multiprocessor: a cuBLAS GEMM on Hopper takes an SM's
+  //    entire register file. If the spinning blocks sit on every SM, that kernel never starts,
+  //    the last rank never arrives, and the group times out (docs/DESIGN.md, "Virtual ranks
+  //    and other work", has the case that showed it). With at most sms - 1 spinning blocks
+  //    in all, at least one SM holds none of them, wherever the scheduler put them, and any
+  //    kernel that fits an empty SM makes progress there.
+  // Ranks in separate processes on one GPU are time-sliced (no MPS), or share SMs under MPS
+  // like virtual ranks; they are not counted here (docs/DESIGN.md says so).
+  const int rod = std::max(1, ranks_on_device);
+  int resident = per_sm * sms / rod;
+  if (rod > 1) resident = std::min(resident, (sms - 1) / (rod - 1));
   const int wanted = std::min(kernels::kMaxBlocks, cfg.max_blocks > 0 ? cfg.max_blocks : 32);
   comm->max_blocks = std::max(1, std::min(wanted, resident));
   if (resident < 1) {

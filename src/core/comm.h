@@ -35,6 +35,8 @@ struct tparComm {
   bool host_transport = false;
   tpar::HostRegion host_region;
   int max_blocks = 1;
+  // Ranks of this process on this GPU, this one included (NOTE [virtual-rank residency]).
+  int ranks_on_device = 1;
   // Topology as every rank of the group sees it (rank 0's view), and what the tuner uses.
   tpar::Topology topology;
   tpar::TunerContext tuner_ctx;
