@@ -223,7 +223,15 @@ std::string timeCalls(Ranks& rk, const TimingPlan& plan, const std::function<std
       if (e != cudaSuccess && err.empty()) err = std::string("graph capture: ") + cudaGetErrorString(e);
     }
     if (!err.empty()) return fail(err);
-    // One untimed replay: the first launch of a graph uploads it.
+    // Upload every rank's graph before any of them runs: an upload may wait for the device,
+    // and done by a first launch behind another rank's spinning all-reduce it would keep this
+    // rank from arriving (tpar.h, "Virtual ranks and other work"). Then one untimed replay.
+    for (size_t r = 0; r < n; ++r) {
+      setDevice(rk.devs[r]);
+      cudaError_t e = cudaGraphUpload(execs[r], rk.streams[r]);
+      if (e != cudaSuccess) return fail(std::string("cudaGraphUpload: ") + cudaGetErrorString(e));
+    }
+    if (std::string e = rk.sync(); !e.empty()) return fail(e);
     for (size_t r = 0; r < n; ++r) {
       setDevice(rk.devs[r]);
       cudaError_t e = cudaGraphLaunch(execs[r], rk.streams[r]);

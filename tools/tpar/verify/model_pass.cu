@@ -378,11 +378,18 @@ std::string ModelPass::capture(PassKind kind, Backend* ar) {
   }
   for (size_t r = 0; r < ranks_.size() && err.empty(); ++r) {
     cudaSetDevice(ranks_[r].dev);
-    const cudaError_t e = cudaGraphInstantiate(&ranks_[r].graphs[k], graphs[r], 0);
+    cudaError_t e = cudaGraphInstantiate(&ranks_[r].graphs[k], graphs[r], 0);
     if (e != cudaSuccess) {
       ranks_[r].graphs[k] = nullptr;
       err = std::string("cudaGraphInstantiate: ") + cudaGetErrorString(e);
+      break;
     }
+    // A graph's first launch uploads it, and the upload may wait for the device: done then,
+    // behind rank 0's spinning all-reduce, it would keep rank 1 from launching (tpar.h,
+    // "Virtual ranks and other work"). Upload every rank's graph now, while nothing spins.
+    e = cudaGraphUpload(ranks_[r].graphs[k], ranks_[r].stream);
+    if (e == cudaSuccess) e = cudaStreamSynchronize(ranks_[r].stream);
+    if (e != cudaSuccess) err = std::string("cudaGraphUpload: ") + cudaGetErrorString(e);
   }
   for (cudaGraph_t g : graphs)
     if (g) cudaGraphDestroy(g);

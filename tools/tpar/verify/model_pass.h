@@ -2,6 +2,10 @@
 // rank on its own stream, captured as one CUDA graph per rank and timed with every rank
 // launched together.
 //
+// Every phase is issued for all ranks before the next begins (each rank's GEMMs, then every
+// rank's all-reduce, ...): a cuBLAS call that waits for the device then waits only for
+// all-reduces whose peers are all launched (tpar.h, "Virtual ranks and other work").
+//
 // Per layer and rank: attention-output GEMM on the rank's hidden/tp slice, all-reduce, residual
 // add + RMSNorm, gate+up GEMM, SiLU*mul, down GEMM, all-reduce, residual add + RMSNorm. The
 // attention itself is not modelled: the attention-output GEMM reads its input straight from the
