@@ -6,7 +6,7 @@
 # the same checks run on that tree too, and verify with the grid bounded by hand: what shows
 # which cause the fix removed. Writes OUTDIR/summary.json (scripts/summary.py) and the logs.
 #   scripts/contention-check.sh OUTDIR [--old DIR] [--verify-runs N] [--old-verify-runs N]
-#                               [--no-stress] [--budget S]
+#                               [--no-stress] [--budget S]   (0 runs: that step is left out)
 # Environment: TPAR_COMMIT, TPAR_BUILD_DIR (default build-gpu), TPAR_OLD_BUILD_DIR
 # (default build-gpu-old), TPAR_OLD_COMMIT (recorded for --old), TPAR_OLD_FILTER (the stress
 # cases run on the old tree; default four of them: each failure there waits out its timeout).
@@ -43,8 +43,10 @@ run_end=$((budget > 0 ? SECONDS + budget : 0))
 status=0
 commit=${TPAR_COMMIT:-$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)}
 old_commit=${TPAR_OLD_COMMIT:-old}
-steps=(build contention hazard verify)
-[ -n "$old" ] && steps+=(old-contention old-verify old-verify-bounded)
+steps=(build contention hazard)
+[ "$verify_runs" -gt 0 ] && steps+=(verify)
+[ -n "$old" ] && steps+=(old-contention)
+[ -n "$old" ] && [ "$old_verify_runs" -gt 0 ] && steps+=(old-verify old-verify-bounded)
 python3 scripts/summary.py start "$out" --script scripts/contention-check.sh --commit "$commit" \
   --steps "$(IFS=,; echo "${steps[*]}")" || exit 1
 finish() {
@@ -86,7 +88,7 @@ if [ $run_stress = 1 ] && step_begin contention 420 200; then
   step_end --log "gtest:$step_log"
 fi
 
-if step_begin hazard 120 40; then
+if [ $run_stress = 1 ] && step_begin hazard 120 40; then
   step_cmd "$build/tests/tpar_gpu_tests" --gtest_also_run_disabled_tests \
     --gtest_filter='ContentionAllReduceHazard.*'
   grep -E "^\[ (hazard|contention) \]" "$step_log"
@@ -111,7 +113,7 @@ verify_loop() {  # verify_loop TPAR RUNS [VAR=value...]
   step_rc=0  # the checks decide
 }
 
-if step_begin verify $((30 * verify_runs + 30)) $((8 * verify_runs)); then
+if [ "$verify_runs" -gt 0 ] && step_begin verify $((30 * verify_runs + 30)) $((8 * verify_runs)); then
   verify_loop "$build/tools/tpar/tpar" "$verify_runs"
   step_end --log "checks:$step_log"
 fi
@@ -124,7 +126,7 @@ if [ -n "$old" ]; then
     step_end --log "gtest:$step_log"
   fi
   # A short timeout: the old tree's failures wait it out.
-  if step_begin old-verify $((12 * old_verify_runs + 20)) $((8 * old_verify_runs)); then
+  if [ "$old_verify_runs" -gt 0 ] && step_begin old-verify $((12 * old_verify_runs + 20)) $((8 * old_verify_runs)); then
     verify_loop "$old_build/tools/tpar/tpar" "$old_verify_runs" TPAR_TIMEOUT_MS=5000
     step_end --log "checks:$step_log"
   fi
@@ -142,7 +144,7 @@ PY
 )
   [[ ${sms:-} =~ ^[1-9][0-9]*$ ]] || sms=132
   bounded=$(( (sms - 1) / 7 ))
-  if step_begin old-verify-bounded $((12 * old_verify_runs + 20)) $((8 * old_verify_runs)); then
+  if [ "$old_verify_runs" -gt 0 ] && step_begin old-verify-bounded $((12 * old_verify_runs + 20)) $((8 * old_verify_runs)); then
     echo "   TPAR_MAX_BLOCKS=$bounded ($sms SMs)" | tee -a "$step_log"
     verify_loop "$old_build/tools/tpar/tpar" "$old_verify_runs" TPAR_TIMEOUT_MS=5000 \
       TPAR_MAX_BLOCKS=$bounded
