@@ -81,7 +81,7 @@ if step_begin build 600 240; then
 fi
 [ "$step_rc" = 0 ] || { status=1; finish; }
 
-stress_filter='ContentionAllReduce/*'
+stress_filter='*ContentionAllReduce.*'
 if [ $run_stress = 1 ] && step_begin contention 420 200; then
   step_cmd "$build/tests/tpar_gpu_tests" --gtest_filter="$stress_filter"
   grep -E "^\[ contention \]|^\[  FAILED  \]" "$step_log" | tail -20
@@ -119,7 +119,7 @@ if [ "$verify_runs" -gt 0 ] && step_begin verify $((30 * verify_runs + 30)) $((8
 fi
 
 if [ -n "$old" ]; then
-  old_filter=${TPAR_OLD_FILTER:-'ContentionAllReduce/*.*/auto_default:ContentionAllReduce/*.*/auto_host:ContentionAllReduce/*.*/oneshot_default:ContentionAllReduce/*.*/twoshot_host'}
+  old_filter=${TPAR_OLD_FILTER:-'*ContentionAllReduce.*/auto_default:*ContentionAllReduce.*/auto_host:*ContentionAllReduce.*/oneshot_default:*ContentionAllReduce.*/twoshot_host'}
   if [ $run_stress = 1 ] && step_begin old-contention 240 90; then
     step_cmd "$old_build/tests/tpar_gpu_tests" --gtest_filter="$old_filter"
     grep -E "^\[ contention \]|^\[  FAILED  \]" "$step_log" | tail -20
