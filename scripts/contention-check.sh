@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
 # Virtual ranks between other work (docs/DESIGN.md, "Virtual ranks and other work"), on one GPU:
-# the contention stress test (100,000 calls, every algorithm, both transports), the launch-order
-# hazard kept as an experiment, and `tpar verify` of the case that timed out, run again and
-# again. With --old DIR (a source tree of an earlier commit, the contention test files copied in)
-# the same checks run on that tree too, and verify with the grid bounded by hand: what shows
-# which cause the fix removed. Writes OUTDIR/summary.json (scripts/summary.py) and the logs.
+# the launch shapes cuBLAS picks for `tpar verify`'s GEMMs (under ncu, where it runs), the
+# contention stress test (100,000 calls, every algorithm, both transports, ranks gated as
+# `tpar verify` gates them), the same calls without the gate (an experiment: they should time
+# out), and `tpar verify` of the case that timed out, run again and again. With --old DIR (the
+# source tree of an earlier commit) that commit's `tpar verify` runs the same case too.
+# Writes OUTDIR/summary.json (scripts/summary.py) and the logs.
 #   scripts/contention-check.sh OUTDIR [--old DIR] [--verify-runs N] [--old-verify-runs N]
 #                               [--no-stress] [--budget S]   (0 runs: that step is left out)
 # Environment: TPAR_COMMIT, TPAR_BUILD_DIR (default build-gpu), TPAR_OLD_BUILD_DIR
-# (default build-gpu-old), TPAR_OLD_COMMIT (recorded for --old), TPAR_OLD_FILTER (the stress
-# cases run on the old tree; default four of them: each failure there waits out its timeout).
+# (default build-gpu-old), TPAR_OLD_COMMIT (recorded for --old).
 set -uo pipefail
 out=${1:?usage: scripts/contention-check.sh OUTDIR [--old DIR] [--verify-runs N] [--budget S]}
 shift
@@ -45,8 +45,8 @@ commit=${TPAR_COMMIT:-$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknow
 old_commit=${TPAR_OLD_COMMIT:-old}
 steps=(build contention hazard)
 [ "$verify_runs" -gt 0 ] && steps+=(verify)
-[ -n "$old" ] && steps+=(old-contention)
-[ -n "$old" ] && [ "$old_verify_runs" -gt 0 ] && steps+=(old-verify old-verify-bounded)
+[ -n "$old" ] && [ "$old_verify_runs" -gt 0 ] && steps+=(old-verify)
+steps=(build gemm-shapes "${steps[@]:1}")
 python3 scripts/summary.py start "$out" --script scripts/contention-check.sh --commit "$commit" \
   --steps "$(IFS=,; echo "${steps[*]}")" || exit 1
 finish() {
@@ -70,7 +70,7 @@ if step_begin build 600 240; then
   if [ -n "$old" ]; then
     step_cmd cmake -S "$old" -B "$old_build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
       -DTPAR_CUDA_ARCHS="$archs" -DTPAR_GIT_COMMIT="$old_commit" -DTPAR_BUILD_EXAMPLES=OFF
-    ninja -C "$old_build" -j "$jobs" "${targets[@]}" >"$out/logs/build-old.log" 2>&1 &
+    ninja -C "$old_build" -j "$jobs" tpar_cli >"$out/logs/build-old.log" 2>&1 &
     old_pid=$!
   fi
   step_cmd ninja -C "$build" -j "$jobs" "${targets[@]}"
@@ -80,6 +80,17 @@ if step_begin build 600 240; then
   step_end
 fi
 [ "$step_rc" = 0 ] || { status=1; finish; }
+
+# Which kernels cuBLAS launches for verify's GEMMs at 48 and 64 tokens: grid, block and
+# cluster size (NOTE [rank gate] rests on the cluster launches).
+if command -v ncu >/dev/null && step_begin gemm-shapes 120 30; then
+  step_cmd nvcc -arch=sm_"${archs%%;*}" -o "$build/gemm_shapes" bench/experiments/gemm_shapes.cu -lcublas
+  for t in 48 64; do
+    step_cmd ncu --clock-control none --section LaunchStats "$build/gemm_shapes" "$t"
+  done
+  grep -E "^tokens|Context|Cluster Size|Grid Size|Block Size" "$step_log" | sed 's/^/   /' | head -60
+  step_end
+fi
 
 stress_filter='*ContentionAllReduce.*'
 if [ $run_stress = 1 ] && step_begin contention 420 200; then
@@ -109,7 +120,7 @@ verify_loop() {  # verify_loop TPAR RUNS [VAR=value...]
       echo "check verify run $i (kimi-k2, 8 virtual ranks, 64 tokens) -> FAILED (exit $rc)" >>"$step_log"
     fi
   done
-  grep -E "^check verify" "$step_log" | sort | uniq -c | sed 's/^/   /' | tail -3
+  grep -oE "^check verify.*-> (ok|FAILED)" "$step_log" | grep -oE "(ok|FAILED)$" | sort | uniq -c | sed 's/^/   /' 
   step_rc=0  # the checks decide
 }
 
@@ -119,35 +130,9 @@ if [ "$verify_runs" -gt 0 ] && step_begin verify $((30 * verify_runs + 30)) $((8
 fi
 
 if [ -n "$old" ]; then
-  old_filter=${TPAR_OLD_FILTER:-'*ContentionAllReduce.*/auto_default:*ContentionAllReduce.*/auto_host:*ContentionAllReduce.*/oneshot_default:*ContentionAllReduce.*/twoshot_host'}
-  if [ $run_stress = 1 ] && step_begin old-contention 240 90; then
-    step_cmd "$old_build/tests/tpar_gpu_tests" --gtest_filter="$old_filter"
-    grep -E "^\[ contention \]|^\[  FAILED  \]" "$step_log" | tail -20
-    step_end --log "gtest:$step_log"
-  fi
   # A short timeout: the old tree's failures wait it out.
   if [ "$old_verify_runs" -gt 0 ] && step_begin old-verify $((12 * old_verify_runs + 20)) $((8 * old_verify_runs)); then
     verify_loop "$old_build/tools/tpar/tpar" "$old_verify_runs" TPAR_TIMEOUT_MS=5000
-    step_end --log "checks:$step_log"
-  fi
-  # The old tree with the grid bounded as NOTE [virtual-rank residency] bounds it: 8 ranks on
-  # this GPU's SMs, (sms - 1) / 7 blocks.
-  sms=$(python3 - <<'PY' 2>/dev/null
-import ctypes, ctypes.util
-import glob
-names = [ctypes.util.find_library("cudart")] + sorted(glob.glob("/usr/local/cuda*/lib64/libcudart.so*"))
-rt = next(ctypes.CDLL(n) for n in names if n)
-v = ctypes.c_int(0)
-rt.cudaDeviceGetAttribute(ctypes.byref(v), 16, 0)  # cudaDevAttrMultiProcessorCount
-print(v.value)
-PY
-)
-  [[ ${sms:-} =~ ^[1-9][0-9]*$ ]] || sms=132
-  bounded=$(( (sms - 1) / 7 ))
-  if [ "$old_verify_runs" -gt 0 ] && step_begin old-verify-bounded $((12 * old_verify_runs + 20)) $((8 * old_verify_runs)); then
-    echo "   TPAR_MAX_BLOCKS=$bounded ($sms SMs)" | tee -a "$step_log"
-    verify_loop "$old_build/tools/tpar/tpar" "$old_verify_runs" TPAR_TIMEOUT_MS=5000 \
-      TPAR_MAX_BLOCKS=$bounded
     step_end --log "checks:$step_log"
   fi
 fi

@@ -1,11 +1,11 @@
 // All-reduces between other work, as a serving engine issues them: on every virtual rank's
-// stream, before each all-reduce, a cuBLAS GEMM of a changing shape and a compute kernel of
-// random length, grid and shared memory (some take a whole multiprocessor). Every result is
-// checked on the GPU. What it pins down is NOTE [virtual-rank residency] and the launch order of
-// tpar.h ("Virtual ranks and other work"): while the all-reduces of all ranks but one spin, the
-// last rank's compute must still find room, and one thread that launches every rank's work
-// phase by phase (the compute of every rank, then the all-reduce of every rank), as tpar's own
-// tools do, never deadlocks however long a host call inside the compute phase waits.
+// stream, before each all-reduce, the three GEMMs of a transformer layer's verify pass (cuBLAS,
+// a token count that changes from call to call) and a compute kernel of random length, grid and
+// shared memory (some take a whole multiprocessor). Every result is checked on the GPU. Ranks
+// are driven the way `tpar verify` drives them: one thread, phase by phase (every rank's
+// compute, then every rank's gate, then every rank's all-reduce; NOTE [rank gate] in
+// tools/tpar/common/rank_gate.cu). Without the gate the same calls time out
+// (ContentionAllReduceHazard, an experiment run by scripts/contention-check.sh).
 #include <cublas_v2.h>
 
 #include <algorithm>
@@ -19,24 +19,21 @@
 #include "gpu/contention_kernels.h"
 #include "gpu/stress_kernels.h"
 #include "gpu/test_util.h"
+#include "tools/tpar/common/rank_gate.h"
 
 namespace tpar_test {
 namespace {
 
-// GEMM shapes of a tensor-parallel layer's verify pass: tokens x hidden times hidden x a
-// shard's width, tokens and width changing from call to call (cuBLAS picks, and the first time
-// loads, a kernel per shape).
+// The GEMMs of one layer of `tpar verify --model kimi-k2` on one of 8 ranks (hidden 7168,
+// intermediate 18432): attention output, gate+up, down; tokens from 1 to 128.
 constexpr int kGemmMaxTokens = 128;
-constexpr int kGemmHidden = 7168;
-constexpr int kGemmWidths[] = {1024, 2048};
-constexpr int kGemmMaxWidth = 2048;
+struct GemmShape {
+  int k, n;
+};
+constexpr GemmShape kLayerGemms[] = {{896, 7168}, {7168, 4608}, {2304, 7168}};
+constexpr size_t kGemmMaxK = 7168, kGemmMaxN = 7168, kGemmMaxWeights = 7168 * 4608;
 constexpr size_t kMinBytes = 12 << 10;
 constexpr size_t kMaxBytes = 2 << 20;
-
-enum class LaunchOrder {
-  kPhaseByPhase,  // the compute of every rank, then the all-reduce of every rank (tools)
-  kRankByRank,    // rank 0's compute and all-reduce, then rank 1's, ...
-};
 
 struct ContentionCall {
   uint64_t seed = 0;
@@ -44,16 +41,15 @@ struct ContentionCall {
   tparDataType_t dtype = tparBfloat16;
   tparRedOp_t op = tparSum;
   bool in_place = false;
-  int gemm_tokens = 1, gemm_width = kGemmWidths[0];
+  int gemm_tokens = 1;
   int grid = 1, smem = 0;
   uint32_t cycles = 0;
 };
 
 std::string describe(const ContentionCall& c) {
   return "count " + std::to_string(c.count) + " " + tparDataTypeName(c.dtype) + " " +
-         tparRedOpName(c.op) + (c.in_place ? " in place" : "") + "; GEMM " +
-         std::to_string(c.gemm_tokens) + "x" + std::to_string(kGemmHidden) + "x" +
-         std::to_string(c.gemm_width) + "; compute " + std::to_string(c.grid) + " blocks, " +
+         tparRedOpName(c.op) + (c.in_place ? " in place" : "") + "; GEMMs of " +
+         std::to_string(c.gemm_tokens) + " tokens; compute " + std::to_string(c.grid) + " blocks, " +
          std::to_string(c.smem) + " B shared, " + std::to_string(c.cycles) + " cycles";
 }
 
@@ -96,7 +92,6 @@ ContentionCall randomCall(std::mt19937_64& rng, const ComputeLimits& lim) {
       std::exp(std::log(double(kMinBytes)) + u * (std::log(double(kMaxBytes)) - std::log(double(kMinBytes)))));
   c.count = std::max<size_t>(1, bytes / tpar::elementBytes(c.dtype));
   c.gemm_tokens = 1 + static_cast<int>(rng() % kGemmMaxTokens);
-  c.gemm_width = kGemmWidths[rng() % (sizeof(kGemmWidths) / sizeof(kGemmWidths[0]))];
   const size_t pick = rng() % lim.smem_choices.size();
   c.smem = lim.smem_choices[pick];
   // Up to two waves of blocks.
@@ -106,10 +101,10 @@ ContentionCall randomCall(std::mt19937_64& rng, const ComputeLimits& lim) {
 }
 
 // Per rank: a cuBLAS handle on the rank's stream (with cuBLAS's own workspace, allocated when
-// cuBLAS wants it: part of what the launch order must survive) and the GEMM's operands.
+// cuBLAS wants it) and the GEMMs' operands, random bf16 values (never zeros).
 struct RankGemm {
   cublasHandle_t blas = nullptr;
-  void *a = nullptr, *b = nullptr, *c = nullptr;
+  void *a = nullptr, *w = nullptr, *c = nullptr;
 };
 
 class Gemms {
@@ -118,7 +113,7 @@ class Gemms {
     for (RankGemm& g : ranks_) {
       if (g.blas) cublasDestroy(g.blas);
       cudaFree(g.a);
-      cudaFree(g.b);
+      cudaFree(g.w);
       cudaFree(g.c);
     }
   }
@@ -129,25 +124,28 @@ class Gemms {
       if (cublasCreate(&g.blas) != CUBLAS_STATUS_SUCCESS) return "cublasCreate failed";
       if (cublasSetStream(g.blas, group.stream(r)) != CUBLAS_STATUS_SUCCESS)
         return "cublasSetStream failed";
-      const size_t a = size_t(kGemmMaxTokens) * kGemmHidden, b = size_t(kGemmHidden) * kGemmMaxWidth;
-      if (cudaMalloc(&g.a, a * 2) != cudaSuccess || cudaMalloc(&g.b, b * 2) != cudaSuccess ||
-          cudaMalloc(&g.c, size_t(kGemmMaxTokens) * kGemmMaxWidth * 2) != cudaSuccess)
+      const size_t a = kGemmMaxTokens * kGemmMaxK;
+      if (cudaMalloc(&g.a, a * 2) != cudaSuccess || cudaMalloc(&g.w, kGemmMaxWeights * 2) != cudaSuccess ||
+          cudaMalloc(&g.c, kGemmMaxTokens * kGemmMaxN * 2) != cudaSuccess)
         return "cudaMalloc failed";
-      // Real values (random bf16 in [-1, 1)), never zeros.
       if (fillRandom(g.a, a, tparBfloat16, freshSeed(), group.stream(r)) != cudaSuccess ||
-          fillRandom(g.b, b, tparBfloat16, freshSeed(), group.stream(r)) != cudaSuccess)
+          fillRandom(g.w, kGemmMaxWeights, tparBfloat16, freshSeed(), group.stream(r)) != cudaSuccess)
         return "fillRandom failed";
     }
     return cudaDeviceSynchronize() == cudaSuccess ? "" : "cudaDeviceSynchronize failed";
   }
-  // Row-major C[tokens x width] = A[tokens x hidden] B[hidden x width], as column-major cuBLAS
-  // sees it: C^T = B^T A^T.
-  cublasStatus_t launch(int r, int tokens, int width) {
+  // The layer's GEMMs for `tokens` tokens. Row-major C[t x n] = A[t x k] W[k x n], as
+  // column-major cuBLAS sees it: C^T = W^T A^T.
+  std::string launch(int r, int tokens) {
     RankGemm& g = ranks_[r];
     const float one = 1.f, zero = 0.f;
-    return cublasGemmEx(g.blas, CUBLAS_OP_N, CUBLAS_OP_N, width, tokens, kGemmHidden, &one, g.b,
-                        CUDA_R_16BF, width, g.a, CUDA_R_16BF, kGemmHidden, &zero, g.c,
-                        CUDA_R_16BF, width, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+    for (const GemmShape& s : kLayerGemms) {
+      const cublasStatus_t st = cublasGemmEx(
+          g.blas, CUBLAS_OP_N, CUBLAS_OP_N, s.n, tokens, s.k, &one, g.w, CUDA_R_16BF, s.n, g.a,
+          CUDA_R_16BF, s.k, &zero, g.c, CUDA_R_16BF, s.n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+      if (st != CUBLAS_STATUS_SUCCESS) return std::string("cublasGemmEx: ") + cublasGetStatusString(st);
+    }
+    return "";
   }
 
  private:
@@ -162,8 +160,9 @@ struct Outcome {
 };
 
 // Issues `calls` calls on every rank of an `n`-rank group made with `cfg`, each preceded on
-// every rank's stream by a GEMM and a compute kernel, in `order`; checks every result.
-void runContention(int n, const tparConfig_t& cfg, int calls, LaunchOrder order, Outcome* out) {
+// every rank's stream by the layer's GEMMs and a compute kernel, phase by phase, with each
+// rank's all-reduce behind a rank gate when `gated`; checks every result.
+void runContention(int n, const tparConfig_t& cfg, int calls, bool gated, Outcome* out) {
   ComputeLimits lim;
   ASSERT_EQ("", computeLimits(&lim));
   CUDA_OK(preloadStressKernels());
@@ -171,6 +170,8 @@ void runContention(int n, const tparConfig_t& cfg, int calls, LaunchOrder order,
   ASSERT_EQ("", g.init(n, cfg));
   Gemms gemms;
   ASSERT_EQ("", gemms.init(g));
+  tpar_cli::RankGate gate;
+  ASSERT_EQ("", gate.init(n, cfg.timeoutMs));
   Buffers b;
   CUDA_OK(b.alloc(n, kMaxBytes + kStressGuardBytes + 64));
   StressCounters* counters = nullptr;
@@ -192,8 +193,7 @@ void runContention(int n, const tparConfig_t& cfg, int calls, LaunchOrder order,
     if (launchStressFill(send, recv, c.count, c.dtype, c.seed, r, c.in_place, g.stream(r)) !=
         cudaSuccess)
       return "launchStressFill failed";
-    const cublasStatus_t s = gemms.launch(r, c.gemm_tokens, c.gemm_width);
-    if (s != CUBLAS_STATUS_SUCCESS) return std::string("cublasGemmEx: ") + cublasGetStatusString(s);
+    if (std::string e = gemms.launch(r, c.gemm_tokens); !e.empty()) return e;
     if (launchContentionKernel(c.grid, c.smem, c.cycles, g.stream(r)) != cudaSuccess)
       return "launchContentionKernel failed";
     return "";
@@ -221,20 +221,15 @@ void runContention(int n, const tparConfig_t& cfg, int calls, LaunchOrder order,
       const ContentionCall c = randomCall(rng, lim);
       issued.push_back(c);
       std::string err;
-      if (order == LaunchOrder::kPhaseByPhase) {
-        for (int r = 0; r < n && err.empty(); ++r) err = compute(r, c);
-        for (int r = 0; r < n && err.empty(); ++r) err = reduce(r, c);
-        for (int r = 0; r < n && err.empty(); ++r) err = check(r, c, i);
-      } else {
-        for (int r = 0; r < n && err.empty(); ++r) {
-          err = compute(r, c);
-          if (err.empty()) err = reduce(r, c);
-          if (err.empty()) err = check(r, c, i);
-        }
-      }
+      for (int r = 0; r < n && err.empty(); ++r) err = compute(r, c);
+      for (int r = 0; r < n && err.empty() && gated; ++r)
+        if (gate.launch(r, g.stream(r)) != cudaSuccess) err = "RankGate::launch failed";
+      for (int r = 0; r < n && err.empty(); ++r) err = reduce(r, c);
+      for (int r = 0; r < n && err.empty(); ++r) err = check(r, c, i);
       if (!err.empty()) out->failure = "call " + std::to_string(i) + " (" + describe(c) + "): " + err;
     }
     for (int r = 0; r < n; ++r) CUDA_OK(cudaStreamSynchronize(g.stream(r)));
+    if (out->failure.empty()) out->failure = gate.check();
     for (int r = 0; r < n && out->async == tparSuccess; ++r) {
       TPAR_OK(tparCommGetAsyncError(g.comm(r), &out->async));
       if (out->async != tparSuccess) out->async_rank = r;
@@ -291,7 +286,7 @@ TEST_P(ContentionAllReduce, EightVirtualRanksBetweenGemmsAndComputeNeverTimeOut)
   cfg.algorithm = GetParam().algo;
   cfg.transport = GetParam().transport;
   Outcome out;
-  runContention(8, cfg, calls, LaunchOrder::kPhaseByPhase, &out);
+  runContention(8, cfg, calls, /*gated=*/true, &out);
   if (HasFatalFailure()) return;
   EXPECT_EQ(tparSuccess, out.async) << "rank " << out.async_rank << " after " << out.calls_done
                                     << " checked calls: " << tparGetErrorString(out.async);
@@ -306,18 +301,16 @@ INSTANTIATE_TEST_SUITE_P(
              transportLabel(info.param.transport);
     });
 
-// The hazard tpar.h warns of, kept as an experiment (run by hand with
-// --gtest_also_run_disabled_tests; scripts/contention-check.sh runs it): one thread launching
-// rank by rank, a GEMM of a new shape on rank 1 after rank 0's all-reduce. Four ranks, so the
-// spinning all-reduces leave most multiprocessors free: a timeout here comes from the host side
-// (cuBLAS waiting for the device while rank 0 waits for rank 1), not from residency. It passes
-// when the group times out, as the note says it may; if cuBLAS ever stops waiting for the
-// device, it fails and the note must change.
-TEST(ContentionAllReduceHazard, DISABLED_RankByRankLaunchesWithNewGemmShapesTimeOut) {
+// The class the gate removes, kept as an experiment (run by hand with
+// --gtest_also_run_disabled_tests; scripts/contention-check.sh runs it): the same calls without
+// the gate. Each rank's all-reduce then waits, holding its blocks, while ranks behind it still
+// have GEMMs queued. It passes when the group times out, as NOTE [rank gate] says it may; if it
+// never does on a GPU, the note must say so.
+TEST(ContentionAllReduceHazard, DISABLED_UngatedAllReducesBehindGemmsTimeOut) {
   TPAR_REQUIRE_GPU();
-  tparConfig_t cfg = sharedDeviceConfig(/*timeout_ms=*/3000);
+  tparConfig_t cfg = sharedDeviceConfig(/*timeout_ms=*/5000);
   Outcome out;
-  runContention(4, cfg, 2000, LaunchOrder::kRankByRank, &out);
+  runContention(8, cfg, 20000, /*gated=*/false, &out);
   if (HasFatalFailure()) return;
   std::printf("[ hazard ] %s after %d checked calls\n", tparGetErrorString(out.async),
               out.calls_done);

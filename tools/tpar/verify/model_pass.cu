@@ -7,6 +7,8 @@
 #include <map>
 #include <utility>
 
+#include "core/env.h"
+
 namespace tpar_cli {
 namespace {
 
@@ -240,6 +242,15 @@ std::string ModelPass::init(const ModelShape& shape, const std::vector<int>& dev
     PASS_CUDA(cudaMemsetAsync(rk.partial, 0, th * sizeof(uint16_t), rk.stream));
     PASS_CUDA(cudaMemsetAsync(rk.reduced, 0, th * sizeof(uint16_t), rk.stream));
   }
+  // Virtual ranks (NOTE [rank gate]): all on one GPU, whose bound on a wait is tpar's.
+  gated_ = devs.size() > 1;
+  for (int d : devs) gated_ = gated_ && d == devs[0];
+  if (gated_) {
+    const tpar::Env* env = nullptr;
+    const int64_t timeout_ms = tpar::processEnv(&env) == tparSuccess ? env->timeout_ms : 30000;
+    PASS_CUDA(cudaSetDevice(devs[0]));
+    PASS_TRY(gate_.init(static_cast<int>(devs.size()), timeout_ms));
+  }
   return syncAll();
 }
 
@@ -248,7 +259,7 @@ std::string ModelPass::syncAll() {
     PASS_CUDA(cudaSetDevice(rk.dev));
     PASS_CUDA(cudaStreamSynchronize(rk.stream));
   }
-  return "";
+  return gated_ ? gate_.check() : "";
 }
 
 // The pass starts from the same input on every replay, so replays are repeatable and the
@@ -292,7 +303,13 @@ std::string ModelPass::enqueueGemm(Rank& rk, const GemmShape& g, const uint16_t*
   return "";
 }
 
-std::string ModelPass::enqueueAllReduce(Backend* ar) {
+std::string ModelPass::enqueueAllReduce(Backend* ar, bool after_compute) {
+  if (gated_ && after_compute) {
+    for (size_t r = 0; r < ranks_.size(); ++r) {
+      PASS_CUDA(cudaSetDevice(ranks_[r].dev));
+      PASS_CUDA(gate_.launch(static_cast<int>(r), ranks_[r].stream));
+    }
+  }
   std::vector<const void*> send;
   std::vector<void*> recv;
   std::vector<cudaStream_t> streams;
@@ -326,7 +343,7 @@ std::string ModelPass::enqueue(PassKind kind, Backend* ar) {
                              rk.partial));
       }
     }
-    if (reduce) PASS_TRY(enqueueAllReduce(ar));
+    if (reduce) PASS_TRY(enqueueAllReduce(ar, compute));
     if (compute) {
       for (Rank& rk : ranks_) {
         PASS_TRY(enqueueNorm(rk, normInput(rk)));
@@ -335,7 +352,7 @@ std::string ModelPass::enqueue(PassKind kind, Backend* ar) {
         PASS_TRY(enqueueGemm(rk, gemms[2], rk.act, i_shard, rk.w_down, rk.partial));
       }
     }
-    if (reduce) PASS_TRY(enqueueAllReduce(ar));
+    if (reduce) PASS_TRY(enqueueAllReduce(ar, compute));
     if (compute)
       for (Rank& rk : ranks_) PASS_TRY(enqueueNorm(rk, normInput(rk)));
   }

@@ -4,7 +4,10 @@
 //
 // Every phase is issued for all ranks before the next begins (each rank's GEMMs, then every
 // rank's all-reduce, ...): a cuBLAS call that waits for the device then waits only for
-// all-reduces whose peers are all launched (tpar.h, "Virtual ranks and other work").
+// all-reduces whose peers are all launched (tpar.h, "Virtual ranks and other work"). On
+// virtual ranks each all-reduce that follows compute waits behind a rank gate (NOTE [rank
+// gate] in common/rank_gate.cu), so that no all-reduce holds SMs while another rank's GEMMs
+// still need them.
 //
 // Per layer and rank: attention-output GEMM on the rank's hidden/tp slice, all-reduce, residual
 // add + RMSNorm, gate+up GEMM, SiLU*mul, down GEMM, all-reduce, residual add + RMSNorm. The
@@ -22,6 +25,7 @@
 #include <vector>
 
 #include "tools/tpar/common/backend.h"
+#include "tools/tpar/common/rank_gate.h"
 #include "tools/tpar/verify/verify.h"
 
 namespace tpar_cli {
@@ -94,7 +98,8 @@ class ModelPass {
   std::string enqueue(PassKind kind, Backend* ar);
   std::string enqueueStart(Rank& rk);
   std::string enqueueNorm(Rank& rk, const uint16_t* add);
-  std::string enqueueAllReduce(Backend* ar);
+  // `after_compute`: the pass's compute precedes it (the rank gate applies).
+  std::string enqueueAllReduce(Backend* ar, bool after_compute);
   std::string enqueueGemm(Rank& rk, const GemmShape& g, const uint16_t* a, int64_t lda,
                           const uint16_t* b, uint16_t* c);
   std::string enqueueSiluMul(Rank& rk);
@@ -103,6 +108,8 @@ class ModelPass {
 
   ModelShape shape_;
   std::vector<Rank> ranks_;
+  bool gated_ = false;  // virtual ranks: every rank on one GPU
+  RankGate gate_;
 };
 
 }  // namespace tpar_cli
