@@ -194,7 +194,8 @@ TPAR_API tparResult_t tparCommInitRankConfig(tparComm_t* comm, int nranks, tparU
  * GPU (tparCommInitRank), as serving engines do, or capture the calls in a CUDA graph.
  *
  * Virtual ranks and other work. The all-reduce of one rank spins on the GPU until every other
- * rank of the call has arrived, so one thread driving virtual ranks must keep two rules:
+ * rank of the call has arrived, holding its blocks, so one thread driving virtual ranks must
+ * keep three rules:
  *  - Launch every rank's all-reduce of a call before any host call that can wait for the GPU:
  *    cudaMalloc/cudaFree, a synchronize, the first launch of a kernel that is not loaded yet
  *    (lazy module loading, the CUDA 12+ default), a library's first use of a shape (cuBLAS
@@ -204,10 +205,16 @@ TPAR_API tparResult_t tparCommInitRankConfig(tparComm_t* comm, int nranks, tparU
  *    then the all-reduce of every rank, as an NCCL group would.
  *  - Load your own kernels before the first all-reduce (launch each once, or
  *    cudaFuncGetAttributes, or CUDA_MODULE_LOADING=EAGER); tpar loads its own at init.
- * Kernels of yours on a virtual rank's stream run on the multiprocessors that the other ranks'
- * waiting all-reduces leave free: tpar sizes the grid so that at least one stays free.
- * One process per GPU (tparCommInitRank) has neither hazard: a call that waits for its GPU
- * waits only for work whose peers are launched by other processes.
+ *  - Kernels of yours on a virtual rank's stream run on the multiprocessors that the other
+ *    ranks' waiting all-reduces leave free. tpar sizes the grid so that at least one stays
+ *    free, enough for kernels whose blocks each fit one multiprocessor, but not for kernels
+ *    launched in clusters (cuBLAS's GEMMs on Hopper and newer), which need several at once:
+ *    behind such compute, hold each rank's all-reduce until every rank has finished its
+ *    compute (an arrival gate, as `tpar verify` does), or lower TPAR_MAX_BLOCKS.
+ * One process per GPU (tparCommInitRank) has none of these hazards: a call that waits for its
+ * GPU waits only for work whose peers are launched by other processes, and a rank's own
+ * compute precedes its all-reduce on its own GPU. Several processes on one GPU under MPS share
+ * its multiprocessors as virtual ranks do.
  */
 TPAR_API tparResult_t tparCommInitAll(tparComm_t* comms, int ndev, const int* devlist);
 TPAR_API tparResult_t tparCommInitAllConfig(tparComm_t* comms, int ndev, const int* devlist,

@@ -150,13 +150,14 @@ void logAsyncError(tparComm_t comm, uint32_t code) {
                 "the communicator now only accepts destroy or abort",
                 static_cast<long long>(c->cfg.timeout_ms));
       if (c->ranks_on_device > 1) {
-        // NOTE [virtual-rank residency]; docs/DESIGN.md, "Virtual ranks and other work".
+        // docs/DESIGN.md, "Virtual ranks and other work".
         TPAR_WARN("%d ranks of this process share this GPU (virtual ranks): the likely cause is "
-                  "not a slow peer but the thread that launches them: a call made between one "
-                  "rank's all-reduce and another's that waits for the device (cudaMalloc, "
-                  "cudaFree, a synchronize, a kernel loaded lazily, a library's first use of a "
-                  "shape) deadlocks them; launch every rank's all-reduce of a call before any "
-                  "such call, and load every kernel before the first all-reduce",
+                  "not a slow peer but work of a rank that cannot run while the others' "
+                  "all-reduces wait on the same GPU: a kernel launched in clusters (cuBLAS "
+                  "GEMMs) needs SMs that their blocks hold; gate each all-reduce that follows "
+                  "compute as tpar verify does, or lower TPAR_MAX_BLOCKS. A host call between "
+                  "two ranks' all-reduces that waits for the GPU (cudaFree, a synchronize, a "
+                  "kernel loaded lazily) deadlocks them too",
                   c->ranks_on_device);
       }
       break;

@@ -122,16 +122,16 @@ tparResult_t createLocal(int rank, int nranks, const ResolvedConfig& cfg, int ra
   // Ranks sharing a GPU in one process run as concurrent kernels that wait for each other, so
   // two bounds hold for the grid:
   // 1. All ranks' blocks fit at once (per_sm * sms over the ranks).
-  // 2. While the all-reduces of all ranks but one spin, the last rank's stream must still be
-  //    able to run whatever precedes its all-reduce (a GEMM, a norm, any kernel of the caller).
-  //    Such a kernel may need a whole multiprocessor: a cuBLAS GEMM on Hopper takes an SM's
-  //    entire register file. If the spinning blocks sit on every SM, that kernel never starts,
-  //    the last rank never arrives, and the group times out (docs/DESIGN.md, "Virtual ranks
-  //    and other work", has the case that showed it). With at most sms - 1 spinning blocks
-  //    in all, at least one SM holds none of them, wherever the scheduler put them, and any
-  //    kernel that fits an empty SM makes progress there.
+  // 2. While the all-reduces of all ranks but one wait, holding their blocks, the last rank's
+  //    stream must still be able to run what precedes its all-reduce. With at most sms - 1
+  //    waiting blocks in all, at least one SM holds none of them wherever the scheduler put
+  //    them, so a kernel whose blocks each fit an empty SM always makes progress.
+  // That is all a grid bound can promise. A kernel launched in clusters needs several SMs of
+  // one GPC free together, and cuBLAS's GEMMs on Hopper are launched so: callers that run
+  // compute between the all-reduces of virtual ranks gate them (NOTE [rank gate] in
+  // tools/tpar/common/rank_gate.cu; docs/DESIGN.md, "Virtual ranks and other work").
   // Ranks in separate processes on one GPU are time-sliced (no MPS), or share SMs under MPS
-  // like virtual ranks; they are not counted here (docs/DESIGN.md says so).
+  // like virtual ranks; they are not counted here.
   const int rod = std::max(1, ranks_on_device);
   int resident = per_sm * sms / rod;
   if (rod > 1) resident = std::min(resident, (sms - 1) / (rod - 1));
