@@ -53,7 +53,7 @@ TEST(Logging, EveryEventIsLoggedAtItsLevelWithItsRank) {
   ASSERT_EQ(0, rc) << out;
   const std::regex line(R"(^\S+:\d+:\d+ \[(-|\d+)@(-|\d+)\] tpar (WARN|INFO|TRACE) (.*)$)");
   int calls[2] = {0, 0}, mismatch[2] = {0, 0}, init = 0, table = 0, transport = 0;
-  int timeout = 0, abort = 0, destroy = 0, env = 0;
+  int timeout = 0, virtual_cause = 0, abort = 0, destroy = 0, env = 0;
   std::istringstream in(out);
   std::string l;
   while (std::getline(in, l)) {
@@ -74,6 +74,11 @@ TEST(Logging, EveryEventIsLoggedAtItsLevelWithItsRank) {
     table += msg.rfind("algorithm table for 2 ranks", 0) == 0;
     transport += msg.rfind("transport same-device", 0) == 0;
     timeout += msg.find("timed out") != std::string::npos && level == "WARN" && rank == "0";
+    // On virtual ranks the timeout names the likely cause (docs/DESIGN.md, "Virtual ranks and
+    // other work").
+    virtual_cause += msg.find("(virtual ranks): the likely cause") != std::string::npos &&
+                     msg.find("launched in clusters") != std::string::npos && level == "WARN" &&
+                     rank == "0";
     abort += msg.find("aborted") != std::string::npos && level == "WARN" && rank == "0";
     destroy += msg.rfind("destroy COMPLETE", 0) == 0 && level == "INFO";
     env += msg.find("set by environment") != std::string::npos;  // excluded by ^ENV
@@ -86,6 +91,7 @@ TEST(Logging, EveryEventIsLoggedAtItsLevelWithItsRank) {
   EXPECT_EQ(2, table) << out;  // rank 0 of each group
   EXPECT_EQ(4, transport) << out;
   EXPECT_EQ(1, timeout) << out;
+  EXPECT_EQ(1, virtual_cause) << out;
   EXPECT_EQ(1, abort) << out;
   EXPECT_EQ(3, destroy) << out;
   EXPECT_EQ(0, env) << out;
