@@ -11,7 +11,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -174,11 +173,8 @@ void runContention(int n, const tparConfig_t& cfg, int calls, bool gated, Outcom
   ASSERT_EQ("", gate.init(n, cfg.timeoutMs));
   Buffers b;
   CUDA_OK(b.alloc(n, kMaxBytes + kStressGuardBytes + 64));
-  StressCounters* counters = nullptr;
-  CUDA_OK(cudaMalloc(reinterpret_cast<void**>(&counters), sizeof(StressCounters) * n));
-  std::unique_ptr<StressCounters, cudaError_t (*)(void*)> free_counters(counters, cudaFree);
-  std::vector<StressCounters> init(n, StressCounters{0, 0, ~0ull});
-  CUDA_OK(cudaMemcpy(counters, init.data(), sizeof(StressCounters) * n, cudaMemcpyHostToDevice));
+  StressCounterSet counters;
+  CUDA_OK(counters.init(n));
   CUDA_OK(cudaDeviceSynchronize());
 
   const uint64_t rng_seed = freshSeed();
@@ -207,7 +203,7 @@ void runContention(int n, const tparConfig_t& cfg, int calls, bool gated, Outcom
   };
   auto check = [&](int r, const ContentionCall& c, int i) -> std::string {
     const void* recv = c.in_place ? b.in[r] : b.out[r];
-    if (launchStressCheck(recv, c.count, c.dtype, c.op, c.seed, n, i, counters + r,
+    if (launchStressCheck(recv, c.count, c.dtype, c.op, c.seed, n, i, counters.rank(r),
                           g.stream(r)) != cudaSuccess)
       return "launchStressCheck failed";
     return "";
@@ -240,18 +236,9 @@ void runContention(int n, const tparConfig_t& cfg, int calls, bool gated, Outcom
                   out->failure.c_str());
       return;
     }
-    std::vector<StressCounters> got(n);
-    CUDA_OK(cudaMemcpy(got.data(), counters, sizeof(StressCounters) * n, cudaMemcpyDeviceToHost));
-    for (int r = 0; r < n; ++r) {
-      const StressCounters& k = got[r];
-      if (k.wrong == 0 && k.guard == 0) continue;
-      const std::string call = k.first_bad < issued.size()
-                                   ? "first bad call " + std::to_string(k.first_bad) + " (" +
-                                         describe(issued[k.first_bad]) + ")"
-                                   : "first bad call unknown";
-      FAIL() << "rank " << r << ": " << k.wrong << " wrong elements, " << k.guard
-             << " guard bytes overwritten in calls " << first << ".." << last - 1 << "; " << call;
-    }
+    const std::string bad = counters.failure(
+        [&](unsigned long long k) { return k < issued.size() ? describe(issued[k]) : "?"; });
+    if (!bad.empty()) FAIL() << "calls " << first << ".." << last - 1 << ": " << bad;
     out->calls_done = last;
   }
   const double s = secondsSince(t0);

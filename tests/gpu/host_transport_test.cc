@@ -231,11 +231,8 @@ void stress(int n, tparAlgo_t algo, int calls, size_t max_bytes) {
   const size_t buf_bytes = max_bytes + 8 * sizeof(float) + kStressGuardBytes + 64;
   Buffers b;
   CUDA_OK(b.alloc(n, buf_bytes));
-  StressCounters* counters = nullptr;
-  CUDA_OK(cudaMalloc(reinterpret_cast<void**>(&counters), sizeof(StressCounters) * n));
-  std::unique_ptr<StressCounters, cudaError_t (*)(void*)> free_counters(counters, cudaFree);
-  std::vector<StressCounters> init(n, StressCounters{0, 0, ~0ull});
-  CUDA_OK(cudaMemcpy(counters, init.data(), sizeof(StressCounters) * n, cudaMemcpyHostToDevice));
+  StressCounterSet counters;
+  CUDA_OK(counters.init(n));
   CUDA_OK(cudaDeviceSynchronize());
 
   const uint64_t rng_seed = freshSeed();
@@ -259,7 +256,7 @@ void stress(int n, tparAlgo_t algo, int calls, size_t max_bytes) {
         ASSERT_EQ(tparSuccess, tparAllReduce(send, recv, c.count, c.dtype, c.op, g.comm(r),
                                              g.stream(r)))
             << "call " << i << " rank " << r << ": " << tparGetLastError(g.comm(r));
-        CUDA_OK(launchStressCheck(recv, c.count, c.dtype, c.op, c.seed, n, i, counters + r,
+        CUDA_OK(launchStressCheck(recv, c.count, c.dtype, c.op, c.seed, n, i, counters.rank(r),
                                   g.stream(r)));
       }
     }
@@ -270,19 +267,9 @@ void stress(int n, tparAlgo_t algo, int calls, size_t max_bytes) {
       ASSERT_EQ(tparSuccess, async) << "rank " << r << " after calls " << first << ".." << last - 1
                                     << ": " << tparGetLastError(g.comm(r));
     }
-    std::vector<StressCounters> got(n);
-    CUDA_OK(cudaMemcpy(got.data(), counters, sizeof(StressCounters) * n, cudaMemcpyDeviceToHost));
-    for (int r = 0; r < n; ++r) {
-      const StressCounters& k = got[r];
-      if (k.wrong == 0 && k.guard == 0) continue;
-      const std::string call = k.first_bad < issued.size()
-                                    ? "first bad call " + std::to_string(k.first_bad) + " (" +
-                                          describe(issued[k.first_bad]) + ")"
-                                    : "first bad call unknown";
-      FAIL() << "rank " << r << ": " << k.wrong << " wrong elements, " << k.guard
-             << " guard bytes overwritten in calls " << first << ".." << last - 1 << "; "
-             << call;
-    }
+    const std::string bad = counters.failure(
+        [&](unsigned long long k) { return k < issued.size() ? describe(issued[k]) : "?"; });
+    if (!bad.empty()) FAIL() << "calls " << first << ".." << last - 1 << ": " << bad;
   }
   const double s = secondsSince(t0);
   std::printf("[ stress   ] %d ranks, %s, %d calls in %.1f s (%.1f us per call)\n", n,

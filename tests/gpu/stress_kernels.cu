@@ -8,6 +8,7 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
+#include <vector>
 
 namespace tpar_test {
 namespace {
@@ -74,6 +75,34 @@ int blocksFor(size_t count) {
 }
 
 }  // namespace
+
+StressCounterSet::~StressCounterSet() { cudaFree(dev_); }
+
+cudaError_t StressCounterSet::init(int nranks) {
+  nranks_ = nranks;
+  cudaError_t e = cudaMalloc(reinterpret_cast<void**>(&dev_), sizeof(StressCounters) * nranks);
+  const std::vector<StressCounters> none(nranks, StressCounters{0, 0, ~0ull});
+  if (e == cudaSuccess)
+    e = cudaMemcpy(dev_, none.data(), sizeof(StressCounters) * nranks, cudaMemcpyHostToDevice);
+  return e;
+}
+
+std::string StressCounterSet::failure(
+    const std::function<std::string(unsigned long long)>& describe) const {
+  std::vector<StressCounters> got(nranks_);
+  const cudaError_t e =
+      cudaMemcpy(got.data(), dev_, sizeof(StressCounters) * nranks_, cudaMemcpyDeviceToHost);
+  if (e != cudaSuccess) return std::string("reading the counters: ") + cudaGetErrorString(e);
+  for (int r = 0; r < nranks_; ++r) {
+    const StressCounters& k = got[r];
+    if (k.wrong == 0 && k.guard == 0) continue;
+    return "rank " + std::to_string(r) + ": " + std::to_string(k.wrong) + " wrong elements, " +
+           std::to_string(k.guard) + " guard bytes overwritten; first bad call " +
+           (k.first_bad == ~0ull ? std::string("unknown")
+                                 : std::to_string(k.first_bad) + " (" + describe(k.first_bad) + ")");
+  }
+  return "";
+}
 
 cudaError_t preloadStressKernels() {
   cudaFuncAttributes attr;

@@ -6,6 +6,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
+#include <string>
 
 #include <cuda_runtime_api.h>
 
@@ -20,6 +22,24 @@ struct StressCounters {
   unsigned long long wrong;      // output elements that differ from the reference
   unsigned long long guard;      // guard bytes written past the end of an output
   unsigned long long first_bad;  // lowest call index with a wrong element or guard byte
+};
+
+// Per-rank StressCounters in device memory, starting with nothing wrong.
+class StressCounterSet {
+ public:
+  StressCounterSet() = default;
+  StressCounterSet(const StressCounterSet&) = delete;
+  StressCounterSet& operator=(const StressCounterSet&) = delete;
+  ~StressCounterSet();
+  cudaError_t init(int nranks);
+  StressCounters* rank(int r) const { return dev_ + r; }
+  // "" when no rank counted a wrong element or guard byte; else, for the first such rank, how
+  // many and the first bad call (`describe` gives its text from its index). Waits for the GPU.
+  std::string failure(const std::function<std::string(unsigned long long)>& describe) const;
+
+ private:
+  StressCounters* dev_ = nullptr;
+  int nranks_ = 0;
 };
 
 // Loads both kernels now. NOTE [preload] (docs/DESIGN.md principle 8): they are launched
