@@ -137,6 +137,11 @@ void* openCandidate(const Candidate& c, const Self& self, std::string* note) {
       *note = "does not exist";
       return nullptr;
     }
+    // NOTE [user files] (src/core/user_file.h): dlopen of a FIFO waits for a writer, forever.
+    if (!S_ISREG(st.st_mode)) {
+      *note = "is not a regular file";
+      return nullptr;
+    }
     if (st.st_dev == self.dev && st.st_ino == self.ino) {
       *note = "is libtpar_nccl.so itself";
       return nullptr;

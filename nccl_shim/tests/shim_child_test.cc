@@ -23,6 +23,7 @@
 #include <gtest/gtest.h>
 
 #include "arg_format.h"
+#include "common/fifo_dir.h"
 #include "core/nccl_route.h"
 #include "shim_test_util.h"
 #include "tpar_nccl_shim.h"
@@ -512,6 +513,21 @@ TEST(ShimLoading, RefusesItselfAsTheRealNccl) {
                     {"TPAR_NCCL_LIBRARY=" + (dir / "libnccl.so.2").string(),
                      "TPAR_SHIM_TEST_EXPECT=is another copy of libtpar_nccl.so"});
   fs::remove_all(dir);
+}
+
+// Env: TPAR_NCCL_LIBRARY names a FIFO, which dlopen would wait on (NOTE [user files]).
+TEST(ShimChild, RefusesAFifoAsTheRealNccl) {
+  void* shim = openShim();
+  ASSERT_NE(nullptr, shim) << dlerror();
+  EXPECT_EQ(nullptr, symbol<const char* (*)()>(shim, "tparShimNcclPath")());
+  const std::string error = lastError(shim);
+  EXPECT_NE(std::string::npos, error.find("is not a regular file")) << error;
+}
+
+TEST(ShimLoading, RefusesAFifoAsTheRealNcclWithoutBlocking) {
+  tpar_test::FifoDir d;
+  ASSERT_FALSE(d.dir().empty());
+  expectChildPasses("RefusesAFifoAsTheRealNccl", {"TPAR_NCCL_LIBRARY=" + d.fifo()});
 }
 
 TEST(ShimLoading, FindsTheNcclOfThePyTorchWheel) {

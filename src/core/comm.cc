@@ -15,6 +15,7 @@
 
 #include "core/algorithms.h"
 #include "core/launch.h"
+#include "core/env.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "tuner/select.h"
@@ -350,9 +351,16 @@ tparResult_t applyTopology(tparComm* comm, const Topology& topo) {
       comm->has_tuning = true;
       TPAR_INFO(kLogTuning, "rank %d: tuning table %s", comm->rank, path.c_str());
     } else {
+      // Ignored, not fatal: a table only tunes, and TPAR_TUNING_FILE=/dev/null is a way to run
+      // without one. A FIFO or a device is refused without waiting (NOTE [user files]).
       static std::once_flag warned;
       const std::string why = lastError();
-      std::call_once(warned, [&] { TPAR_WARN("ignoring tuning file: %s", why.c_str()); });
+      const Env* env = nullptr;
+      const bool from_env = processEnv(&env) == tparSuccess && env->tuning_file == path;
+      std::call_once(warned, [&] {
+        TPAR_WARN("ignoring tuning file%s: %s", from_env ? " (TPAR_TUNING_FILE)" : "",
+                  why.c_str());
+      });
     }
     setError(tparSuccess, "%s", saved.c_str());
   }

@@ -4,13 +4,16 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <cstdarg>
 #include <cstdio>
+#include <cstring>
 #include <mutex>
 #include <string>
 
 #include "core/env.h"
 #include "core/error.h"
+#include "core/user_file.h"
 
 namespace tpar {
 
@@ -85,13 +88,25 @@ FILE* output(Settings& s) {
   s.out = stderr;
   if (s.file.empty()) return s.out;
   const std::string path = expandLogFileName(s.file, hostName(), static_cast<int>(getpid()));
-  FILE* f = std::fopen(path.c_str(), "w");
+  // NOTE [user files]: a FIFO or a device must not hold up the first log line; the message
+  // goes to stderr, and the caller's last error stays as it was.
+  const std::string saved = lastError();
+  int fd = -1;
+  FILE* f = nullptr;
+  std::string why;
+  if (openUserFile(path, UserFileMode::kWrite, "TPAR_DEBUG_FILE", &fd) != tparSuccess) {
+    why = lastError();
+  } else if (ftruncate(fd, 0) != 0 || (f = fdopen(fd, "w")) == nullptr) {
+    why = "cannot write TPAR_DEBUG_FILE " + path + ": " + std::strerror(errno);
+    close(fd);
+  }
+  setError(tparSuccess, "%s", saved.c_str());
   if (f == nullptr) {
-    std::fprintf(stderr, "%s TPAR_DEBUG_FILE: cannot open %s; logging to stderr\n",
+    std::fprintf(stderr, "%s %s; logging to stderr\n",
                  logPrefix(hostName(), getpid(), static_cast<int>(syscall(SYS_gettid)), t_rank,
                            t_device, LogLevel::kWarn)
                      .c_str(),
-                 path.c_str());
+                 why.c_str());
     return s.out;
   }
   setvbuf(f, nullptr, _IOLBF, 0);

@@ -10,6 +10,7 @@
 #include "core/env.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "core/user_file.h"
 
 namespace tpar {
 namespace {
@@ -123,6 +124,17 @@ const NcclLib* loadNccl(std::string* why) {
     }
     std::string tried;
     for (const std::string& path : candidates(env->nccl_library)) {
+      // NOTE [user files]: dlopen of a FIFO waits for a writer, forever. A missing file is left
+      // to dlopen, whose message says so.
+      if (path.find('/') != std::string::npos) {
+        const std::string before = lastError();
+        const bool refused = checkUserFile(path, "NCCL library") == tparInvalidArgument;
+        setError(tparSuccess, "%s", before.c_str());
+        if (refused) {
+          tried += " " + path + " (not a regular file)";
+          continue;
+        }
+      }
       void* h = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
       if (h == nullptr) {
         tried += " " + path;

@@ -22,6 +22,7 @@
 #include <thread>
 
 #include "core/error.h"
+#include "core/user_file.h"
 
 extern char** environ;
 
@@ -62,41 +63,10 @@ std::string attribute(const std::string& xml, size_t tag, const char* name) {
 }  // namespace
 
 tparResult_t readTopologyXml(const std::string& path, std::string* xml) {
-  // O_NONBLOCK: opening a FIFO must not wait for a writer before fstat can refuse it.
-  Fd f;
-  f.fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-  if (f.fd < 0) {
-    return setError(tparInvalidArgument, "cannot read topology XML %s: %s", path.c_str(),
-                    std::strerror(errno));
-  }
-  struct stat st;
-  if (fstat(f.fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    return setError(tparInvalidArgument, "topology XML %s is not a regular file", path.c_str());
-  }
-  if (static_cast<uint64_t>(st.st_size) > kMaxTopologyXmlBytes) {
-    return setError(tparInvalidArgument,
-                    "topology XML %s has %lld bytes, more than the %zu MiB of any machine's "
-                    "topology",
-                    path.c_str(), static_cast<long long>(st.st_size), kMaxTopologyXmlBytes >> 20);
-  }
-  std::string data;
-  char buf[1 << 16];
-  for (;;) {
-    const ssize_t n = read(f.fd, buf, sizeof(buf));
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      return setError(tparInvalidArgument, "cannot read topology XML %s: %s", path.c_str(),
-                      std::strerror(errno));
-    }
-    if (n == 0) break;
-    if (data.size() + static_cast<size_t>(n) > kMaxTopologyXmlBytes) {
-      return setError(tparInvalidArgument, "topology XML %s grew past %zu MiB while read",
-                      path.c_str(), kMaxTopologyXmlBytes >> 20);
-    }
-    data.append(buf, static_cast<size_t>(n));
-  }
-  *xml = std::move(data);
-  return tparSuccess;
+  // NOTE [user files]: a FIFO or a device is refused before anything waits on it. A file that
+  // cannot be read is, for the loader, one more bad argument (its message says why).
+  const tparResult_t r = readUserFile(path, "topology XML", kMaxTopologyXmlBytes, xml);
+  return r == tparSuccess ? r : tparInvalidArgument;
 }
 
 tparResult_t checkXmlFormatVersion(const std::string& xml, const std::string& path) {

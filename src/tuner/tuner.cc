@@ -10,7 +10,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <limits>
 #include <map>
 
@@ -20,6 +19,7 @@
 #include "core/env.h"
 #include "core/hash.h"
 #include "core/error.h"
+#include "core/user_file.h"
 #include "topology/topology.h"
 #include "tuner/select.h"
 
@@ -466,23 +466,9 @@ tparResult_t tuningFromJson(const std::string& text, TuningTable* out) {
 }
 
 tparResult_t loadTuningFile(const std::string& path, const TunerContext& ctx, TuningTable* out) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) {
-    return setError(tparSystemError, "cannot read tuning file %s: %s", path.c_str(),
-                    std::strerror(errno));
-  }
+  // NOTE [user files]: TPAR_TUNING_FILE may name a FIFO or a device; neither may block init.
   std::string text;
-  text.resize(static_cast<size_t>(kMaxFileBytes) + 1);
-  f.read(&text[0], kMaxFileBytes + 1);
-  if (f.bad()) {
-    return setError(tparSystemError, "cannot read tuning file %s: %s", path.c_str(),
-                    std::strerror(errno));
-  }
-  text.resize(static_cast<size_t>(f.gcount()));
-  if (f.gcount() > kMaxFileBytes) {
-    return setError(tparInvalidArgument, "tuning file %s is larger than %lld bytes",
-                    path.c_str(), static_cast<long long>(kMaxFileBytes));
-  }
+  TPAR_TRY(readUserFile(path, "tuning file", static_cast<size_t>(kMaxFileBytes), &text));
   TuningTable t;
   if (tuningFromJson(text, &t) != tparSuccess) {
     const std::string why = lastError();
@@ -508,6 +494,12 @@ tparResult_t saveTuningFile(const std::string& path, const TuningTable& table) {
   if (tuningFromJson(text, &check) != tparSuccess) {
     const std::string why = lastError();
     return setError(tparInvalidArgument, "not saving %s: %s", path.c_str(), why.c_str());
+  }
+  // The rename below would replace a FIFO or a device node (as root, /dev/null) with the table.
+  struct stat st;
+  if (stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) {
+    return setError(tparInvalidArgument, "not saving %s: it exists and is not a regular file",
+                    path.c_str());
   }
   const size_t slash = path.rfind('/');
   const std::string dir = slash == std::string::npos ? "" : path.substr(0, slash);

@@ -113,8 +113,11 @@ TuningTable singlePlanTable(const TunerContext& ctx, const Plan& plan);
 // Reads a tuning file. A file that does not parse, has another format version, or names
 // another topology signature or rank count fails with tparInvalidArgument and a message naming
 // the file and the problem; the caller then uses the defaults. A file that cannot be read
-// (missing, unreadable) fails with tparSystemError naming the path.
+// (missing, unreadable) fails with tparSystemError naming the path; a path that is not a regular
+// file (a FIFO, a device, a directory) with tparInvalidArgument, at once (NOTE [user files]).
 tparResult_t loadTuningFile(const std::string& path, const TunerContext& ctx, TuningTable* out);
+// Writes a temporary file and renames it over `path`; refuses (tparInvalidArgument) an existing
+// `path` that is not a regular file, which the rename would replace.
 tparResult_t saveTuningFile(const std::string& path, const TuningTable& table);
 std::string tuningToJson(const TuningTable& table);
 tparResult_t tuningFromJson(const std::string& text, TuningTable* out);

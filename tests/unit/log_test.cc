@@ -15,6 +15,7 @@
 #include <gtest/gtest.h>
 
 #include "common/child_process.h"
+#include "common/fifo_dir.h"
 #include "core/env.h"
 #include "core/log.h"
 #include "tpar/tpar.h"
@@ -247,6 +248,29 @@ TEST(LibraryLog, DefaultLevelPrintsOnlyWhatWentWrong) {
     ASSERT_TRUE(std::regex_match(l, m, kLine)) << l;
     EXPECT_EQ("WARN", m[6]) << l;  // no version, no info
   }
+}
+
+// NOTE [user files]: TPAR_DEBUG_FILE naming a FIFO blocked the first log line in a blocking
+// open; the line goes to stderr instead, after a warning that names the variable and the path.
+TEST(DISABLED_LogHelper, WarnsOnce) {
+  TPAR_WARN("the first line");
+  TPAR_WARN("the second line");
+}
+
+TEST(LibraryLog, DebugFileThatIsAFifoIsRefusedWithoutBlocking) {
+  tpar_test::FifoDir d;
+  ASSERT_FALSE(d.dir().empty());
+  std::string out;
+  const int rc = tpar_test::runChild({"/proc/self/exe", "--gtest_also_run_disabled_tests",
+                                      "--gtest_filter=DISABLED_LogHelper.WarnsOnce"},
+                                     {"TPAR_DEBUG_FILE=" + d.fifo()}, 20, &out);
+  EXPECT_EQ(0, rc) << out;  // -1: still blocked after 20 s
+  const std::string refusal =
+      "TPAR_DEBUG_FILE " + d.fifo() + " is not a regular file (it is a FIFO); logging to stderr";
+  EXPECT_NE(std::string::npos, out.find(refusal)) << out;
+  EXPECT_EQ(out.find(refusal), out.rfind(refusal)) << "warned more than once\n" << out;
+  EXPECT_NE(std::string::npos, out.find("tpar WARN the first line")) << out;
+  EXPECT_NE(std::string::npos, out.find("tpar WARN the second line")) << out;
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <climits>
@@ -19,10 +20,13 @@
 #include <vector>
 
 #include "common/child_process.h"
+#include "common/fifo_dir.h"
 #include "core/agreement.h"
 #include "core/config.h"
 #include "core/error.h"
 #include "core/identity.h"
+#include "core/nccl_route.h"
+#include "core/user_file.h"
 #include "transport/host_region.h"
 #include "tuner/tuner.h"
 
@@ -341,6 +345,127 @@ TEST(Agreement, TuningTableHashFollowsWhatSelectionReadsOnly) {
     }
     EXPECT_NE(base, tuningTableHash(x)) << "field " << field;
   }
+}
+
+// ------------------------------------------------------------------------------------------
+// Files whose path a user gives (NOTE [user files] in core/user_file.h): a FIFO, a device or a
+// directory is refused at once, naming where the path came from and what it is. A call that
+// could block on the FIFO runs in a child of this binary with a bound, so that a regression
+// fails the test instead of hanging it.
+
+using tpar_test::FifoDir;
+
+// Runs one DISABLED_UserFileChild test with the FIFO directory; its exit status (-1 when it was
+// still running after 20 s, and was killed).
+int runUserFileChild(const std::string& name, const FifoDir& d,
+                     const std::vector<std::string>& env, std::string* output) {
+  std::vector<std::string> all = env;
+  all.push_back(d.env());
+  return tpar_test::runChild({selfExe(), "--gtest_also_run_disabled_tests",
+                              "--gtest_filter=DISABLED_UserFileChild." + name},
+                             all, 20, output);
+}
+
+TEST(DISABLED_UserFileChild, OpensTheFifoEveryWay) {
+  const std::string fifo = FifoDir::fifoFromEnv();
+  ASSERT_FALSE(fifo.empty());
+  const std::string refusal = "TPAR_X " + fifo + " is not a regular file (it is a FIFO)";
+  int fd = -1;
+  EXPECT_EQ(tparInvalidArgument, openUserFile(fifo, UserFileMode::kRead, "TPAR_X", &fd));
+  EXPECT_TRUE(contains(lastError(), refusal)) << lastError();
+  // For writing without a reader the open itself fails (ENXIO) ...
+  EXPECT_EQ(tparInvalidArgument, openUserFile(fifo, UserFileMode::kWrite, "TPAR_X", &fd));
+  EXPECT_TRUE(contains(lastError(), refusal)) << lastError();
+  // ... and with one it succeeds, and fstat refuses it.
+  const int reader = open(fifo.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  ASSERT_GE(reader, 0) << strerror(errno);
+  EXPECT_EQ(tparInvalidArgument, openUserFile(fifo, UserFileMode::kWrite, "TPAR_X", &fd));
+  EXPECT_TRUE(contains(lastError(), refusal)) << lastError();
+  EXPECT_EQ(tparInvalidArgument, writeUserFile(fifo, "TPAR_X", "never written"));
+  char byte;
+  EXPECT_EQ(0, read(reader, &byte, 1)) << "something was written into the FIFO";
+  close(reader);
+  std::string text;
+  EXPECT_EQ(tparInvalidArgument, readUserFile(fifo, "TPAR_X", 1024, &text));
+  EXPECT_TRUE(contains(lastError(), refusal)) << lastError();
+  EXPECT_EQ(tparInvalidArgument, checkUserFile(fifo, "TPAR_X"));
+  EXPECT_EQ(-1, fd);
+}
+
+TEST(UserFiles, AFifoIsRefusedWithoutBlockingWhetherReadOrWritten) {
+  FifoDir d;
+  ASSERT_FALSE(d.dir().empty());
+  std::string out;
+  EXPECT_EQ(0, runUserFileChild("OpensTheFifoEveryWay", d, {}, &out)) << out;
+  EXPECT_TRUE(contains(out, "[  PASSED  ] 1 test")) << out;
+}
+
+TEST(UserFiles, DirectoriesAndDevicesAreRefusedNamingWhatTheyAre) {
+  const std::string dir = ::testing::TempDir();
+  for (UserFileMode mode : {UserFileMode::kRead, UserFileMode::kWrite}) {
+    int fd = -1;
+    EXPECT_EQ(tparInvalidArgument, openUserFile(dir, mode, "--json", &fd));
+    EXPECT_TRUE(
+        contains(lastError(), "--json " + dir + " is not a regular file (it is a directory)"))
+        << lastError();
+    EXPECT_EQ(tparInvalidArgument, openUserFile("/dev/null", mode, "--json", &fd));
+    EXPECT_TRUE(contains(lastError(), "/dev/null is not a regular file (it is a character device)"))
+        << lastError();
+    EXPECT_EQ(-1, fd);
+  }
+  struct stat st;
+  ASSERT_EQ(0, stat("/dev/null", &st));
+  EXPECT_TRUE(S_ISCHR(st.st_mode)) << "/dev/null was replaced";
+  EXPECT_EQ(tparInvalidArgument, openUserFile("", UserFileMode::kRead, "TPAR_X", nullptr));
+  EXPECT_TRUE(contains(lastError(), "TPAR_X: the path is empty")) << lastError();
+}
+
+TEST(UserFiles, AMissingOutputIsCreatedAndAnExistingOneKeptUntilWritten) {
+  FifoDir d;
+  ASSERT_FALSE(d.dir().empty());
+  const std::string path = d.dir() + "/out.json";
+  int fd = -1;
+  ASSERT_EQ(tparSuccess, openUserFile(path, UserFileMode::kWrite, "--json", &fd)) << lastError();
+  EXPECT_GE(fd, 0);
+  EXPECT_EQ(FD_CLOEXEC, fcntl(fd, F_GETFD) & FD_CLOEXEC);
+  EXPECT_EQ(0, fcntl(fd, F_GETFL) & O_NONBLOCK);
+  close(fd);
+  ASSERT_EQ(tparSuccess, writeUserFile(path, "--json", "a longer first content")) << lastError();
+  // Opening for writing leaves the contents alone; writing replaces all of them.
+  ASSERT_EQ(tparSuccess, openUserFile(path, UserFileMode::kWrite, "--json", &fd)) << lastError();
+  close(fd);
+  std::string text;
+  ASSERT_EQ(tparSuccess, readUserFile(path, "--json", 1024, &text)) << lastError();
+  EXPECT_EQ("a longer first content", text);
+  ASSERT_EQ(tparSuccess, writeUserFile(path, "--json", "short")) << lastError();
+  ASSERT_EQ(tparSuccess, readUserFile(path, "--json", 1024, &text)) << lastError();
+  EXPECT_EQ("short", text);
+  EXPECT_EQ(tparInvalidArgument, readUserFile(path, "TPAR_X", 4, &text));
+  EXPECT_TRUE(contains(lastError(), "TPAR_X " + path + " has 5 bytes, more than the 4 allowed"))
+      << lastError();
+  const std::string missing = d.dir() + "/missing.json";
+  EXPECT_EQ(tparSystemError, readUserFile(missing, "TPAR_X", 1024, &text));
+  EXPECT_TRUE(contains(lastError(), "cannot read TPAR_X " + missing)) << lastError();
+  EXPECT_EQ(tparSystemError, writeUserFile(d.dir() + "/no/such/dir.json", "--json", "x"));
+  EXPECT_TRUE(contains(lastError(), "cannot write --json " + d.dir() + "/no/such/dir.json"))
+      << lastError();
+}
+
+// TPAR_NCCL_LIBRARY naming a FIFO: dlopen would wait for a writer.
+TEST(DISABLED_UserFileChild, LoadsNcclFromTheFifo) {
+  std::string why;
+  EXPECT_EQ(nullptr, loadNccl(&why));
+  std::printf("WHY %s\n", why.c_str());
+}
+
+TEST(UserFiles, AnNcclLibraryThatIsAFifoIsRefusedWithoutBlocking) {
+  FifoDir d;
+  ASSERT_FALSE(d.dir().empty());
+  std::string out;
+  EXPECT_EQ(0, runUserFileChild("LoadsNcclFromTheFifo", d, {"TPAR_NCCL_LIBRARY=" + d.fifo()}, &out))
+      << out;
+  EXPECT_TRUE(contains(out, "TPAR_NCCL_LIBRARY=" + d.fifo() + " does not load as NCCL")) << out;
+  EXPECT_TRUE(contains(out, d.fifo() + " (not a regular file)")) << out;
 }
 
 }  // namespace

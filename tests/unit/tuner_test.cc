@@ -16,6 +16,8 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "common/child_process.h"
+#include "common/fifo_dir.h"
 #include "core/algorithms.h"
 #include "core/comm.h"
 #include "core/env.h"
@@ -378,6 +380,46 @@ TEST_F(TuningFiles, MissingFileFailsNamingThePath) {
   TuningTable out;
   EXPECT_EQ(tparSystemError, loadTuningFile(path, context(8, LinkClass::kSameSwitch, 1, true), &out));
   EXPECT_NE(std::string::npos, lastError().find(path)) << lastError();
+}
+
+// NOTE [user files]: TPAR_TUNING_FILE naming a FIFO blocked communicator init in a blocking
+// open. The load runs in a child with a bound, so that a regression cannot hang this binary.
+TEST(DISABLED_TuningFileChild, LoadsTheFifo) {
+  const std::string fifo = tpar_test::FifoDir::fifoFromEnv();
+  ASSERT_FALSE(fifo.empty());
+  TuningTable out;
+  EXPECT_EQ(tparInvalidArgument,
+            loadTuningFile(fifo, context(8, LinkClass::kSameSwitch, 1, true), &out));
+  EXPECT_NE(std::string::npos,
+            lastError().find("tuning file " + fifo + " is not a regular file (it is a FIFO)"))
+      << lastError();
+}
+
+TEST_F(TuningFiles, TuningFileThatIsAFifoIsRefusedWithoutBlocking) {
+  tpar_test::FifoDir d;
+  ASSERT_FALSE(d.dir().empty());
+  std::string out;
+  EXPECT_EQ(0, tpar_test::runChild({"/proc/self/exe", "--gtest_also_run_disabled_tests",
+                                    "--gtest_filter=DISABLED_TuningFileChild.LoadsTheFifo"},
+                                   {d.env()}, 20, &out))
+      << out;
+  EXPECT_NE(std::string::npos, out.find("[  PASSED  ] 1 test")) << out;
+}
+
+TEST_F(TuningFiles, ADirectoryIsRefusedAndNoTableReplacesAFifo) {
+  TuningTable out;
+  EXPECT_EQ(tparInvalidArgument,
+            loadTuningFile(dir_, context(8, LinkClass::kSameSwitch, 1, true), &out));
+  EXPECT_NE(std::string::npos, lastError().find("is not a regular file (it is a directory)"))
+      << lastError();
+  // The temp file + rename of a save would put the table where the FIFO was.
+  tpar_test::FifoDir d;
+  ASSERT_FALSE(d.dir().empty());
+  EXPECT_EQ(tparInvalidArgument, saveTuningFile(d.fifo(), sampleTable()));
+  EXPECT_NE(std::string::npos, lastError().find("not a regular file")) << lastError();
+  struct stat st;
+  ASSERT_EQ(0, stat(d.fifo().c_str(), &st));
+  EXPECT_TRUE(S_ISFIFO(st.st_mode));
 }
 
 TEST_F(TuningFiles, SavingAnInvalidTableFailsAndWritesNothing) {

@@ -510,9 +510,8 @@ int runBench(const BenchOptions& opt) {
     j["skipped"] = skipped;
     j["rows"] = nlohmann::json::array();
     for (const BenchRow& r : rows) j["rows"].push_back(rowToJson(r));
-    std::ofstream f(opt.json_path);
-    f << j.dump(2) << "\n";
-    if (!f) return fail("cannot write " + opt.json_path);
+    if (std::string e = writeOutputFile(opt.json_path, j.dump(2) + "\n"); !e.empty())
+      return fail("--json: " + e);
     std::printf("# wrote %s\n", opt.json_path.c_str());
   }
   std::printf("%s", closingLines(rows).c_str());

@@ -8,13 +8,13 @@
 #include <chrono>
 #include <cstdio>
 #include <ctime>
-#include <fstream>
 #include <map>
 #include <memory>
 
 #include "core/algorithms.h"
 #include "tools/tpar/bench/bench.h"
 #include "tools/tpar/common/backend.h"
+#include "tools/tpar/common/cli_options.h"
 #include "tools/tpar/common/exit_codes.h"
 #include "tools/tpar/common/measure.h"
 #include "tools/tpar/verify/verify.h"  // medianOf
@@ -198,9 +198,8 @@ int runHostCost(const BenchOptions& opt, const std::vector<GpuInfo>& gpus) {
     for (const HostCostRow& r : rows) j["host_cost"].push_back(hostCostToJson(r));
     j["param_bytes"] = sizeof(tpar::kernels::AllReduceArgs);
     j["skipped"] = skipped;
-    std::ofstream f(opt.json_path);
-    f << j.dump(2) << "\n";
-    if (!f) return fail("cannot write " + opt.json_path);
+    if (std::string e = writeOutputFile(opt.json_path, j.dump(2) + "\n"); !e.empty())
+      return fail("--json: " + e);
     std::printf("# wrote %s\n", opt.json_path.c_str());
   }
   if (rows.empty()) return fail("no backend could run here (see 'skipped' above)");

@@ -1,14 +1,13 @@
 #include "tools/tpar/common/cli_options.h"
 
-#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <cerrno>
-#include <cstring>
 #include <sstream>
 
 #include "core/env.h"
+#include "core/error.h"
+#include "core/user_file.h"
 
 namespace tpar_cli {
 
@@ -104,12 +103,17 @@ std::string checkOutputPath(const std::string& path) {
   if (path.empty()) return "an empty path";
   struct stat st;
   const bool existed = stat(path.c_str(), &st) == 0;
-  if (existed && S_ISDIR(st.st_mode)) return "'" + path + "' is a directory";
-  // O_APPEND without O_TRUNC: an existing file keeps its contents until the run writes it.
-  const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-  if (fd < 0) return "cannot write '" + path + "': " + std::strerror(errno);
+  // Opened without O_TRUNC: an existing file keeps its contents until the run writes it.
+  int fd = -1;
+  if (tpar::openUserFile(path, tpar::UserFileMode::kWrite, "output file", &fd) != tparSuccess)
+    return tpar::lastError();
   close(fd);
   if (!existed) unlink(path.c_str());
+  return "";
+}
+
+std::string writeOutputFile(const std::string& path, const std::string& text) {
+  if (tpar::writeUserFile(path, "output file", text) != tparSuccess) return tpar::lastError();
   return "";
 }
 

@@ -569,10 +569,8 @@ int runDoctor(const DoctorOptions& o) {
   if (!o.json_path.empty()) {
     nlohmann::json j = machineReport("tpar doctor", o.command_line);
     j["doctor"] = doctorJson(r, v);
-    std::ofstream f(o.json_path);
-    f << j.dump(2) << "\n";
-    if (!f) {
-      std::fprintf(stderr, "tpar doctor: cannot write %s\n", o.json_path.c_str());
+    if (std::string e = writeOutputFile(o.json_path, j.dump(2) + "\n"); !e.empty()) {
+      std::fprintf(stderr, "tpar doctor: --json: %s\n", e.c_str());
       return v.exit_code != kDoctorOk ? v.exit_code : kDoctorError;
     }
     std::fprintf(stderr, "tpar doctor: wrote %s\n", o.json_path.c_str());

@@ -1,5 +1,6 @@
 #include "tools/tpar/tune/tune.h"
 
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <chrono>
@@ -580,6 +581,17 @@ Action addTuneCommand(CLI::App& root, const std::string& command_line) {
     if (!opt->output.empty() && !opt->dry_run) {
       if (std::string e = checkOutputPath(opt->output); !e.empty()) {
         std::fprintf(stderr, "tpar tune: --output: %s\n", e.c_str());
+        return kExitUsage;
+      }
+    }
+    // Without --output the table goes to TPAR_TUNING_FILE when set; a FIFO or a device there is
+    // found now, not after the search. A missing directory is not an error: saving makes it.
+    const tpar::Env* env = nullptr;
+    struct stat st;
+    if (opt->output.empty() && !opt->dry_run && tpar::processEnv(&env) == tparSuccess &&
+        !env->tuning_file.empty() && stat(env->tuning_file.c_str(), &st) == 0) {
+      if (std::string e = checkOutputPath(env->tuning_file); !e.empty()) {
+        std::fprintf(stderr, "tpar tune: TPAR_TUNING_FILE: %s\n", e.c_str());
         return kExitUsage;
       }
     }

@@ -10,7 +10,6 @@
 // optimistic.
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
 #include <memory>
 #include <string>
 #include <vector>
@@ -376,9 +375,8 @@ int runVerify(const VerifyArgs& args, const std::string& command_line) {
     j["ratios"] = ratios;
     j["ok"] = exit_code == 0;
     j["exit_code"] = exit_code;
-    std::ofstream f(cfg.json_path);
-    f << j.dump(2) << "\n";
-    if (!f) return fail("cannot write " + cfg.json_path);
+    if (std::string e = writeOutputFile(cfg.json_path, j.dump(2) + "\n"); !e.empty())
+      return fail("--json: " + e);
     std::printf("wrote %s\n", cfg.json_path.c_str());
   }
   std::printf("%s\n", exit_code == 0 ? "ok" : "FAILED");
