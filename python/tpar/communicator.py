@@ -6,6 +6,7 @@ so it is legal inside ``torch.cuda.graph`` capture and replays with no host work
 """
 from __future__ import annotations
 
+import collections.abc
 import threading
 from typing import Any, Iterable, Mapping, Optional, Union
 
@@ -215,7 +216,11 @@ class Communicator:
     @classmethod
     def init_all(cls, devices: Iterable, config: Optional[Mapping[str, Any]] = None) -> list:
         """One communicator per device, all in this process (rank i on devices[i])."""
+        if isinstance(devices, (str, bytes)) or not isinstance(devices, collections.abc.Iterable):
+            raise TparArgumentError(f"devices must be a list of CUDA devices, not {type(devices).__name__}")
         indices = [_device_index(d) for d in devices]
+        if not indices:
+            raise TparArgumentError("devices is empty: init_all makes one communicator per device")
         rc, handles = _C.comm_init_all(indices, **_config_args(config))
         check(rc)
         comms = []
@@ -272,7 +277,13 @@ class Communicator:
         code = dtype_code(getattr(tensor, "dtype", None))
         if code is None:
             _refuse(tensor, "tensor")
-        if not tensor.is_contiguous():
+        try:
+            contiguous = tensor.is_contiguous()
+        except RuntimeError:  # a sparse tensor has no strides; torch's own text would escape
+            _refuse_layout(tensor, "tensor")
+            raise
+        if not contiguous:
+            _refuse_layout(tensor, "tensor")
             raise TparArgumentError("tensor is not contiguous")
         if out is None:
             out = tensor
@@ -377,9 +388,16 @@ def _refuse(tensor, name: str) -> None:
     raise TparArgumentError(f"{name} has dtype {tensor.dtype}; tpar reduces float32, float16 and bfloat16")
 
 
+def _refuse_layout(tensor, name: str) -> None:
+    torch = _torch()
+    if tensor.layout != torch.strided:
+        raise TparArgumentError(f"{name} has layout {tensor.layout}; tpar reduces dense (strided) tensors")
+
+
 def _check_out(tensor, out) -> None:
     if dtype_code(getattr(out, "dtype", None)) is None:
         _refuse(out, "out")
+    _refuse_layout(out, "out")
     if out.dtype != tensor.dtype:
         raise TparArgumentError(f"out has dtype {out.dtype}, tensor {tensor.dtype}")
     if out.numel() != tensor.numel():

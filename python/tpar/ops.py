@@ -53,12 +53,20 @@ def _all_reduce__fake(t: torch.Tensor, comm: int, op: str = "sum") -> None:
     _check_fake(t, op)
 
 
+def _check_layout(t) -> None:
+    # A sparse tensor would reach torch's dispatcher, whose error is no TparArgumentError.
+    if isinstance(t, torch.Tensor) and t.layout != torch.strided:
+        raise TparArgumentError(f"tensor has layout {t.layout}; tpar reduces dense (strided) tensors")
+
+
 def all_reduce(t: torch.Tensor, comm, op: str = "sum") -> torch.Tensor:
     """The reduced values of `t` in a new tensor (torch.ops.tpar.all_reduce)."""
+    _check_layout(t)
     return torch.ops.tpar.all_reduce(t, _handle_of(comm), op)
 
 
 def all_reduce_(t: torch.Tensor, comm, op: str = "sum") -> torch.Tensor:
     """Reduces `t` in place (torch.ops.tpar.all_reduce_) and returns it."""
+    _check_layout(t)
     torch.ops.tpar.all_reduce_(t, _handle_of(comm), op)
     return t

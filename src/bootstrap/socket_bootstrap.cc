@@ -214,8 +214,12 @@ tparResult_t decodeId(const tparUniqueId& id, IdLayout* layout) {
                     "(ranks run different tpar builds?)",
                     layout->version, kIdVersion);
   }
-  if (layout->checksum != idChecksum(*layout) ||
-      memchr(layout->socketName, '\0', sizeof(layout->socketName)) == nullptr) {
+  if (memchr(layout->socketName, '\0', sizeof(layout->socketName)) == nullptr) {
+    return setError(tparInvalidArgument,
+                    "uniqueId is corrupted (its socket name is not terminated within %zu bytes)",
+                    sizeof(layout->socketName));
+  }
+  if (layout->checksum != idChecksum(*layout)) {
     return setError(tparInvalidArgument, "uniqueId is corrupted (checksum mismatch)");
   }
   return tparSuccess;

@@ -106,6 +106,25 @@ def test_non_contiguous_tensors_are_refused():
         fake_comm().all_reduce(t)
 
 
+@pytest.mark.parametrize("sparse", [lambda: torch.randn(16).to_sparse(),
+                                    lambda: torch.randn(4, 4).to_sparse_csr()], ids=["coo", "csr"])
+def test_sparse_tensors_are_refused_with_the_package_error_not_torchs(sparse):
+    with pytest.raises(tpar.TparArgumentError, match="tensor has layout torch.sparse"):
+        fake_comm().all_reduce(sparse())
+    with pytest.raises(tpar.TparArgumentError, match="out has layout torch.sparse"):
+        fake_comm().all_reduce(torch.randn(16), out=sparse())
+    for op in (tpar.ops.all_reduce, tpar.ops.all_reduce_):
+        with pytest.raises(tpar.TparArgumentError, match="tensor has layout torch.sparse"):
+            op(sparse(), fake_comm())
+
+
+def test_init_all_without_devices_is_refused_naming_the_argument():
+    with pytest.raises(tpar.TparArgumentError, match="devices is empty"):
+        Communicator.init_all([])
+    with pytest.raises(tpar.TparArgumentError, match="devices must be a list"):
+        Communicator.init_all(0)
+
+
 def test_mismatched_outputs_are_refused_and_left_untouched():
     t = torch.randn(16)
     comm = fake_comm()

@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 
 #include "common/child_process.h"
+#include "bootstrap/socket_util.h"
 #include "common/dead_handle.h"
 #include "core/env.h"
 #include "tpar/tpar.h"
@@ -237,6 +238,28 @@ TEST(InitRankArguments, DamagedUniqueIdIsRejectedAndCommIsUntouched) {
     tparComm_t comm = reinterpret_cast<tparComm_t>(0x77);
     EXPECT_EQ(tparInvalidArgument, tparCommInitRank(&comm, 2, damaged, 0)) << "byte " << i;
     EXPECT_NE(std::string::npos, lastError().find("uniqueId")) << lastError();
+    EXPECT_EQ(reinterpret_cast<tparComm_t>(0x77), comm);
+  }
+}
+
+// An id whose socket name has no NUL would be read past its end; the refusal says what is wrong
+// with it, also when the checksum was made over the damaged name.
+TEST(InitRankArguments, UniqueIdWhoseSocketNameIsNotTerminatedIsRefusedSayingSo) {
+  tparUniqueId id;
+  ASSERT_EQ(tparSuccess, tparGetUniqueId(&id));
+  tpar::bootstrap_detail::IdLayout layout;
+  static_assert(sizeof(layout) == sizeof(id.internal), "the layout fills the id");
+  std::memcpy(&layout, id.internal, sizeof(layout));
+  std::memset(layout.socketName, 'x', sizeof(layout.socketName));
+  for (bool checksum_matches : {true, false}) {
+    if (checksum_matches) layout.checksum = tpar::bootstrap_detail::idChecksum(layout);
+    else layout.checksum ^= 1;
+    tparUniqueId damaged;
+    std::memcpy(damaged.internal, &layout, sizeof(layout));
+    tparComm_t comm = reinterpret_cast<tparComm_t>(0x77);
+    EXPECT_EQ(tparInvalidArgument, tparCommInitRank(&comm, 2, damaged, 0));
+    EXPECT_NE(std::string::npos, lastError().find("socket name is not terminated")) << lastError();
+    EXPECT_EQ(std::string::npos, lastError().find("checksum")) << lastError();
     EXPECT_EQ(reinterpret_cast<tparComm_t>(0x77), comm);
   }
 }

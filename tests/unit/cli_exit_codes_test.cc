@@ -2,6 +2,7 @@
 // from the built binary. "No GPU" is made on any machine by hiding every GPU
 // (CUDA_VISIBLE_DEVICES=""); the codes that need a GPU to reach (1, 4) are in tests/gpu.
 #include <dlfcn.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <sstream>
@@ -11,6 +12,7 @@
 #include <gtest/gtest.h>
 
 #include "common/child_process.h"
+#include "common/fifo_dir.h"
 #include "tools/tpar/common/exit_codes.h"
 
 namespace tpar_cli {
@@ -95,6 +97,66 @@ TEST(CliExitCodes, MalformedEnvironmentExitsTwo) {
     EXPECT_EQ(kExitUsage, tpar({cmd}, {"TPAR_THREADS=7"}, &out)) << cmd << "\n" << out;
     EXPECT_TRUE(contains(out, "TPAR_THREADS")) << out;
   }
+}
+
+// The environment is checked in the common entry, before any command looks for a GPU: without
+// one, a malformed variable is still a usage error, not "no GPU".
+TEST(CliExitCodes, MalformedEnvironmentExitsTwoForEveryCommandBeforeLookingForAGpu) {
+  const std::vector<std::vector<std::string>> commands = {
+      {}, {"info"}, {"env"}, {"bench", "-n", "1"}, {"doctor", "--quick"}, {"verify"}, {"tune"}};
+  std::vector<std::string> env = kNoGpu;
+  env.push_back("TPAR_TIMEOUT_MS=abc");
+  for (const auto& args : commands) {
+    const std::string name = args.empty() ? "tpar" : args[0];
+    std::string out;
+    EXPECT_EQ(kExitUsage, tpar(args, env, &out)) << name << "\n" << out;
+    EXPECT_TRUE(contains(out, "TPAR_TIMEOUT_MS")) << name << "\n" << out;
+    EXPECT_FALSE(contains(out, "no CUDA GPU visible")) << name << "\n" << out;
+    EXPECT_FALSE(contains(out, "no NVIDIA driver found")) << name << "\n" << out;
+  }
+}
+
+// NOTE [user files]: an output path that is a FIFO blocked the command in its open; a device
+// or a directory is no output either. Each is refused before anything runs, naming the flag (or
+// TPAR_TUNING_FILE) and the path. A run that still blocks is killed after 30 s and fails.
+TEST(CliExitCodes, OutputPathsThatAreNotRegularFilesExitTwoWithoutBlocking) {
+  tpar_test::FifoDir d;
+  ASSERT_FALSE(d.dir().empty());
+  const std::string fifo = d.fifo();
+  struct Case {
+    std::vector<std::string> args;
+    std::vector<std::string> env;
+    const char* names;  // the flag or variable the message names
+    std::string path;
+  };
+  const std::vector<Case> cases = {
+      {{"bench", "-J", fifo}, {}, "--json", fifo},
+      {{"bench", "--json", fifo}, {}, "--json", fifo},
+      {{"bench", "--json", d.dir()}, {}, "--json", d.dir()},
+      {{"doctor", "--json", fifo}, {}, "--json", fifo},
+      {{"verify", "--json", fifo}, {}, "--json", fifo},
+      {{"verify", "-J", "/dev/null"}, {}, "--json", "/dev/null"},
+      {{"tune", "--output", fifo}, {}, "--output", fifo},
+      {{"tune", "--output", "/dev/null"}, {}, "--output", "/dev/null"},
+      {{"tune"}, {"TPAR_TUNING_FILE=" + fifo}, "TPAR_TUNING_FILE", fifo},
+  };
+  for (const Case& c : cases) {
+    std::vector<std::string> argv = {TPAR_CLI_BINARY};
+    argv.insert(argv.end(), c.args.begin(), c.args.end());
+    std::vector<std::string> env = kNoGpu;
+    env.insert(env.end(), c.env.begin(), c.env.end());
+    std::string out;
+    const std::string what = c.args[0] + " " + c.names + " " + c.path;
+    EXPECT_EQ(kExitUsage, tpar_test::runChild(argv, env, 30, &out)) << what << "\n" << out;
+    EXPECT_TRUE(contains(out, std::string(c.names) + ": output file " + c.path +
+                                  " is not a regular file (it is "))
+        << what << "\n" << out;
+  }
+  struct stat st;
+  ASSERT_EQ(0, stat(fifo.c_str(), &st));
+  EXPECT_TRUE(S_ISFIFO(st.st_mode));
+  ASSERT_EQ(0, stat("/dev/null", &st));
+  EXPECT_TRUE(S_ISCHR(st.st_mode));
 }
 
 TEST(CliExitCodes, NoGpuExitsThreeForEveryCommandThatNeedsOne) {

@@ -108,6 +108,18 @@ TEST(OneShotLimit, GpuMemoryDefaultsAreTheRankThresholds) {
   }
 }
 
+// The thresholds as docs/TUNING.md states them (built-in defaults: 256 KiB at 2 ranks, 64 KiB at
+// 3-4, 32 KiB above), so that a change of the code's value cannot pass without the docs.
+TEST(OneShotLimit, GpuMemoryDefaultsAreTheDocumentedValues) {
+  const std::vector<std::pair<int, uint64_t>> documented = {
+      {2, 256 * kK}, {3, 64 * kK}, {4, 64 * kK}, {5, 32 * kK}, {8, 32 * kK}, {16, 32 * kK}};
+  for (const auto& [n, limit] : documented) {
+    EXPECT_EQ(limit, defaultOneShotMaxBytes(n)) << n;
+    const TunerContext ctx = context(n, LinkClass::kSameSwitch, 1, n);
+    EXPECT_EQ(limit, oneShotLimit(tparBfloat16, ctx, nullptr, tparAlgoAuto, -1)) << n;
+  }
+}
+
 TEST(OneShotLimit, HostMemoryDefaultsAreNotTheGpuMemoryOnes) {
   // Two ranks: one-shot pull up to 16 KiB; more ranks: two-shot LL from the first byte.
   EXPECT_EQ(16 * kK, oneShotLimit(tparBfloat16, context(2, LinkClass::kSameDevice, 1, 2, true, 2),

@@ -77,6 +77,14 @@ TEST(Select, ThresholdPicksOneShotForSmallMessagesAndForcedChoicesWin) {
     EXPECT_EQ(Algo::kTwoShot, selectAlgo(4096, n, tparAlgoAuto, 1024));
   }
   EXPECT_GE(defaultOneShotMaxBytes(2), defaultOneShotMaxBytes(8));
+  // The thresholds docs/TUNING.md documents, written out: 256 KiB at 2 ranks, 64 KiB at 3-4,
+  // 32 KiB above.
+  EXPECT_EQ(256u << 10, defaultOneShotMaxBytes(2));
+  EXPECT_EQ(64u << 10, defaultOneShotMaxBytes(3));
+  EXPECT_EQ(64u << 10, defaultOneShotMaxBytes(4));
+  EXPECT_EQ(32u << 10, defaultOneShotMaxBytes(5));
+  EXPECT_EQ(32u << 10, defaultOneShotMaxBytes(8));
+  EXPECT_EQ(Algo::kTwoShot, selectAlgo((64u << 10) + 2, 4, tparAlgoAuto, -1));
 }
 
 TEST(CallMeta, DiffersWhenDatatypeOpAlgorithmTotalCountOrNcclAttachmentDiffer) {

@@ -53,7 +53,11 @@ constexpr uint64_t kK = 1024, kM = 1024 * 1024;
 
 TEST(TunerDefaults, TwoRanksBehindOneSwitchUseOneShotThenTwoShot) {
   const TunerContext ctx = context(2, LinkClass::kSameSwitch, 1, true);
+  // The documented limit (docs/TUNING.md, built-in defaults), not only the code's own value.
+  EXPECT_EQ(256 * kK, defaultOneShotMaxBytes(2));
   EXPECT_EQ(Algo::kOneShot, pick(1 * kK, ctx));
+  EXPECT_EQ(Algo::kOneShot, pick(256 * kK, ctx));
+  EXPECT_EQ(Algo::kTwoShot, pick(256 * kK + 1, ctx));
   EXPECT_EQ(Algo::kOneShot, pick(defaultOneShotMaxBytes(2), ctx));
   EXPECT_EQ(Algo::kTwoShot, pick(defaultOneShotMaxBytes(2) + 1, ctx));
   EXPECT_EQ(Algo::kTwoShot, pick(64 * kM, ctx));
@@ -64,7 +68,10 @@ TEST(TunerDefaults, TwoRanksBehindOneSwitchUseOneShotThenTwoShot) {
 
 TEST(TunerDefaults, EightRanksOnTwoSocketsWithEqualIslandsGoHierarchicalAboveOneShot) {
   const TunerContext ctx = context(8, LinkClass::kAcrossNuma, 2, true);
+  EXPECT_EQ(32 * kK, defaultOneShotMaxBytes(8));  // docs/TUNING.md: 32 KiB above 4 ranks
   EXPECT_EQ(Algo::kOneShot, pick(4 * kK, ctx));
+  EXPECT_EQ(Algo::kOneShot, pick(32 * kK, ctx));
+  EXPECT_EQ(Algo::kHier, pick(32 * kK + 16, ctx));
   EXPECT_EQ(Algo::kOneShot, pick(defaultOneShotMaxBytes(8), ctx));
   EXPECT_EQ(Algo::kHier, pick(defaultOneShotMaxBytes(8) + 16, ctx));
   EXPECT_EQ(Algo::kHier, pick(1 * kM, ctx));

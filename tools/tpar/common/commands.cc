@@ -1,5 +1,9 @@
 #include "tools/tpar/common/commands.h"
 
+#include <cstdio>
+
+#include "core/env.h"
+#include "core/error.h"
 #include "tools/tpar/common/exit_codes.h"
 
 namespace tpar_cli {
@@ -23,9 +27,19 @@ int runCli(CLI::App& app, int argc, char** argv,
     return rc == 0 ? kExitOk : kExitUsage;
   }
   for (const auto& [sub, action] : commands) {
-    if (sub->parsed()) return action();
+    if (!sub->parsed()) continue;
+    // A malformed TPAR_* variable fails every communicator init, so it is a usage error, found
+    // before a command probes GPUs (on a machine without one that would exit kExitNoGpu and hide
+    // it). `env` and `info` show the settings and name every malformed one themselves.
+    const std::string name = sub->get_name();
+    const tpar::Env* env = nullptr;
+    if (name != "env" && name != "info" && tpar::processEnv(&env) != tparSuccess) {
+      std::fprintf(stderr, "tpar %s: %s\n", name.c_str(), tpar::lastError().c_str());
+      return kExitUsage;
+    }
+    return action();
   }
-  return no_subcommand();
+  return no_subcommand();  // runDefault starts with `info`
 }
 
 std::string commandLineOf(int argc, char** argv) {

@@ -33,8 +33,9 @@ int runQuickBench(const std::string& command_line);
 std::string commandLineOf(int argc, char** argv);
 
 // Parses argv and runs the chosen subcommand (or `no_subcommand`). Help and --version exit 0; a
-// parse error prints CLI11's message and exits kExitUsage. Adds the exit-status table to the
-// help of the root and of every subcommand.
+// parse error prints CLI11's message and exits kExitUsage, and so does a malformed TPAR_*
+// variable, before any command but `env` and `info` (which report it themselves) runs. Adds the
+// exit-status table to the help of the root and of every subcommand.
 int runCli(CLI::App& app, int argc, char** argv,
            const std::vector<std::pair<CLI::App*, Action>>& commands,
            const Action& no_subcommand);
