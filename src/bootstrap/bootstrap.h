@@ -43,6 +43,15 @@ struct BootstrapPeers {
 tparResult_t createUniqueId(tparUniqueId* id, int64_t timeout_ms,
                             const BootstrapPeers& peers = {});
 
+// What the bootstrap services of this process have turned away since it started, summed over
+// every service (NOTE [bootstrap authentication] in socket_util.h): tests read how many
+// connections an attack cost, and each service logs its own share when it ends.
+struct BootstrapTurnedAway {
+  uint64_t otherUsers = 0;  // connections of a user that may not join, refused at once
+  uint64_t unproved = 0;    // connections closed before proving the secret (cap or deadline)
+};
+BootstrapTurnedAway bootstrapTurnedAway();
+
 // Connects rank `rank` of `nranks` to the service named by `id`. Fails with tparInvalidArgument
 // for an id that was not made by createUniqueId, tparSystemError when the service cannot be
 // reached, tparTimeout when the other ranks do not all arrive within `timeout_ms`,

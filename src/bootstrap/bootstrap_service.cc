@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstdarg>
 #include <cstddef>
@@ -25,9 +26,17 @@
 #include "bootstrap/socket_util.h"
 #include "core/error.h"
 #include "core/identity.h"
+#include "core/log.h"
 
 namespace tpar {
 namespace bootstrap_detail {
+namespace {
+
+// bootstrapTurnedAway(): the sums over every service of this process.
+std::atomic<uint64_t> g_otherUsersRefused{0};
+std::atomic<uint64_t> g_unprovedDropped{0};
+
+}  // namespace
 
 void RootService::loop() {
   std::vector<pollfd> fds;
@@ -54,11 +63,9 @@ void RootService::loop() {
       if (errno == EINTR) continue;
       return;  // poll itself failing leaves nothing to serve with; ranks see the close
     }
-    size_t first = 0;
-    if (accepting) {
-      if (fds[0].revents != 0) acceptAll();
-      first = 1;
-    }
+    // The connections already held go first, and the listener gets a bounded turn after them:
+    // NOTE [bootstrap authentication].
+    const size_t first = accepting ? 1 : 0;
     for (size_t i = 0; i < polled.size(); ++i) {
       Peer* peer = polled[i];
       short revents = fds[first + i].revents;
@@ -79,6 +86,8 @@ void RootService::loop() {
         onPeerException(peer, "unknown exception");
       }
     }
+    // A rank's failure while being served (fail()) has closed the listener.
+    if (accepting && !failing_ && fds[0].revents != 0) acceptSome();
     reapClosedPeers();
   }
 }
@@ -109,8 +118,8 @@ void RootService::onPeerException(Peer* peer, const char* what) {
        peer->rank, what);
 }
 
-void RootService::acceptAll() {
-  for (;;) {
+void RootService::acceptSome() {
+  for (int tries = 0; tries < kAcceptsPerPoll; ++tries) {
     int fd = accept4(listenFd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
     if (fd >= 0) {
       admit(fd);
@@ -136,6 +145,8 @@ void RootService::admit(int fd) {
              "uid %u; TPAR_BOOTSTRAP_ALLOW_OTHER_USERS=1 on the creating process admits other "
              "users that hold the uniqueId)",
              ownUid_, cred.pid, cred.uid);
+    ++otherUsersRefused_;
+    g_otherUsersRefused.fetch_add(1, std::memory_order_relaxed);
     Bytes refusal = replyBytes(tparInvalidUsage, text, strlen(text));
     // One attempt: the text fits an empty socket buffer; a stranger is owed nothing more.
     (void)!send(fd, refusal->data(), refusal->size(), MSG_NOSIGNAL | MSG_DONTWAIT);
@@ -167,9 +178,27 @@ void RootService::dropOldestPendingBeyond(int limit) {
         oldest = peer.get();
       }
     }
-    closePeer(oldest);
+    dropUnproved(oldest);
     --pending;
   }
+}
+
+void RootService::dropUnproved(Peer* peer) {
+  if (peer->fd < 0 || peer->proved) return;
+  if (!peer->rejected) {  // reject() counted it already
+    ++unprovedDropped_;
+    g_unprovedDropped.fetch_add(1, std::memory_order_relaxed);
+  }
+  closePeer(peer);
+}
+
+void RootService::logTurnedAway() const {
+  if (otherUsersRefused_ == 0 && unprovedDropped_ == 0) return;
+  TPAR_INFO(kLogBootstrap,
+            "bootstrap service '@%s' ended: it refused %llu connection(s) of other users and "
+            "closed %llu that did not prove the uniqueId's secret",
+            id_.socketName, static_cast<unsigned long long>(otherUsersRefused_),
+            static_cast<unsigned long long>(unprovedDropped_));
 }
 
 void RootService::readFrom(Peer* peer) {
@@ -282,17 +311,29 @@ void RootService::reject(Peer* peer, tparResult_t code, const char* fmt, ...) {
   va_start(ap, fmt);
   vsnprintf(text, sizeof(text), fmt, ap);
   va_end(ap);
+  if (!peer->proved) {
+    ++unprovedDropped_;
+    g_unprovedDropped.fetch_add(1, std::memory_order_relaxed);
+  }
   peer->rejected = true;
   queue(peer, replyBytes(code, text, strlen(text)));
 }
 
 }  // namespace bootstrap_detail
 
+BootstrapTurnedAway bootstrapTurnedAway() {
+  BootstrapTurnedAway counts;
+  counts.otherUsers = bootstrap_detail::g_otherUsersRefused.load(std::memory_order_relaxed);
+  counts.unproved = bootstrap_detail::g_unprovedDropped.load(std::memory_order_relaxed);
+  return counts;
+}
+
 using bootstrap_detail::errnoText;
 using bootstrap_detail::idChecksum;
 using bootstrap_detail::IdLayout;
 using bootstrap_detail::kIdMagic;
 using bootstrap_detail::kIdVersion;
+using bootstrap_detail::kListenBacklog;
 using bootstrap_detail::randomBytes;
 using bootstrap_detail::RootService;
 using bootstrap_detail::socketAddress;
@@ -325,7 +366,8 @@ tparResult_t createUniqueId(tparUniqueId* id, int64_t timeout_ms, const Bootstra
   sockaddr_un addr;
   socklen_t len = socketAddress(layout.socketName, &addr);
   // Listening before returning means a rank can never race ahead of the service.
-  if (bind(fd, reinterpret_cast<const sockaddr*>(&addr), len) != 0 || listen(fd, SOMAXCONN) != 0) {
+  if (bind(fd, reinterpret_cast<const sockaddr*>(&addr), len) != 0 ||
+      listen(fd, kListenBacklog) != 0) {
     int err = errno;
     close(fd);
     return setError(tparSystemError, "createUniqueId: cannot listen on '@%s': %s",

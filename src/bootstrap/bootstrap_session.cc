@@ -40,7 +40,7 @@ void RootService::checkDeadlines() {
   }
   // A connection that has not proved itself in time is dropped; the session goes on.
   for (auto& peer : peers_) {
-    if (peer->fd >= 0 && !peer->proved && now >= peer->authDeadline) closePeer(peer.get());
+    if (peer->fd >= 0 && !peer->proved && now >= peer->authDeadline) dropUnproved(peer.get());
   }
   if (nranks_ == 0) {
     if (now >= idleDeadline_) {

@@ -51,6 +51,7 @@ class RootService {
       // Only fail() itself can get here (per-peer failures are caught in loop()); without it
       // there is nothing sensible to send, and closing tells every rank the session is over.
     }
+    logTurnedAway();
   }
 
  private:
@@ -80,7 +81,8 @@ class RootService {
   void reapClosedPeers();
   int64_t nextDeadline() const;
   void onPeerException(Peer* peer, const char* what);
-  void acceptAll();
+  // Accepts at most kAcceptsPerPoll connections: see NOTE [bootstrap authentication].
+  void acceptSome();
   // NOTE [bootstrap authentication]: a new connection gets a challenge, unless its user may
   // not join (then a one-line refusal and a close).
   void admit(int fd);
@@ -88,6 +90,9 @@ class RootService {
   // a flood of silent connections then costs the newest ones (a real rank proves itself
   // within one round trip) nothing but their place in the queue.
   void dropOldestPendingBeyond(int limit);
+  // Closes a connection that has not proved itself, counting it (bootstrapTurnedAway).
+  void dropUnproved(Peer* peer);
+  void logTurnedAway() const;
   void readFrom(Peer* peer);
   // Rejects what cannot be a message of this protocol before any memory is sized from it.
   bool checkHeader(Peer* peer);
@@ -123,6 +128,8 @@ class RootService {
   bool done_ = false;
   bool failing_ = false;
   int64_t flushDeadline_ = kNoDeadline;
+  uint64_t otherUsersRefused_ = 0;
+  uint64_t unprovedDropped_ = 0;
 
   int nranks_ = 0;  // 0 until the first valid hello
   int firstRank_ = -1;

@@ -1,7 +1,9 @@
 // The ranks' side of the bootstrap over an abstract-namespace UNIX-domain socket: each rank
 // connects to the root service (root_service.h) that createUniqueId started. See
 // NOTE [bootstrap protocol] and NOTE [bootstrap deadlines] in socket_util.h.
+#include <fcntl.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -225,27 +227,54 @@ tparResult_t decodeId(const tparUniqueId& id, IdLayout* layout) {
   return tparSuccess;
 }
 
-tparResult_t connectService(const char* name, int rank, int64_t retryUntil, int* out) {
+// A full listen backlog (EAGAIN) means the service is there but busy: with a burst of ranks, or
+// with a process that keeps connecting to it (NOTE [bootstrap authentication]). Such a service
+// is worth waiting for as long as the rank waits for its peers, and the wait is in the kernel's
+// queue of connectors (a blocking connect bounded by SO_SNDTIMEO), which the service's next
+// accept wakes: a rank that slept and retried would have to find a free slot before processes
+// that never sleep.
+tparResult_t connectService(const char* name, int rank, int64_t timeoutMs, int* out) {
   sockaddr_un addr;
   socklen_t len = socketAddress(name, &addr);
+  const int64_t start = nowMs();
+  const int64_t retryUntil = start + std::min<int64_t>(timeoutMs, kConnectRetryMs);
+  const int64_t busyUntil = deadlineAfter(start, timeoutMs);
   for (;;) {
-    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (fd < 0) {
       return setError(tparSystemError, "bootstrap rank %d: socket failed: %s", rank,
                       errnoText(errno).c_str());
     }
     int rc;
     do {
-      rc = connect(fd, reinterpret_cast<const sockaddr*>(&addr), len);
+      // At least 1 ms: a zero SO_SNDTIMEO would mean no bound at all.
+      const int64_t left = std::max<int64_t>(busyUntil - nowMs(), 1);
+      timeval tv = {static_cast<time_t>(left / 1000), static_cast<suseconds_t>(left % 1000 * 1000)};
+      rc = setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+      if (rc == 0) rc = connect(fd, reinterpret_cast<const sockaddr*>(&addr), len);
     } while (rc != 0 && errno == EINTR);
     if (rc == 0) {
+      // The rest of the protocol waits with poll; nothing may block beyond its deadline.
+      if (fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK) != 0) {
+        int err = errno;
+        close(fd);
+        return setError(tparSystemError, "bootstrap rank %d: fcntl failed: %s", rank,
+                        errnoText(err).c_str());
+      }
       *out = fd;
       return tparSuccess;
     }
     int err = errno;
     close(fd);
-    // EAGAIN: the listen backlog is full (a non-blocking AF_UNIX connect does not queue).
-    bool transient = err == ECONNREFUSED || err == ENOENT || err == EAGAIN;
+    if (err == EAGAIN) {
+      if (nowMs() < busyUntil) continue;  // the kernel rounds the bound: wait out the rest
+      return setError(tparTimeout,
+                      "bootstrap rank %d: the bootstrap service '@%s' accepted no connection of "
+                      "this rank within %lld ms (its listen backlog stayed full: more ranks than "
+                      "it could take at once, or a process that keeps connecting to it)",
+                      rank, name, static_cast<long long>(timeoutMs));
+    }
+    bool transient = err == ECONNREFUSED || err == ENOENT;
     if (!transient || nowMs() >= retryUntil) {
       return setError(tparSystemError,
                       "bootstrap rank %d: cannot reach the bootstrap service '@%s': %s (has the "
@@ -333,10 +362,8 @@ tparResult_t connectBootstrap(const tparUniqueId& id, int rank, int nranks, int6
                     "uniqueId was created on another host (or before a reboot): tpar is "
                     "intra-node, every rank must run on the host that called tparGetUniqueId");
   }
-  int64_t start = nowMs();
   int fd = -1;
-  TPAR_TRY(connectService(layout.socketName, rank,
-                          start + std::min<int64_t>(timeout_ms, kConnectRetryMs), &fd));
+  TPAR_TRY(connectService(layout.socketName, rank, timeout_ms, &fd));
   tparResult_t res = checkServiceUser(fd, layout, rank, peers);
   if (res == tparSuccess) res = handshake(fd, layout, rank, nranks, timeout_ms);
   if (res != tparSuccess) {

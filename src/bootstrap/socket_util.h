@@ -33,7 +33,13 @@
 // recorded in the id). Connections that have not proved themselves are bounded in number
 // (kMaxPendingPeers; the oldest is dropped for a new one) and in time (kAuthTimeoutMs each),
 // and every length a peer sends is capped by what the protocol needs before memory is sized
-// from it.
+// from it. Anyone on the host can connect, and as often as it likes, so the listener must not
+// crowd out the ranks: each turn of the service's loop first serves the connections it holds,
+// then accepts at most kAcceptsPerPoll new ones. A process that keeps connecting (and is
+// refused, or dropped) then costs the ranks a share of the service's time, never its
+// attention: their hellos are read on the next turn. Such a process also keeps the listen
+// backlog full; a rank then waits in the kernel's queue of connectors until its own timeout,
+// and once in, behind at most kListenBacklog connections.
 //
 // NOTE [bootstrap deadlines]
 // The service, not the ranks, decides when a rendezvous or a round has timed out, because only
@@ -74,6 +80,13 @@ constexpr int kIdlePollMs = 1000;
 // NOTE [bootstrap authentication]: limits on connections that have not proved themselves.
 constexpr int kMaxPendingPeers = 64;
 constexpr int64_t kAuthTimeoutMs = 5000;  // or the service's timeout when that is shorter
+// Enough to drain a burst of ranks in a few turns; few enough that one turn stays short.
+constexpr int kAcceptsPerPoll = 16;
+// A connection waits in the listen backlog behind every one queued before it, so a long backlog
+// that a flood keeps full is a long wait for a rank. A full one costs a rank only a wait in the
+// kernel's queue of connectors (connectService in socket_bootstrap.cc), which every accept
+// serves.
+constexpr int kListenBacklog = 64;
 // The largest blob one rank may put into a round, and the largest gathered reply: far above what
 // communicator init exchanges (a few hundred bytes per rank), far below what could hurt.
 constexpr uint64_t kMaxBlobBytes = 1ull << 20;
