@@ -135,3 +135,86 @@ def test_capture_tracks_state_and_the_other_collectives_fall_back():
     assert not a.should_custom_all_gather(t)
     a.close()
     assert a.disabled
+
+
+@pytest.mark.parametrize("cls, at_max", [(tpar_vllm.VllmAllReduce, False),
+                                         (tpar_sglang.SglangAllReduce, True)])
+def test_max_size_is_compared_as_each_engine_compares_it(cls, at_max):
+    # vLLM's own custom all-reduce takes messages below max_size, SGLang's up to it.
+    a = cls.__new__(cls)
+    a.disabled, a.max_size, a.comm, a.calls, a._IS_CAPTURING = False, 1024, None, 0, False
+    assert a.should_custom_ar(torch.empty(504, dtype=torch.bfloat16))  # 1008 bytes
+    assert a.should_custom_ar(torch.empty(512, dtype=torch.bfloat16)) is at_max  # 1024 bytes
+    assert not a.should_custom_ar(torch.empty(520, dtype=torch.bfloat16))
+
+
+class FakeDist:
+    """torch.distributed as the adapter's constructor sees it: rank `rank` of a group whose
+    ranks report `hosts` from host_identity()."""
+
+    def __init__(self, hosts, rank=0):
+        self.hosts, self.rank = hosts, rank
+
+    def install(self, monkeypatch):
+        import torch.distributed as dist
+
+        monkeypatch.setattr(dist, "get_world_size", lambda group=None: len(self.hosts))
+        monkeypatch.setattr(dist, "get_rank", lambda group=None: self.rank)
+
+        def all_gather_object(out, obj, group=None):
+            assert obj == _adapter.host_identity()  # this rank sends its own identity
+            out[:] = list(self.hosts)
+
+        monkeypatch.setattr(dist, "all_gather_object", all_gather_object)
+
+
+from tpar.integrations import _adapter  # noqa: E402
+
+
+class FakeCommunicator:
+    made = 0
+
+    def __init__(self, group, device=None):
+        FakeCommunicator.made += 1
+
+    def query(self):
+        return {"cuda_device": 3, "transport": "host"}
+
+    def close(self):
+        pass
+
+
+@pytest.mark.parametrize("cls, logger_name", [(tpar_vllm.VllmAllReduce, "vllm.tpar"),
+                                              (tpar_sglang.SglangAllReduce, "sglang.tpar")])
+def test_a_group_across_machines_is_handed_back_before_any_rendezvous(cls, logger_name,
+                                                                      monkeypatch, caplog):
+    FakeDist(["host-a/boot-1", "host-a/boot-1", "host-b/boot-2", "host-a/boot-1"],
+             rank=2).install(monkeypatch)
+    FakeCommunicator.made = 0
+    monkeypatch.setattr(_adapter, "Communicator", FakeCommunicator)
+    with caplog.at_level("INFO"):
+        a = cls(group=object(), device=0)
+    assert a.disabled and a.comm is None
+    assert FakeCommunicator.made == 0  # no rendezvous was started
+    lines = [r for r in caplog.records if r.name == logger_name]
+    assert len(lines) == 1 and lines[0].levelname == "WARNING"
+    assert "rank 2/4" in lines[0].getMessage() and "spans 2 machines" in lines[0].getMessage()
+
+
+@pytest.mark.parametrize("cls, logger_name, words", [
+    (tpar_vllm.VllmAllReduce, "vllm.tpar", "below 8388608 bytes"),
+    (tpar_sglang.SglangAllReduce, "sglang.tpar", "up to 8388608 bytes")])
+def test_one_line_in_the_engines_log_says_tpar_is_on(cls, logger_name, words, monkeypatch, caplog):
+    here = _adapter.host_identity()
+    FakeDist([here, here], rank=1).install(monkeypatch)
+    FakeCommunicator.made = 0
+    monkeypatch.setattr(_adapter, "Communicator", FakeCommunicator)
+    monkeypatch.delenv("TPAR_ENGINE_MAX_BYTES", raising=False)
+    with caplog.at_level("INFO"):
+        a = cls(group=object(), device=3)
+    assert not a.disabled and FakeCommunicator.made == 1
+    lines = [r for r in caplog.records if r.name == logger_name]
+    assert len(lines) == 1 and lines[0].levelname == "INFO"
+    text = lines[0].getMessage()
+    assert "on for rank 1/2" in text and "cuda:3, host transport" in text and words in text
+    a.comm = None  # FakeCommunicator has nothing to free

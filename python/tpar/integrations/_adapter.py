@@ -10,6 +10,8 @@ for a capture reduce for real.
 from __future__ import annotations
 
 import contextlib
+import logging
+import socket
 from typing import Optional
 
 from .. import _C
@@ -18,6 +20,27 @@ from .._errors import TparError
 from . import logger, max_bytes
 
 _DEFAULT_MAX_SIZE = 8 * 1024 * 1024  # both engines' default for their own custom all-reduce
+_BOOT_ID = "/proc/sys/kernel/random/boot_id"
+
+
+def host_identity() -> str:
+    """This machine as tpar's rendezvous tells machines apart (NOTE [identity] in
+    src/core/identity.h): the host name and the boot id."""
+    try:
+        with open(_BOOT_ID) as f:
+            boot = f.read().strip()
+    except OSError:
+        boot = ""
+    return f"{socket.gethostname()}/{boot}"
+
+
+def hosts_of(group) -> list:
+    """The distinct machines of `group`'s ranks, in rank order (collective over `group`)."""
+    import torch.distributed as dist
+
+    ids = [None] * dist.get_world_size(group)
+    dist.all_gather_object(ids, host_identity(), group=group)
+    return list(dict.fromkeys(ids))
 
 
 class EngineAllReduce:
@@ -29,6 +52,13 @@ class EngineAllReduce:
     """
 
     engine = "engine"
+    # The engine's own logger family: a child of it reaches the handlers the engine configures
+    # (vLLM configures only "vllm"; SGLang the root), so the status line is seen where the
+    # engine's own lines are.
+    engine_logger = "tpar"
+    # Whether a message of exactly max_size bytes still goes to the custom all-reduce: each
+    # engine's own rule for its own custom all-reduce.
+    max_size_inclusive = True
 
     def __init__(self, group, device, max_size: int = _DEFAULT_MAX_SIZE, **_engine_options):
         import torch.distributed as dist
@@ -44,26 +74,40 @@ class EngineAllReduce:
         self.calls = 0
         self.world_size = dist.get_world_size(group)
         self.rank = dist.get_rank(group)
+        self.log = logging.getLogger(
+            "tpar" if self.engine_logger == "tpar" else self.engine_logger + ".tpar")
         if self.world_size < 2 or self.world_size > _C.MAX_RANKS:
-            logger.info("tpar: %s custom all-reduce off for %d ranks (tpar takes 2..%d)", self.engine,
-                        self.world_size, _C.MAX_RANKS)
+            self.log.info("tpar: %s custom all-reduce off for %d ranks (tpar takes 2..%d)",
+                          self.engine, self.world_size, _C.MAX_RANKS)
+            return
+        # A group across machines: tpar's rendezvous would fail on the far ranks at once and
+        # keep rank 0 waiting out the bootstrap timeout. Ask first, as the engines' own custom
+        # all-reduce does, and hand the group back to the engine.
+        hosts = hosts_of(group)
+        if len(hosts) > 1:
+            self.log.warning("tpar: %s custom all-reduce off for rank %d/%d: the group spans %d "
+                             "machines and tpar connects the GPUs of one; NCCL is used instead",
+                             self.engine, self.rank, self.world_size, len(hosts))
             return
         try:
             self.comm = Communicator(group, device=device)
         except TparError as e:
-            logger.warning("tpar: %s custom all-reduce off, NCCL is used instead: %s", self.engine, e)
+            self.log.warning("tpar: %s custom all-reduce off for rank %d/%d, NCCL is used "
+                             "instead: %s", self.engine, self.rank, self.world_size, e)
             return
         self.disabled = False
         info = self.comm.query()
-        logger.info("tpar: %s custom all-reduce on for rank %d/%d (cuda:%d, %s transport), messages "
-                    "up to %d bytes", self.engine, self.rank, self.world_size, info["cuda_device"],
-                    info["transport"], self.max_size)
+        self.log.info("tpar: %s custom all-reduce on for rank %d/%d (cuda:%d, %s transport), "
+                      "messages %s %d bytes", self.engine, self.rank, self.world_size,
+                      info["cuda_device"], info["transport"],
+                      "up to" if self.max_size_inclusive else "below", self.max_size)
 
     def should_custom_ar(self, inp) -> bool:
         if self.disabled or dtype_code(inp.dtype) is None:
             return False
         nbytes = inp.numel() * inp.element_size()
-        return 0 < nbytes <= self.max_size and inp.is_contiguous()
+        fits = nbytes <= self.max_size if self.max_size_inclusive else nbytes < self.max_size
+        return 0 < nbytes and fits and inp.is_contiguous()
 
     def custom_all_reduce(self, inp):
         """The reduced values in a new tensor, or None where NCCL should take the call."""
@@ -105,7 +149,8 @@ class EngineAllReduce:
         comm, self.comm = self.comm, None
         self.disabled = True
         if comm is not None:
-            logger.info("tpar: %s custom all-reduce closed after %d calls", self.engine, self.calls)
+            getattr(self, "log", logger).info("tpar: %s custom all-reduce closed after %d calls",
+                                              self.engine, self.calls)
             comm.close()
 
     def __del__(self):

@@ -18,6 +18,8 @@ class SglangAllReduce(EngineAllReduce):
     """Takes SGLang's constructor arguments (group, device, max_size=8 MiB)."""
 
     engine = "SGLang"
+    engine_logger = "sglang"
+    max_size_inclusive = True  # `<=`: SGLang's own rule for its custom all-reduce
 
 
 def dispatch_custom_allreduce(group=None, device=None):

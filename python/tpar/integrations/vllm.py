@@ -23,6 +23,8 @@ class VllmAllReduce(EngineAllReduce):
     *, register_graph_buffers); the ones about vLLM's own buffers are accepted and ignored."""
 
     engine = "vLLM"
+    engine_logger = "vllm"
+    max_size_inclusive = False  # `<`: vLLM's own rule for its custom all-reduce
 
 
 def register() -> None:
