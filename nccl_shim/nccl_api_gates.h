@@ -37,13 +37,10 @@
 #define TPAR_NCCL_HAS_DEVICE_API 0
 #endif
 
-// ncclGinBarrierCreateRequirement and its handle type appeared within 2.28: the build looks for
-// the declaration in the headers (nccl_shim/CMakeLists.txt).
-#if TPAR_NCCL_HAS_DEVICE_API && defined(TPAR_NCCL_DECLARES_GIN_BARRIER) && TPAR_NCCL_DECLARES_GIN_BARRIER
-#define TPAR_NCCL_HAS_GIN_BARRIER 1
-#else
-#define TPAR_NCCL_HAS_GIN_BARRIER 0
-#endif
+// A row for a function that arrived within a patch release is compiled only where the headers
+// at hand declare it: nccl_shim/CMakeLists.txt defines TPAR_NCCL_DECLARES_<name> to 1 for each
+// such row whose function the headers declare (the rest expand to 0).
+#define TPAR_NCCL_DECLARES(name) TPAR_NCCL_DECLARES_##name
 
 // The argument list of a row without its parentheses: TPAR_NCCL_UNPAREN (a, b) is a, b.
 #define TPAR_NCCL_UNPAREN(...) __VA_ARGS__

@@ -10,6 +10,8 @@
 # Environment: TPAR_CUDA_ARCHS (default: 90 here; the release build lists every architecture),
 #              BUILD_DIR (default build), TPAR_TEST_SANITIZE=0 / TPAR_TEST_FUZZ=0 /
 #              TPAR_TEST_PACKAGE=0 to skip those, FUZZ_SECONDS (default 20 per target),
+#              TPAR_TEST_SHIM_HEADERS=0 to skip building the NCCL drop-in against the headers
+#              of every NCCL release it claims (scripts/shim-headers-check.sh, downloads them),
 #              TPAR_TEST_PYTHON=0 to skip the Python package (scripts/python-tests.sh: builds it
 #              into a virtual environment).
 set -euo pipefail
@@ -60,6 +62,13 @@ if [ "${TPAR_TEST_FUZZ:-1}" != 0 ] && [ -x scripts/fuzz.sh ]; then
     env FUZZ_SECONDS="${FUZZ_SECONDS:-20}" FUZZ_SKIP_STATUS=77 bash scripts/fuzz.sh
 else
   off "fuzz" "TPAR_TEST_FUZZ=0"
+fi
+
+if [ "${TPAR_TEST_SHIM_HEADERS:-1}" != 0 ]; then
+  echo "== the NCCL drop-in against the headers of NCCL 2.28 to 2.30"
+  tier "shim vs NCCL headers" bash scripts/shim-headers-check.sh "$build/nccl-headers"
+else
+  off "shim vs NCCL headers" "TPAR_TEST_SHIM_HEADERS=0"
 fi
 
 if [ "${TPAR_TEST_PYTHON:-1}" != 0 ]; then

@@ -30,6 +30,15 @@ inline std::string argText(const ncclTeam_t& t) {
 }
 #endif
 
+#if TPAR_NCCL_HAS_DEVICE_API && TPAR_NCCL_DECLARES(ncclGetMultimemDevicePointer)
+// Passed by value since NCCL 2.29: its one field, the multicast base address.
+inline std::string argText(const ncclMultimemHandle_t& m) {
+  char buf[40];
+  std::snprintf(buf, sizeof(buf), "mm:%p", m.mcBasePtr);
+  return buf;
+}
+#endif
+
 template <typename T>
 std::string argText(const T& v) {
   if constexpr (std::is_pointer_v<T>) {

@@ -79,6 +79,10 @@ T testValue(int k) {
   } else if constexpr (std::is_same_v<T, ncclTeam_t>) {
     return ncclTeam_t{k, k + 1, k + 2};
 #endif
+#if TPAR_NCCL_HAS_DEVICE_API && TPAR_NCCL_DECLARES(ncclGetMultimemDevicePointer)
+  } else if constexpr (std::is_same_v<T, ncclMultimemHandle_t>) {
+    return ncclMultimemHandle_t{g_arena + 64 * (k % 2048)};
+#endif
   } else {
     return static_cast<T>(100 + k);
   }
