@@ -23,6 +23,7 @@
 #include "bootstrap/bootstrap.h"
 #include "bootstrap/socket_util.h"
 #include "common/child_process.h"
+#include "unit/bootstrap_gather.h"
 #include "core/error.h"
 
 namespace tpar {
@@ -71,32 +72,10 @@ TEST(DISABLED_BootstrapStrangerFlood, ConnectsAndHangsUpUntilKilled) {
   }
 }
 
-struct Outcome {
-  tparResult_t code = tparInternalError;
-  std::string error;
-  size_t wrongBytes = 0;
-};
+using Outcome = test::GatherOutcome;
 
-// Joins as `rank` of `nranks` and gathers one blob of `bytes` bytes per rank, derived from
-// `seed`, checking every byte received.
 Outcome joinAndGather(const tparUniqueId& id, int rank, int nranks, uint64_t seed, size_t bytes) {
-  Outcome o;
-  std::unique_ptr<Bootstrap> boot;
-  o.code = connectBootstrap(id, rank, nranks, kRankTimeoutMs, &boot);
-  if (o.code == tparSuccess) {
-    std::vector<uint8_t> data(bytes * nranks, 0xee), expected(bytes * nranks);
-    for (int r = 0; r < nranks; ++r) {
-      std::mt19937_64 rng(seed + r);
-      for (size_t i = 0; i < bytes; ++i) expected[r * bytes + i] = static_cast<uint8_t>(rng());
-    }
-    std::memcpy(&data[rank * bytes], &expected[rank * bytes], bytes);
-    o.code = boot->allGather(data.data(), bytes);
-    if (o.code == tparSuccess) {
-      for (size_t i = 0; i < data.size(); ++i) o.wrongBytes += data[i] != expected[i];
-    }
-  }
-  if (o.code != tparSuccess) o.error = lastError();
-  return o;
+  return test::gatherOnce(id, rank, nranks, seed, bytes, kRankTimeoutMs);
 }
 
 // Attack: another user reads the socket's name in /proc/net/unix and runs two processes that

@@ -25,6 +25,7 @@
 #include "bootstrap/sha256.h"
 #include "bootstrap/socket_util.h"
 #include "common/child_process.h"
+#include "unit/bootstrap_gather.h"
 #include "core/error.h"
 
 namespace tpar {
@@ -160,33 +161,11 @@ bool rawHello(int fd, const bd::IdLayout& layout, int rank, int nranks, std::str
   return std::memcmp(expected.data(), proof.data(), bd::kMacBytes) == 0;
 }
 
-struct Outcome {
-  tparResult_t code = tparInternalError;
-  std::string error;
-  size_t wrongBytes = 0;
-};
+using Outcome = test::GatherOutcome;
 
-// Connects as `rank` of `nranks` and gathers one blob of `bytes` random bytes per rank (each
-// rank's blob derived from `seed`), checking every byte received.
 Outcome gatherOnce(const tparUniqueId& id, int rank, int nranks, uint64_t seed, size_t bytes,
                    int64_t timeoutMs = kTimeoutMs) {
-  Outcome o;
-  std::unique_ptr<Bootstrap> boot;
-  o.code = connectBootstrap(id, rank, nranks, timeoutMs, &boot);
-  if (o.code == tparSuccess) {
-    std::vector<uint8_t> data(bytes * nranks, 0xee), expected(bytes * nranks);
-    for (int r = 0; r < nranks; ++r) {
-      std::mt19937_64 rng(seed + r);
-      for (size_t i = 0; i < bytes; ++i) expected[r * bytes + i] = static_cast<uint8_t>(rng());
-    }
-    std::memcpy(&data[rank * bytes], &expected[rank * bytes], bytes);
-    o.code = boot->allGather(data.data(), bytes);
-    if (o.code == tparSuccess) {
-      for (size_t i = 0; i < data.size(); ++i) o.wrongBytes += data[i] != expected[i];
-    }
-  }
-  if (o.code != tparSuccess) o.error = lastError();
-  return o;
+  return test::gatherOnce(id, rank, nranks, seed, bytes, timeoutMs);
 }
 
 // ------------------------------------------------------------------------------------------
