@@ -1,14 +1,22 @@
 #include "real_nccl.h"
 
 #include <dlfcn.h>
+#include <elf.h>
 #include <glob.h>
 #include <link.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <set>
 
+#include "core/error.h"
 #include "core/log.h"
 #include "core/nccl_route.h"  // ncclVersionString
+#include "core/user_file.h"
 #include "settings.h"
 
 namespace tpar {
@@ -166,6 +174,110 @@ void* openCandidate(const Candidate& c, const Self& self, std::string* note) {
   return nullptr;
 }
 
+// Reads exactly `size` bytes at `offset` of `fd`; false on a short read.
+bool readAt(int fd, uint64_t offset, size_t size, void* out) {
+  auto* p = static_cast<char*>(out);
+  while (size > 0) {
+    const ssize_t n = pread(fd, p, size, static_cast<off_t>(offset));
+    if (n <= 0) return false;
+    p += n;
+    offset += static_cast<uint64_t>(n);
+    size -= static_cast<size_t>(n);
+  }
+  return true;
+}
+
+// The dynamic symbol table of an open ELF64 file of this machine's byte order: its defined,
+// global or weak, visible functions.
+bool elfFunctions(int fd, uint64_t file_size, std::vector<std::string>* out, std::string* why) {
+  Elf64_Ehdr eh;
+  if (!readAt(fd, 0, sizeof(eh), &eh) || std::memcmp(eh.e_ident, ELFMAG, SELFMAG) != 0) {
+    *why = "not an ELF file";
+    return false;
+  }
+  const bool little = __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__;
+  if (eh.e_ident[EI_CLASS] != ELFCLASS64 ||
+      eh.e_ident[EI_DATA] != (little ? ELFDATA2LSB : ELFDATA2MSB)) {
+    *why = "not a 64-bit ELF file of this machine's byte order";
+    return false;
+  }
+  if (eh.e_shentsize != sizeof(Elf64_Shdr) || eh.e_shnum == 0 ||
+      eh.e_shoff + uint64_t{eh.e_shnum} * sizeof(Elf64_Shdr) > file_size) {
+    *why = "no section headers";
+    return false;
+  }
+  std::vector<Elf64_Shdr> sh(eh.e_shnum);
+  if (!readAt(fd, eh.e_shoff, sh.size() * sizeof(Elf64_Shdr), sh.data())) {
+    *why = "its section headers cannot be read";
+    return false;
+  }
+  // Bounds a section: inside the file and of a sane size (a symbol table of 64 MiB is far
+  // beyond any NCCL's).
+  auto fits = [&](const Elf64_Shdr& s) {
+    return s.sh_offset <= file_size && s.sh_size <= file_size - s.sh_offset &&
+           s.sh_size <= (64u << 20);
+  };
+  for (const Elf64_Shdr& dyn : sh) {
+    if (dyn.sh_type != SHT_DYNSYM) continue;
+    if (dyn.sh_link >= sh.size() || !fits(dyn) || !fits(sh[dyn.sh_link]) ||
+        dyn.sh_entsize != sizeof(Elf64_Sym)) {
+      *why = "its dynamic symbol table is malformed";
+      return false;
+    }
+    const Elf64_Shdr& str = sh[dyn.sh_link];
+    std::vector<Elf64_Sym> syms(dyn.sh_size / sizeof(Elf64_Sym));
+    std::string names(str.sh_size, '\0');
+    if (!readAt(fd, dyn.sh_offset, syms.size() * sizeof(Elf64_Sym), syms.data()) ||
+        !readAt(fd, str.sh_offset, names.size(), &names[0])) {
+      *why = "its dynamic symbol table cannot be read";
+      return false;
+    }
+    for (const Elf64_Sym& sym : syms) {
+      const int type = ELF64_ST_TYPE(sym.st_info), bind = ELF64_ST_BIND(sym.st_info);
+      const int vis = ELF64_ST_VISIBILITY(sym.st_other);
+      if ((type != STT_FUNC && type != STT_GNU_IFUNC) || (bind != STB_GLOBAL && bind != STB_WEAK) ||
+          sym.st_shndx == SHN_UNDEF || (vis != STV_DEFAULT && vis != STV_PROTECTED) ||
+          sym.st_name >= names.size())
+        continue;
+      out->push_back(names.c_str() + sym.st_name);
+    }
+    return true;
+  }
+  *why = "it has no dynamic symbol table";
+  return false;
+}
+
+// The process stops here (or warns, when allowed) if `real` exports API functions the shim
+// does not know (NOTE [unknown NCCL functions]).
+void checkKnown(RealNccl* real, const ShimSettings& settings) {
+  std::vector<std::string> exported;
+  std::string why;
+  if (!exportedFunctions(real->path, &exported, &why)) {
+    TPAR_WARN("libtpar_nccl.so cannot list the functions of %s (%s), so it cannot check that it "
+              "forwards all of them", real->path.c_str(), why.c_str());
+    return;
+  }
+  real->unknown = unknownToShim(ncclApiOf(exported));
+  if (real->unknown.empty()) return;
+  std::string names;
+  for (const std::string& n : real->unknown) names += (names.empty() ? "" : ", ") + n;
+  const std::string text =
+      "libtpar_nccl.so forwards to NCCL " + ncclVersionString(real->version) + " at " + real->path +
+      ", which exports " + std::to_string(real->unknown.size()) +
+      " function(s) this libtpar_nccl.so does not: " + names +
+      ". A program looking them up here would find them missing (vLLM then turns its NCCL "
+      "wrapper off). Use a libtpar_nccl.so built against this NCCL's nccl.h, point "
+      "TPAR_NCCL_LIBRARY at an NCCL it knows, or set TPAR_SHIM_ALLOW_UNKNOWN_NCCL=1 to run anyway";
+  if (settings.allow_unknown_nccl) {
+    TPAR_WARN("%s (TPAR_SHIM_ALLOW_UNKNOWN_NCCL=1: running anyway)", text.c_str());
+    return;
+  }
+  // Written directly, whatever TPAR_DEBUG says: the process ends on the next line.
+  std::fprintf(stderr, "tpar: fatal: %s.\n", text.c_str());
+  std::fflush(stderr);
+  std::abort();
+}
+
 RealNccl load() {
   RealNccl real;
   const ShimSettings& settings = shimSettings();
@@ -192,6 +304,7 @@ RealNccl load() {
       get(&real.version);
     TPAR_INFO(kLogNccl, "libtpar_nccl.so (%s): forwarding to NCCL %s at %s (found: %s)", self.path.c_str(),
               ncclVersionString(real.version).c_str(), real.path.c_str(), real.how.c_str());
+    checkKnown(&real, settings);
     return real;
   }
   real.error = settings.nccl_library.empty()
@@ -251,6 +364,55 @@ const RealNccl& realNccl() {
   static const RealNccl real = load();
   return real;
 }
+
+bool exportedFunctions(const std::string& path, std::vector<std::string>* out, std::string* error) {
+  out->clear();
+  // The caller's last tpar error survives (this runs inside the shim's own calls).
+  const std::string saved = lastError();
+  int fd = -1;
+  const bool opened = openUserFile(path, UserFileMode::kRead, "NCCL library", &fd) == tparSuccess;
+  if (!opened) *error = lastError();
+  setError(tparSuccess, "%s", saved.c_str());
+  if (!opened) return false;
+  struct stat st;
+  const bool ok = fstat(fd, &st) == 0 && elfFunctions(fd, static_cast<uint64_t>(st.st_size), out, error);
+  close(fd);
+  return ok;
+}
+
+std::vector<std::string> ncclApiOf(const std::vector<std::string>& exported) {
+  const std::set<std::string> all(exported.begin(), exported.end());
+  std::vector<std::string> api;
+  for (const std::string& name : all) {
+    if (name.rfind("nccl", 0) == 0 && all.count("p" + name) != 0) api.push_back(name);
+  }
+  return api;
+}
+
+std::vector<std::string> unknownToShim(const std::vector<std::string>& api) {
+  const std::set<std::string> known(std::begin(kApiNames), std::end(kApiNames));
+  std::vector<std::string> out;
+  for (const std::string& name : api) {
+    if (known.count(name) == 0) out.push_back(name);
+  }
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+
+namespace {
+
+// NOTE [unknown NCCL functions]: when the shim is loaded into a process that already holds an
+// NCCL, the real one is loaded (and checked) at once, before any program can look a function up.
+__attribute__((constructor)) void checkAtLoad() {
+  bool nccl_loaded = false;
+  for (const std::string& obj : loadedObjects()) {
+    if (baseOf(obj).rfind("libnccl.so", 0) == 0) nccl_loaded = true;
+  }
+  if (nccl_loaded) (void)realNccl();
+}
+
+}  // namespace
 
 }  // namespace shim
 }  // namespace tpar

@@ -39,12 +39,34 @@ std::vector<Candidate> ncclCandidates(const std::string& configured,
                                       const std::vector<std::string>& loader_dirs,
                                       const std::vector<std::string>& system_dirs);
 
+// NOTE [unknown NCCL functions]
+// The shim exports the functions of the NCCL it was built for; a newer real NCCL may export more.
+// A program that looks one of those up in the shim (vLLM's pynccl wrapper does so with ctypes, and
+// switches pynccl off when one is missing) would then run on a half-loaded library. So the shim
+// reads the real NCCL's exports when it loads it: NCCL's API is every exported function nccl<X>
+// whose profiling alias pnccl<X> is exported too (NCCL's other exported symbols are internal and
+// have no alias). An API function without a row in nccl_api.def stops the process with a message
+// naming it, unless TPAR_SHIM_ALLOW_UNKNOWN_NCCL=1 (then a warning). This happens when the shim
+// itself is loaded if the process already holds an NCCL (an engine opening the shim through
+// VLLM_NCCL_SO_PATH after PyTorch loaded its own), else at the first call that needs NCCL.
+
+// The defined, exported functions of the ELF shared object at `path` (its dynamic symbol
+// table). False, with `error` set, when the file cannot be read as one.
+bool exportedFunctions(const std::string& path, std::vector<std::string>* out, std::string* error);
+
+// NCCL's API among `exported`: every nccl<X> with pnccl<X> also there, sorted. Pure.
+std::vector<std::string> ncclApiOf(const std::vector<std::string>& exported);
+
+// The names of `api` that no row of nccl_api.def has, sorted. Pure.
+std::vector<std::string> unknownToShim(const std::vector<std::string>& api);
+
 struct RealNccl {
   void* handle = nullptr;  // null: none was found (`error` says why)
   std::string path;        // the file loaded
   std::string how;         // Candidate::how of it
   int version = 0;         // ncclGetVersion's answer
   std::string error;
+  std::vector<std::string> unknown;  // its API functions the shim has no row for (run anyway)
   void* fns[kApiCount] = {};  // null where the library lacks the row's function
 };
 

@@ -22,6 +22,7 @@ const ShimSettings& shimSettings() {
     s.log_info = logEnabled(LogLevel::kInfo, kLogNccl);
     s.setup_timeout_ms = env->bootstrap_timeout_ms;
     s.nccl_library = env->nccl_library;
+    s.allow_unknown_nccl = env->shim_allow_unknown_nccl;
     return s;
   }();
   return settings;

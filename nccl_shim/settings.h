@@ -15,6 +15,7 @@ struct ShimSettings {
   bool log_info = false;       // TPAR_DEBUG=info or trace, NCCL among TPAR_DEBUG_SUBSYS
   int64_t setup_timeout_ms = 120000;  // TPAR_BOOTSTRAP_TIMEOUT_MS: bound of each setup collective
   std::string nccl_library;    // TPAR_NCCL_LIBRARY
+  bool allow_unknown_nccl = false;  // TPAR_SHIM_ALLOW_UNKNOWN_NCCL
 };
 
 // A malformed variable makes the shim pass every call through (policy.disabled), with one

@@ -10,17 +10,32 @@
 # Environment: TPAR_CUDA_ARCHS (default: 90 here; the release build lists every architecture),
 #              BUILD_DIR (default build), TPAR_TEST_SANITIZE=0 / TPAR_TEST_FUZZ=0 /
 #              TPAR_TEST_PACKAGE=0 to skip those, FUZZ_SECONDS (default 20 per target),
+#              TPAR_NCCL_HEADERS_VERSION (default 2.30.7: the nccl.h the drop-in is built with),
 #              TPAR_TEST_SHIM_HEADERS=0 to skip building the NCCL drop-in against the headers
 #              of every NCCL release it claims (scripts/shim-headers-check.sh, downloads them),
 #              TPAR_TEST_PYTHON=0 to skip the Python package (scripts/python-tests.sh: builds it
-#              into a virtual environment).
+#              into a virtual environment), TPAR_TEST_ENGINES=0 to skip the NCCL drop-in under
+#              PyTorch, vLLM's and SGLang's NCCL loaders (scripts/engine-check.sh: uses that
+#              environment's torch, downloads the engines' wheels into $BUILD_DIR/engine-wheels).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/deps.sh
 
 build=${BUILD_DIR:-build}
 archs=${TPAR_CUDA_ARCHS:-90}
-cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTPAR_CUDA_ARCHS="$archs" >/dev/null
+# The NCCL drop-in is built against the nccl.h of the newest NCCL it claims (from NVIDIA's wheel),
+# so that it has every function of NCCL 2.28 to 2.30; one built against an older nccl.h stops a
+# process that loads a newer NCCL (NOTE [unknown NCCL functions] in nccl_shim/real_nccl.h).
+nccl_version=${TPAR_NCCL_HEADERS_VERSION:-2.30.7}
+nccl_args=()
+if nccl_inc=$(bash scripts/shim-headers-check.sh --include-dir "$build/nccl-headers" "$nccl_version"); then
+  nccl_args=(-DTPAR_NCCL_INCLUDE_DIR="$nccl_inc")
+else
+  echo "tpar: NCCL $nccl_version's headers could not be downloaded; the drop-in is built against" \
+       "the nccl.h CMake finds, and the engine checks will name what it lacks" >&2
+fi
+cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTPAR_CUDA_ARCHS="$archs" \
+  "${nccl_args[@]}" >/dev/null
 cmake --build "$build" -j "$(nproc)"
 
 # Every tier runs even after another failed, and writes a report; the summary at the end counts

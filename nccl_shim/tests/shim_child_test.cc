@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <climits>
+#include <csignal>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -23,6 +24,7 @@
 #include <gtest/gtest.h>
 
 #include "arg_format.h"
+#include "common/child_process.h"
 #include "common/fifo_dir.h"
 #include "core/nccl_route.h"
 #include "shim_test_util.h"
@@ -421,6 +423,31 @@ TEST(ShimChild, FindsTheNcclOfThePyTorchWheel) {
   EXPECT_EQ(realPath(dir + "/nvidia/nccl/lib/libnccl.so.2"), realPath(path));
 }
 
+
+// Env: TPAR_NCCL_LIBRARY names the newer stand-in (NOTE [unknown NCCL functions]); the process
+// stops at the first call unless TPAR_SHIM_ALLOW_UNKNOWN_NCCL=1.
+TEST(ShimChild, CallsAnNcclWithUnknownFunctions) {
+  void* shim = openShim();
+  ASSERT_NE(nullptr, shim) << dlerror();
+  int version = 0;
+  EXPECT_EQ(ncclSuccess, shimFn<decltype(&ncclGetVersion)>(shim, "ncclGetVersion")(&version));
+  EXPECT_EQ(NCCL_VERSION_CODE, version);
+}
+
+// Env: TPAR_SHIM_TEST_DIR holds a stand-in libnccl.so.2, loaded before the shim as PyTorch
+// loads its NCCL before an engine opens the shim; TPAR_NCCL_LIBRARY empty.
+TEST(ShimChild, LoadsTheShimAfterAnNccl) {
+  const std::string nccl = std::string(std::getenv("TPAR_SHIM_TEST_DIR")) + "/libnccl.so.2";
+  ASSERT_NE(nullptr, dlopen(nccl.c_str(), RTLD_NOW | RTLD_LOCAL)) << dlerror();
+  std::fprintf(stderr, "child: NCCL loaded\n");
+  void* shim = openShim();
+  std::fprintf(stderr, "child: shim loaded\n");
+  ASSERT_NE(nullptr, shim) << dlerror();
+  const char* path = symbol<const char* (*)()>(shim, "tparShimNcclPath")();
+  ASSERT_NE(nullptr, path) << lastError(shim);
+  EXPECT_EQ(realPath(nccl), realPath(path));
+}
+
 // --- The parents ----------------------------------------------------------------------------
 
 std::vector<std::string> standinEnv() {
@@ -532,6 +559,61 @@ TEST(ShimLoading, RefusesAFifoAsTheRealNcclWithoutBlocking) {
   tpar_test::FifoDir d;
   ASSERT_FALSE(d.dir().empty());
   expectChildPasses("RefusesAFifoAsTheRealNccl", {"TPAR_NCCL_LIBRARY=" + d.fifo()});
+}
+
+// The exit status of a ShimChild test that is expected to stop the process.
+int childStatus(const std::string& name, std::vector<std::string> env, std::string* out) {
+  char exe[4096];
+  const ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+  if (n <= 0) return -3;
+  exe[n] = '\0';
+  env.push_back("TPAR_SHIM_TEST_CHILD=1");
+  return tpar_test::runChild({exe, "--gtest_filter=ShimChild." + name}, env, 120, out);
+}
+
+constexpr const char* kUnknownLine =
+    "tpar: fatal: libtpar_nccl.so forwards to NCCL [0-9.]+ at [^\n]*standin-newer/libnccl\\.so"
+    "\\.2[^\n]*, which exports 1 function\\(s\\) this libtpar_nccl.so does not: "
+    "ncclStandinFutureCall\\. ";
+
+TEST(ShimLoading, AnNcclWithFunctionsTheShimLacksStopsTheProcessAtTheFirstCall) {
+  std::string out;
+  EXPECT_EQ(128 + SIGABRT, childStatus("CallsAnNcclWithUnknownFunctions",
+                                       {std::string("TPAR_NCCL_LIBRARY=") + TPAR_STANDIN_NEWER_LIBRARY,
+                                        "TPAR_SHIM_ALLOW_UNKNOWN_NCCL=0", "TPAR_DEBUG=none"},
+                                       &out))
+      << out;
+  EXPECT_EQ(1, countLines(out, kUnknownLine)) << "said whatever TPAR_DEBUG says\n" << out;
+  EXPECT_EQ(std::string::npos, out.find("ncclStandinInternalOnly"))
+      << "a function without a profiling alias is not NCCL's API\n" << out;
+  // Allowed: a warning, and the call goes through.
+  expectChildPasses("CallsAnNcclWithUnknownFunctions",
+                    {std::string("TPAR_NCCL_LIBRARY=") + TPAR_STANDIN_NEWER_LIBRARY,
+                     "TPAR_SHIM_ALLOW_UNKNOWN_NCCL=1", "TPAR_DEBUG=warn"},
+                    &out);
+  EXPECT_EQ(1, countLines(out, "does not: ncclStandinFutureCall\\. [^\n]*"
+                               "\\(TPAR_SHIM_ALLOW_UNKNOWN_NCCL=1: running anyway\\)"))
+      << out;
+  // The stand-in the shim knows entirely: no line.
+  expectChildPasses("CallsAnNcclWithUnknownFunctions", standinEnv(), &out);
+  EXPECT_EQ(std::string::npos, out.find("does not:")) << out;
+}
+
+TEST(ShimLoading, AnNcclWithFunctionsTheShimLacksStopsTheProcessWhenTheShimLoads) {
+  const std::string newer = fs::path(TPAR_STANDIN_NEWER_LIBRARY).parent_path().string();
+  std::string out;
+  EXPECT_EQ(128 + SIGABRT,
+            childStatus("LoadsTheShimAfterAnNccl",
+                        {"TPAR_NCCL_LIBRARY=", "TPAR_SHIM_TEST_DIR=" + newer}, &out))
+      << out;
+  EXPECT_EQ(1, countLines(out, kUnknownLine)) << out;
+  EXPECT_NE(std::string::npos, out.find("child: NCCL loaded")) << out;
+  EXPECT_EQ(std::string::npos, out.find("child: shim loaded"))
+      << "stopped inside dlopen, before any function could be looked up\n" << out;
+  // The NCCL the shim knows, loaded first, is the one it forwards to.
+  const std::string known = fs::path(TPAR_STANDIN_LIBRARY).parent_path().string();
+  expectChildPasses("LoadsTheShimAfterAnNccl",
+                    {"TPAR_NCCL_LIBRARY=", "TPAR_SHIM_TEST_DIR=" + known}, &out);
 }
 
 TEST(ShimLoading, FindsTheNcclOfThePyTorchWheel) {

@@ -1,6 +1,8 @@
 // The shim's pure parts, in this process: the routing rules, the enum translation, the setup
 // agreement with ranks as threads, the NCCL search order, and the function list of nccl.h
 // against the table the shim is generated from.
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
 #include <climits>
@@ -8,9 +10,11 @@
 #include <cstring>
 #include <fstream>
 #include <mutex>
+#include <random>
 #include <set>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -495,6 +499,114 @@ TEST(ShimTable, EveryFunctionOfTheHeaderHasARow) {
   EXPECT_GT(n, 40) << "the list of nccl.h's functions is implausibly short";
   EXPECT_EQ(static_cast<size_t>(tpar::shim::kApiCount), rows.size());
   EXPECT_STREQ("ncclAllReduce", tpar::shim::apiName(tpar::shim::Api::k_ncclAllReduce));
+}
+
+
+// --- The real NCCL's functions against the table (NOTE [unknown NCCL functions]) ------------
+
+std::vector<std::string> rowNames() {
+  std::vector<std::string> out;
+  for (int i = 0; i < tpar::shim::kApiCount; ++i)
+    out.push_back(tpar::shim::apiName(static_cast<tpar::shim::Api>(i)));
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+// A made-up function name, fresh per run, that no NCCL has.
+std::string madeUpName(std::mt19937& rng, int i) {
+  std::string s = "Zz" + std::to_string(i) + "_";
+  for (int k = 0; k < 8; ++k) s += static_cast<char>('a' + rng() % 26);
+  return s;
+}
+
+TEST(ShimUnknown, TheApiIsEveryNcclFunctionExportedWithItsProfilingAlias) {
+  std::mt19937 rng(std::random_device{}());
+  std::vector<std::string> exported, want;
+  for (int i = 0; i < 64; ++i) {
+    const std::string n = "nccl" + madeUpName(rng, i);
+    switch (rng() % 4) {
+      case 0:  // NCCL's API: the function and its alias
+        exported.push_back(n);
+        exported.push_back("p" + n);
+        want.push_back(n);
+        break;
+      case 1:  // an internal function: no alias
+        exported.push_back(n);
+        break;
+      case 2:  // an alias alone names no function of the API
+        exported.push_back("p" + n);
+        break;
+      default:  // another library's pair
+        exported.push_back("x" + n);
+        exported.push_back("px" + n);
+        break;
+    }
+  }
+  std::shuffle(exported.begin(), exported.end(), rng);
+  std::sort(want.begin(), want.end());
+  EXPECT_EQ(want, tpar::shim::ncclApiOf(exported));
+}
+
+TEST(ShimUnknown, OnlyFunctionsWithoutARowAreUnknown) {
+  std::mt19937 rng(std::random_device{}());
+  std::vector<std::string> api = rowNames(), want;
+  const int extra = 1 + static_cast<int>(rng() % 5);
+  for (int i = 0; i < extra; ++i) {
+    want.push_back("nccl" + madeUpName(rng, i));
+    api.push_back(want.back());
+  }
+  api.push_back(api[rng() % api.size()]);  // a name twice counts once
+  std::shuffle(api.begin(), api.end(), rng);
+  std::sort(want.begin(), want.end());
+  EXPECT_EQ(want, tpar::shim::unknownToShim(api));
+  EXPECT_TRUE(tpar::shim::unknownToShim(rowNames()).empty());
+}
+
+TEST(ShimUnknown, TheShimsOwnExportsAreExactlyItsRows) {
+  std::vector<std::string> exported;
+  std::string why;
+  ASSERT_TRUE(tpar::shim::exportedFunctions(TPAR_SHIM_LIBRARY, &exported, &why)) << why;
+  EXPECT_EQ(rowNames(), tpar::shim::ncclApiOf(exported))
+      << "every row is exported with its p-alias, and nothing else is";
+}
+
+TEST(ShimUnknown, FindsTheFunctionANewerNcclAdded) {
+  std::vector<std::string> exported;
+  std::string why;
+  ASSERT_TRUE(tpar::shim::exportedFunctions(TPAR_STANDIN_NEWER_LIBRARY, &exported, &why)) << why;
+  EXPECT_NE(exported.end(), std::find(exported.begin(), exported.end(), "ncclStandinInternalOnly"));
+  EXPECT_EQ(std::vector<std::string>{"ncclStandinFutureCall"},
+            tpar::shim::unknownToShim(tpar::shim::ncclApiOf(exported)));
+}
+
+TEST(ShimUnknown, AFileThatIsNoSharedObjectIsAnErrorNotACrash) {
+  std::mt19937 rng(std::random_device{}());
+  const std::string dir = ::testing::TempDir() + "tpar-elf-" + std::to_string(getpid());
+  ASSERT_EQ(0, system(("mkdir -p " + dir).c_str()));
+  // The shim's own first bytes: an ELF header whose section headers lie past the end.
+  std::ifstream shim(TPAR_SHIM_LIBRARY, std::ios::binary);
+  std::string head(64 + rng() % 512, '\0');
+  shim.read(&head[0], static_cast<std::streamsize>(head.size()));
+  std::string noise(1 + rng() % 4096, '\0');
+  for (char& c : noise) c = static_cast<char>(rng());
+  noise[0] = 'x';  // never the ELF magic
+  for (const auto& [name, bytes, reason] :
+       {std::tuple<std::string, std::string, std::string>{"noise", noise, "not an ELF file"},
+        {"cut", head, "no section headers"},
+        {"empty", "", "not an ELF file"}}) {
+    const std::string path = dir + "/" + name;
+    std::ofstream(path, std::ios::binary) << bytes;
+    std::vector<std::string> out{"stale"};
+    std::string why;
+    EXPECT_FALSE(tpar::shim::exportedFunctions(path, &out, &why)) << name;
+    EXPECT_NE(std::string::npos, why.find(reason)) << name << ": " << why;
+    EXPECT_TRUE(out.empty()) << name;
+  }
+  std::vector<std::string> out;
+  std::string why;
+  EXPECT_FALSE(tpar::shim::exportedFunctions(dir + "/missing.so", &out, &why));
+  EXPECT_NE(std::string::npos, why.find(dir + "/missing.so")) << why;
+  ASSERT_EQ(0, system(("rm -rf " + dir).c_str()));
 }
 
 }  // namespace

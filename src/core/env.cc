@@ -63,12 +63,19 @@ const std::vector<EnvVarSpec>& envRegistry() {
       {"TPAR_SHIM_DISABLE", EnvType::kBool, "0", nullptr,
        "libtpar_nccl.so: forward every call to the real NCCL unchanged (no tpar communicator, no "
        "setup collectives); set it alike on every rank."},
+      {"TPAR_SHIM_ALLOW_UNKNOWN_NCCL", EnvType::kBool, "0", nullptr,
+       "libtpar_nccl.so: keep running (with a warning) when the real NCCL exports functions the "
+       "shim does not know; by default the process stops at load, naming them, because a "
+       "program looking them up in the shim would find them missing (docs/nccl_shim.md)."},
       {"TPAR_SHIM_MAX_BYTES", EnvType::kBytes, "8M", nullptr,
        "libtpar_nccl.so: largest all-reduce (bytes) it offers to tpar; larger ones go to NCCL. "
        "0: none (every all-reduce to NCCL, communicators still set up)."},
       {"TPAR_ENGINE_PLUGIN", EnvType::kBool, "0", nullptr,
        "Read by the Python package's vLLM and SGLang plugins: 1 makes tpar the engine's custom "
        "all-reduce (docs/integration.md); the library itself ignores it."},
+      {"TPAR_ENGINE_NVLINK", EnvType::kBool, "0", nullptr,
+       "Read by the Python engine plugins: 1 gives tpar also groups whose GPUs are all joined by "
+       "NVLink (by default those keep the engine's own custom all-reduce)."},
       {"TPAR_ENGINE_MAX_BYTES", EnvType::kBytes, "8M", nullptr,
        "Read by the Python engine plugins: largest message the engine hands to tpar (larger "
        "ones stay on NCCL)."},
@@ -270,11 +277,17 @@ tparResult_t parseEnv(const EnvGetter& get, Env* out) {
     } else if (name == "TPAR_SHIM_DISABLE") {
       if (!parseBool(value, &flag)) return badValue(spec, value, "a boolean (0/1)");
       env.shim_disable = flag;
+    } else if (name == "TPAR_SHIM_ALLOW_UNKNOWN_NCCL") {
+      if (!parseBool(value, &flag)) return badValue(spec, value, "a boolean (0/1)");
+      env.shim_allow_unknown_nccl = flag;
     } else if (name == "TPAR_SHIM_MAX_BYTES") {
       if (!parseBytes(value, &b) || b > (1ull << 40))
         return badValue(spec, value, "a size up to 1024G");
       env.shim_max_bytes = b;
     } else if (name == "TPAR_ENGINE_PLUGIN") {
+      // Used by python/tpar/integrations; checked here so that a typo fails loudly.
+      if (!parseBool(value, &flag)) return badValue(spec, value, "a boolean (0/1)");
+    } else if (name == "TPAR_ENGINE_NVLINK") {
       // Used by python/tpar/integrations; checked here so that a typo fails loudly.
       if (!parseBool(value, &flag)) return badValue(spec, value, "a boolean (0/1)");
     } else if (name == "TPAR_ENGINE_MAX_BYTES") {

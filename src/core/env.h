@@ -54,6 +54,7 @@ struct Env {
   std::string topo_file;              // empty: discover the live machine's topology
   std::string nccl_library;           // empty: search for NCCL (core/nccl_route.h)
   bool shim_disable = false;          // libtpar_nccl.so: pure pass-through
+  bool shim_allow_unknown_nccl = false;  // libtpar_nccl.so: run on an NCCL with unknown functions
   uint64_t shim_max_bytes = 0;        // libtpar_nccl.so: largest all-reduce offered to tpar
   std::vector<std::string> set_vars;  // "NAME=value" for every variable that was set
 };
