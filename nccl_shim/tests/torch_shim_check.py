@@ -5,6 +5,9 @@ Run one process per GPU with the shim preloaded:
     LD_PRELOAD=build/nccl_shim/libtpar_nccl.so torchrun --nproc-per-node 2 \\
         nccl_shim/tests/torch_shim_check.py --shim build/nccl_shim/libtpar_nccl.so
 
+With one process (--nproc-per-node 1) the group has one rank, which tpar leaves to NCCL: every
+call must then pass through the shim to the real NCCL and come back exact.
+
 Checks, on every rank:
   * torch.distributed.all_reduce of bfloat16, float16 and float32 (sum; max and min for some
     sizes), 1 element to 64 MiB, eager and captured in a torch.cuda.graph (replayed with fresh
@@ -92,6 +95,8 @@ class Checker:
     def expected_route(self, nbytes, dtype, op):
         if self.args.disabled:
             return {"none"}
+        if self.world == 1:  # a group of one rank gets no tpar communicator: all of it is NCCL's
+            return {"no-tpar-comm"}
         if op == "avg" or dtype not in (torch.bfloat16, torch.float16, torch.float32):
             return {"op" if op == "avg" else "datatype"}
         if nbytes > self.limit:
@@ -142,6 +147,8 @@ class Checker:
             problems.append(f"error {row['max_rel_err']:.3g} above tolerance")
         if row.get("route") == "tpar" and not same_bits(t, rank_order):
             problems.append("not the fp32 rank-order result tpar computes")
+        if self.world == 1 and not same_bits(t, inputs[0]):
+            problems.append("a one-rank all-reduce must return its input bit for bit")
         self.record(row, problems)
 
     def nccl_only(self, what, fn):
@@ -201,7 +208,8 @@ def other_collectives(c, world, rank, device):
     c.nccl_only("all_reduce int32 sum (NCCL's)", int_sum)
     for row in c.rows[-2:]:
         want = {"all_reduce avg (NCCL's)": "op", "all_reduce int32 sum (NCCL's)": "datatype"}
-        expected = "none" if c.args.disabled else want[row["what"]]
+        expected = ("none" if c.args.disabled else "no-tpar-comm" if world == 1
+                    else want[row["what"]])
         if "route" in row and row["route"] != expected:
             row["ok"] = False
             c.failures.append(f"{row['what']}: route {row['route']}, expected {expected}")
@@ -244,10 +252,12 @@ def main():
     other_collectives(c, world, rank, device)
     calls, with_tpar, passing = shim.read()
     summary = {ROUTES[i]: calls[i] for i in range(len(ROUTES)) if calls[i]}
-    if not args.disabled and calls[0] == 0:
+    if not args.disabled and world > 1 and calls[0] == 0:
         c.failures.append("no all-reduce went through tpar")
-    if not args.disabled and with_tpar == 0:
+    if not args.disabled and world > 1 and with_tpar == 0:
         c.failures.append("no communicator got a tpar communicator (run with TPAR_DEBUG=info)")
+    if not args.disabled and world == 1 and (with_tpar or not passing or calls[0]):
+        c.failures.append("a group of one rank must pass through to NCCL, every call of it")
     if args.disabled and (sum(calls) or with_tpar or passing):
         c.failures.append("TPAR_SHIM_DISABLE=1, yet the shim counted calls or communicators")
     failed = torch.tensor([len(c.failures)], device=device)
