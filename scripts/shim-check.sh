@@ -5,9 +5,9 @@
 # Builds nothing: give it a build directory made with the shim (TPAR_BUILD_NCCL_SHIM=ON).
 #   scripts/shim-check.sh OUTDIR [BUILD_DIR]     (BUILD_DIR default: $TPAR_BUILD_DIR or build-gpu)
 # Environment: NPROC (default: every GPU), PYTHON (default python3; torchrun from the same
-# installation), STEPS (default "1 2 3 4 5 6": the numbered steps below to run; each takes
-# under 2 minutes on 2 H200s except 6, the tuning run and what uses its table; 7, the model
-# step with and without the shim, needs the tpar Python package).
+# installation), STEPS (default "0 1 2 3 4 5 6", on one GPU "0 2 3": the numbered steps below
+# to run; each takes under 2 minutes on 2 H200s except 6, the tuning run and what uses its
+# table; 7, the model step with and without the shim, needs the tpar Python package).
 # Writes into OUTDIR: logs, torch-shim-check.json, bench-{nccl,shim,shim-tuned}.json and
 # shim-bench.json (the runs side by side). Exit status 1 when a check failed.
 set -uo pipefail
@@ -27,12 +27,29 @@ n=${NPROC:-$ngpus}
 export TPAR_COMMIT=${TPAR_COMMIT:-$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)}
 tests=nccl_shim/tests
 status=0
-if [ "$n" -lt 2 ]; then
-  echo "shim-check: needs 2 or more GPUs, found $ngpus" >&2
+if [ "$n" -lt 1 ]; then
+  echo "shim-check: needs a GPU, found none" >&2
   exit 2
 fi
-steps=" ${STEPS:-1 2 3 4 5 6} "
+# One GPU: a group of one rank, which tpar leaves to NCCL, so steps 0, 2 and 3 check that every
+# call passes through the shim to the real NCCL and comes back exact; the rest need 2 ranks.
+if [ "$n" -lt 2 ]; then
+  steps=" ${STEPS:-0 2 3} "
+  for s in $steps; do
+    case $s in 0|2|3) ;; *) echo "shim-check: step $s needs 2 or more GPUs, found $n" >&2; exit 2 ;; esac
+  done
+else
+  steps=" ${STEPS:-0 1 2 3 4 5 6} "
+fi
 want() { [[ $steps == *" $1 "* ]]; }
+
+if want 0; then
+echo "== 0. import torch with the shim preloaded"
+LD_PRELOAD=$shim "$py" -c 'import torch; print("   torch", torch.__version__, "NCCL",
+  ".".join(map(str, torch.cuda.nccl.version())), "through the shim")' >"$out/import-torch.txt" 2>&1 ||
+  status=1
+cat "$out/import-torch.txt"
+fi
 run_torch() {  # run_torch LOG ARGS...: one process per GPU, first $n GPUs
   local log=$1
   shift
