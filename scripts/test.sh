@@ -96,6 +96,16 @@ else
   off "python" "TPAR_TEST_PYTHON=0"
 fi
 
+if [ "${TPAR_TEST_ENGINES:-1}" = 0 ]; then
+  off "shim vs engines" "TPAR_TEST_ENGINES=0"
+elif [ ! -x "${TPAR_PYENV:-build/pyenv}/bin/python" ]; then
+  off "shim vs engines" "no venv with torch at ${TPAR_PYENV:-build/pyenv}: the python tier makes it"
+else
+  echo "== the NCCL drop-in under PyTorch, vLLM and SGLang (no GPU)"
+  tier "shim vs engines" bash scripts/engine-check.sh --shim "$build/nccl_shim/libtpar_nccl.so" \
+    --work "$build/engine-wheels"
+fi
+
 echo "== every test (CTest)"
 (cd "$build" && ctest --output-on-failure --timeout 900 -j "$(nproc)" \
    --output-junit "$reports/ctest.xml") || true
