@@ -16,7 +16,9 @@
 #              TPAR_TEST_PYTHON=0 to skip the Python package (scripts/python-tests.sh: builds it
 #              into a virtual environment), TPAR_TEST_ENGINES=0 to skip the NCCL drop-in under
 #              PyTorch, vLLM's and SGLang's NCCL loaders (scripts/engine-check.sh: uses that
-#              environment's torch, downloads the engines' wheels into $BUILD_DIR/engine-wheels).
+#              environment's torch, downloads the engines' wheels into $BUILD_DIR/engine-wheels;
+#              also installs torch 2.11 into $BUILD_DIR/pyenv-torch211 for its import checks,
+#              TPAR_TEST_TORCH211=0 to leave that out).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/deps.sh
@@ -102,8 +104,19 @@ elif [ ! -x "${TPAR_PYENV:-build/pyenv}/bin/python" ]; then
   off "shim vs engines" "no venv with torch at ${TPAR_PYENV:-build/pyenv}: the python tier makes it"
 else
   echo "== the NCCL drop-in under PyTorch, vLLM and SGLang (no GPU)"
+  # The previous PyTorch pin too (2.11, NCCL 2.28.9), for the import checks only: a venv of its
+  # own, about 2.5 minutes and 4.6 GB (TPAR_TEST_TORCH211=0 leaves it out).
+  older=()
+  if [ "${TPAR_TEST_TORCH211:-1}" != 0 ]; then
+    env211=$build/pyenv-torch211
+    # A failed install is not skipped: the checks of that Python then fail, naming it.
+    { [ -x "$env211/bin/python" ] || python3 -m venv "$env211"; } &&
+      "$env211/bin/python" -m pip install --disable-pip-version-check -q --retries 10 \
+        --timeout 60 torch==2.11.0 || echo "tpar: torch 2.11 could not be installed" >&2
+    older=(--extra-python "$env211/bin/python")
+  fi
   tier "shim vs engines" bash scripts/engine-check.sh --shim "$build/nccl_shim/libtpar_nccl.so" \
-    --work "$build/engine-wheels"
+    --work "$build/engine-wheels" "${older[@]}"
 fi
 
 echo "== every test (CTest)"
