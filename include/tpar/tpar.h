@@ -241,6 +241,15 @@ TPAR_API tparResult_t tparCommAbort(tparComm_t comm);
  * tparCommDestroy or tparCommAbort. */
 TPAR_API tparResult_t tparCommGetAsyncError(tparComm_t comm, tparResult_t* asyncError);
 
+/* How many all-reduce kernels this rank of the communicator has completed since its init, eager
+ * launches and CUDA-graph replays alike, modulo 2^32 (tpar counts its kernels on the GPU; a
+ * call usually launches one, none when it goes to NCCL, several when it is split). Kernels
+ * still running are not counted. It reads 4 bytes of GPU memory through a stream of its own and
+ * waits for that copy: not while any thread captures a stream in cudaStreamCaptureModeGlobal
+ * (PyTorch's default), which forbids such a copy; call it between steps or before destroying
+ * the communicator. */
+TPAR_API tparResult_t tparCommGetKernelCount(tparComm_t comm, uint64_t* kernels);
+
 TPAR_API tparResult_t tparCommCount(tparComm_t comm, int* count);
 TPAR_API tparResult_t tparCommUserRank(tparComm_t comm, int* rank);
 TPAR_API tparResult_t tparCommCuDevice(tparComm_t comm, int* device);

@@ -193,6 +193,15 @@ NB_MODULE(_C, m) {
     const tparResult_t rc = tparCommGetAsyncError(asComm(comm), &err);
     return std::make_tuple(static_cast<int>(rc), static_cast<int>(err));
   });
+  m.def("comm_get_kernel_count", [](uintptr_t comm) {
+    uint64_t kernels = 0;
+    tparResult_t rc;
+    {
+      nb::gil_scoped_release release;  // waits for a 4-byte copy from the GPU
+      rc = tparCommGetKernelCount(asComm(comm), &kernels);
+    }
+    return std::make_tuple(static_cast<int>(rc), kernels);
+  });
   m.def("comm_query", [](uintptr_t comm) {
     tparCommInfo_t info;
     std::memset(&info, 0, sizeof(info));

@@ -302,6 +302,14 @@ class Communicator:
 
     # ---- state ------------------------------------------------------------------------------
 
+    def kernel_count(self) -> int:
+        """The all-reduce kernels this rank has completed since its creation, eager calls and
+        CUDA-graph replays alike (modulo 2**32; tparCommGetKernelCount). Waits for a 4-byte copy
+        from the GPU: not while a stream is being captured in global mode."""
+        rc, kernels = _C.comm_get_kernel_count(self._live_handle())
+        check(rc, self._handle)
+        return kernels
+
     def check_async_error(self) -> None:
         """Raises TparError when a kernel of this communicator recorded an error (a peer that
         never arrived within timeout_ms, ranks that disagreed on a call, an abort)."""

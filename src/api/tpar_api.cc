@@ -176,6 +176,30 @@ tparResult_t tparCommGetAsyncError(tparComm_t comm, tparResult_t* asyncError) {
   });
 }
 
+tparResult_t tparCommGetKernelCount(tparComm_t comm, uint64_t* kernels) {
+  return guarded([&] {
+    TPAR_TRY(checkComm(comm));
+    if (kernels == nullptr) return finish(comm, setError(tparInvalidArgument, "kernels is NULL"));
+    // Block 0's epoch: every block of every launch advances its copy by one at its end
+    // (NOTE [epochs and parity]), starting from the configured epoch_start.
+    int prev = -1;
+    TPAR_CUDA_TRY(cudaGetDevice(&prev));
+    TPAR_CUDA_TRY(cudaSetDevice(comm->device));
+    cudaStream_t s = nullptr;
+    uint32_t epoch = 0;
+    cudaError_t err = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+    if (err == cudaSuccess)
+      err = cudaMemcpyAsync(&epoch, comm->block_epochs, sizeof(epoch), cudaMemcpyDeviceToHost, s);
+    if (err == cudaSuccess) err = cudaStreamSynchronize(s);
+    if (s != nullptr) cudaStreamDestroy(s);
+    cudaSetDevice(prev);
+    if (err != cudaSuccess)
+      return finish(comm, cudaFailure(err, "reading the kernel count", __FILE__, __LINE__));
+    *kernels = static_cast<uint32_t>(epoch - comm->cfg.epoch_start);
+    return tparSuccess;
+  });
+}
+
 tparResult_t tparCommCount(tparComm_t comm, int* count) {
   return guarded([&] {
     TPAR_TRY(checkComm(comm));

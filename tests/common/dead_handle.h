@@ -26,6 +26,9 @@ inline void expectQueriesRefuseDeadHandle(tparComm_t comm) {
   tparResult_t async = tparInternalError;
   EXPECT_EQ(tparInvalidArgument, tparCommGetAsyncError(comm, &async));
   EXPECT_EQ(tparInternalError, async);
+  uint64_t kernels = 777;
+  EXPECT_EQ(tparInvalidArgument, tparCommGetKernelCount(comm, &kernels));
+  EXPECT_EQ(777u, kernels);
   tparCommInfo_t info;
   std::memset(&info, 0x5a, sizeof(info));
   EXPECT_EQ(tparInvalidArgument, tparCommQuery(comm, &info));

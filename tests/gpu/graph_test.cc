@@ -1,6 +1,7 @@
 // CUDA graphs: captured all-reduces replay with no host work and stay correct, on both
 // transports and for every algorithm.
 #include <cstdlib>
+#include <random>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -149,8 +150,69 @@ TEST(DISABLED_EpochWrapChild, CrossesTheWrapUnderGraphReplay) {
     tparResult_t async = tparSuccess;
     TPAR_OK(tparCommGetAsyncError(g.comm(r), &async));
     EXPECT_EQ(tparSuccess, async);
+    // Counted across the wrap of the 32-bit epoch: 3 replays of kCalls one-kernel calls.
+    uint64_t kernels = 0;
+    TPAR_OK(tparCommGetKernelCount(g.comm(r), &kernels));
+    EXPECT_EQ(uint64_t{3} * kCalls, kernels) << "rank " << r;
     cudaGraphExecDestroy(exec[r]);
   }
+}
+
+// tparCommGetKernelCount counts eager launches and graph replays alike.
+TEST(KernelCount, CountsEagerCallsAndGraphReplays) {
+  TPAR_REQUIRE_GPU();
+  std::mt19937 rng(static_cast<uint32_t>(freshSeed()));
+  const int n = 2 + static_cast<int>(rng() % 3);
+  VirtualGroup g;
+  ASSERT_EQ("", g.init(n, sharedDeviceConfig()));
+  const int eager = 1 + static_cast<int>(rng() % 20);
+  const int captured = 1 + static_cast<int>(rng() % 10);
+  const int replays = 1 + static_cast<int>(rng() % 5);
+  const size_t count = 1 + rng() % 50000;  // one kernel per call at every size this small
+  Buffers b;
+  CUDA_OK(b.alloc(n, count * 2 + 64));
+  for (int r = 0; r < n; ++r) {
+    uint64_t kernels = 12345;
+    TPAR_OK(tparCommGetKernelCount(g.comm(r), &kernels));
+    EXPECT_EQ(0u, kernels) << "rank " << r << " before any call";
+  }
+  for (int c = 0; c < eager; ++c) {
+    for (int r = 0; r < n; ++r) {
+      ASSERT_EQ(tparSuccess, tparAllReduce(b.in[r], b.out[r], count, tparBfloat16, tparSum,
+                                           g.comm(r), g.stream(r)))
+          << tparGetLastError(g.comm(r));
+    }
+  }
+  CUDA_OK(cudaDeviceSynchronize());
+  std::vector<cudaGraphExec_t> exec(n);
+  for (int r = 0; r < n; ++r) {
+    uint64_t kernels = 0;
+    TPAR_OK(tparCommGetKernelCount(g.comm(r), &kernels));
+    EXPECT_EQ(static_cast<uint64_t>(eager), kernels) << "rank " << r << " after the eager calls";
+    cudaGraph_t graph;
+    CUDA_OK(cudaStreamBeginCapture(g.stream(r), cudaStreamCaptureModeThreadLocal));
+    for (int c = 0; c < captured; ++c) {
+      ASSERT_EQ(tparSuccess, tparAllReduce(b.in[r], b.out[r], count, tparBfloat16, tparSum,
+                                           g.comm(r), g.stream(r)));
+    }
+    CUDA_OK(cudaStreamEndCapture(g.stream(r), &graph));
+    CUDA_OK(cudaGraphInstantiate(&exec[r], graph, 0));
+    CUDA_OK(cudaGraphDestroy(graph));
+  }
+  for (int rep = 0; rep < replays; ++rep) {
+    for (int r = 0; r < n; ++r) CUDA_OK(cudaGraphLaunch(exec[r], g.stream(r)));
+  }
+  CUDA_OK(cudaDeviceSynchronize());
+  for (int r = 0; r < n; ++r) {
+    uint64_t kernels = 0;
+    TPAR_OK(tparCommGetKernelCount(g.comm(r), &kernels));
+    EXPECT_EQ(static_cast<uint64_t>(eager + captured * replays), kernels)
+        << "rank " << r << ": " << eager << " eager calls, " << captured << " captured, "
+        << replays << " replays";
+    cudaGraphExecDestroy(exec[r]);
+  }
+  EXPECT_EQ(tparInvalidArgument, tparCommGetKernelCount(g.comm(0), nullptr));
+  EXPECT_NE(std::string::npos, std::string(tparGetLastError(g.comm(0))).find("kernels is NULL"));
 }
 
 // transport ("auto" or "host", as TPAR_TRANSPORT takes it), algorithm (as TPAR_ALGO takes it)

@@ -3,6 +3,7 @@
 when TPAR_ENGINE_PLUGIN is on; a group whose GPUs are all joined by NVLink gets the engine's own
 class back; the adapter refuses what it cannot reduce, and an error its kernels recorded stops
 the engine's next call. The last test needs a GPU (skipped, with the reason, without one)."""
+import random
 import sys
 import types
 
@@ -132,6 +133,10 @@ class FakeCommunicator:
         FakeCommunicator.made += 1
         self.async_error = None
         self.closed = False
+        self.kernels = 0  # what the GPU would count: set by a test
+
+    def kernel_count(self):
+        return self.kernels
 
     def query(self):
         return {"cuda_device": 3, "transport": "host"}
@@ -554,12 +559,14 @@ def test_the_close_line_counts_eager_and_captured_calls(monkeypatch, caplog):
         a.custom_all_reduce(t)  # captured
         capturing[0] = False
     comm = a.comm
+    replays = random.randint(1, 1000)
+    comm.kernels = 2 + replays  # two eager calls, then the captured one replayed
     with caplog.at_level("INFO"):
         a.close()
     assert comm.closed and a.disabled
     text = [r.getMessage() for r in caplog.records if r.name == "sglang.tpar"][0]
-    assert "after 3 all-reduces called from Python, 1 of them captured" in text
-    assert "graph replays are not counted" in text
+    assert f"closed: {2 + replays} all-reduce kernels ran on the GPU, graph replays included" in text
+    assert "3 all-reduces called from Python, 1 of them captured" in text
 
 
 @pytest.mark.gpu

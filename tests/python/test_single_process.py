@@ -77,6 +77,30 @@ def test_in_place_and_ops_in_one_graph(virtual4):
             assert same_bits(x, ref)
 
 
+def test_kernel_count_includes_graph_replays():
+    import random
+    comms = make_comms(2)
+    eager, replays = random.randint(1, 9), random.randint(1, 9)
+    xs = [torch.ones(4096, device="cuda") for _ in comms]
+    streams = [torch.cuda.Stream() for _ in comms]
+    graphs = [torch.cuda.CUDAGraph() for _ in comms]
+    torch.cuda.synchronize()
+    assert [c.kernel_count() for c in comms] == [0, 0]
+    for _ in range(eager):
+        run_round(comms, xs, xs, "sum", streams)
+    for c, x, s, gr in zip(comms, xs, streams, graphs):
+        with torch.cuda.graph(gr, stream=s):
+            torch.ops.tpar.all_reduce_(x, c.handle, "sum")
+    for _ in range(replays):
+        for gr, s in zip(graphs, streams):
+            with torch.cuda.stream(s):
+                gr.replay()
+    torch.cuda.synchronize()
+    assert [c.kernel_count() for c in comms] == [eager + replays] * 2
+    for c in comms:
+        c.close()
+
+
 def test_query_describes_the_group(virtual4):
     info = virtual4[2].query()
     assert info["rank"] == 2 and info["nranks"] == 4 and info["cuda_device"] == 0

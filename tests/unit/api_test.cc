@@ -70,6 +70,8 @@ TEST(AllReduceArguments, ForeignOrDestroyedHandleIsReportedNotDereferenced) {
   EXPECT_EQ(tparInvalidArgument, tparCommCuDevice(comm, &v));
   tparResult_t async;
   EXPECT_EQ(tparInvalidArgument, tparCommGetAsyncError(comm, &async));
+  uint64_t kernels = 0;
+  EXPECT_EQ(tparInvalidArgument, tparCommGetKernelCount(comm, &kernels));
   tparCommInfo_t info;
   EXPECT_EQ(tparInvalidArgument, tparCommQuery(comm, &info));
   tparAlgo_t algo;

@@ -395,12 +395,16 @@ class EngineAllReduce:
         comm, self.comm = getattr(self, "comm", None), None
         self.disabled = True
         if comm is not None:
-            # The library keeps no count of the calls its kernels completed, so replays of
-            # captured graphs cannot be told here.
+            # The GPU counts the kernels that ran, graph replays included; Python sees only
+            # the calls it made (eager, or captured once into a graph).
+            try:
+                kernels = "%d" % comm.kernel_count()
+            except Exception as e:  # noqa: BLE001 - the line is still worth printing
+                kernels = "an unknown number of (%s)" % e
             getattr(self, "log", logger).info(
-                "tpar: %s custom all-reduce closed after %d all-reduces called from Python, %d "
-                "of them captured into CUDA graphs (graph replays are not counted)",
-                self.engine, self.calls, self.captured)
+                "tpar: %s custom all-reduce closed: %s all-reduce kernels ran on the GPU, graph "
+                "replays included; %d all-reduces called from Python, %d of them captured into "
+                "CUDA graphs", self.engine, kernels, self.calls, self.captured)
             comm.close()
 
     def __del__(self):
