@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Checks the records rule of docs/RECORDS.md over README.md and docs/*.md: every number that
 reports a measurement sits in a fenced block that cites the files under bench/results/ holding
-it, and matches a number there within the rounding it is printed with; README's state table
-agrees with the summary files it cites.
+it, and matches a number there within the rounding it is printed with; the state table of
+docs/STATUS.md agrees with the summary files it cites.
 
     scripts/check-records.py [--root DIR] [FILE...]    (default: README.md docs/*.md)
 
