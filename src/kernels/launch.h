@@ -45,7 +45,23 @@ struct HostState {
   uint32_t abort;  // set by tparCommAbort: waiting kernels give up
 };
 
-// Workspace layout of one rank (all ranks use the same layout; see NOTE [workspace layout]).
+// NOTE [workspace layout]
+// A rank's receive region has the same layout on every rank, so that an offset means the same
+// thing in every peer's region. It starts with one control page (kDataOffset bytes):
+//   [0, kHeaderRegion)               call headers, one 16-byte slot per (parity, sender)
+//                                    (NOTE [call header]); filled with epoch_start - 2
+//   [kStateOffset, ...)              DeviceState: the error word every kernel checks
+//   [kEpochsOffset, kDataOffset)     one epoch word per block index (NOTE [epochs and parity])
+// then two areas, each in two halves selected by the call's epoch parity, so that a rank in
+// epoch e+1 writes one half while a peer still reads epoch e's:
+//   [kDataOffset, pullBase())        the push algorithms' area, 2 x data_bytes, filled with 0xFF
+//                                    (the sentinel no epoch-tagged store leaves behind)
+//   [pullBase(), totalBytes())       the pull area, 2 x pull_bytes: flag lines, then payload
+//                                    (NOTE [pull protocol], NOTE [flag lines])
+// data_bytes and pull_bytes follow from the largest call one launch takes (forMaxBytes). With
+// receive regions in pinned host memory (NOTE [host regions]) both areas live in the rank's
+// host region, laid out alike from offset 0, and the workspace in GPU memory keeps only the
+// control page.
 struct WorkspaceLayout {
   static constexpr uint64_t kHeaderBytes = 16;  // one call header per (parity, sender)
   static constexpr uint64_t kHeaderRegion = 2 * kMaxRanks * kHeaderBytes;

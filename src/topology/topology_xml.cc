@@ -105,7 +105,7 @@ tparResult_t loadTopologyXml(const std::string& path, const std::vector<std::str
   std::string xml;
   TPAR_TRY(readTopologyXml(path, &xml));
   TPAR_TRY(checkXmlFormatVersion(xml, path));
-  // NOTE [topology crash guard]
+  // The crash guard (NOTE [topology crash guard] in topology/xml_probe.h).
   const std::string helper = probeHelperPath();
   if (!helper.empty()) {
     TPAR_TRY(probeTopologyXml(xml, path, helper, kProbeTimeoutMs));

@@ -19,7 +19,7 @@
 namespace tpar {
 namespace {
 
-// NOTE [host region trust]
+// The seals a peer's region must carry (NOTE [host region trust] in transport/host_region.h).
 constexpr int kRegionSeals = F_SEAL_GROW | F_SEAL_SHRINK;
 
 int makeMemfd(const char* name) {

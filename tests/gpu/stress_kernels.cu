@@ -13,7 +13,8 @@
 namespace tpar_test {
 namespace {
 
-// NOTE [stress inputs]: every input element is a function of (call seed, rank, index), so the
+// NOTE [stress inputs]
+// Every input element is a function of (call seed, rank, index), so the
 // check kernel of each rank recomputes the whole reference itself (the fp32 sum in rank order,
 // rounded once, as tparAllReduce promises) without reading any other rank's buffer, and no
 // host work is needed per call beyond the launches.

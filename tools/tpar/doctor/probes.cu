@@ -29,7 +29,8 @@ struct PingPongResult {
   unsigned int timed_out;
 };
 
-// NOTE [doctor ping-pong]: each side spins only on its own flag (local memory, or host memory
+// NOTE [doctor ping-pong]
+// Each side spins only on its own flag (local memory, or host memory
 // in the host probe) and writes only the other side's, so one round = two one-way hand-offs
 // over the link under test. Flag values grow from `base`, which the host raises past every
 // earlier run's values, and waits compare for equality: a value left by an earlier run (even
