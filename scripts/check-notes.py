@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
 """Checks the NOTE blocks of the source and docs: every NOTE [name] that a file cites is defined
-exactly once, and no definition is duplicated.
+exactly once, and no definition is duplicated. Also that the code's comments say why, not when:
+no date, no result file of bench/results and no "on an H200" in the sources (src/, include/,
+tools/, nccl_shim/, python/); timings, dates and commits belong in docs/PERFORMANCE.md.
 
 A definition is a comment line (or a Markdown line) that holds `NOTE [name]` alone, with the
 note's text on the lines below; everything else that names `NOTE [name]` is a citation
@@ -25,6 +27,11 @@ DEFINITION = re.compile(r"^\s*" + COMMENT + r"\s*NOTE \[([^\]\n]+)\]\s*$")
 CITATION = re.compile(r"NOTE \[([^\]]+)\]")
 LEAD = re.compile(r"^\s*" + COMMENT + r"\s?")
 SKIP_DIRS = ("bench/results/",)
+# The checker and its tests name made-up notes on purpose.
+SKIP_FILES = ("scripts/check-notes.py", "tests/records/notes_test.py")
+SOURCE_DIRS = ("src/", "include/", "tools/", "nccl_shim/", "python/")
+# What dates a comment: a date, a dated result file, a run on a named machine.
+WHEN = re.compile(r"\b20\d\d-\d\d-\d\d\b|bench/results/|\bon (?:an?|the|two|\d+) H[12]00s?\b")
 SUFFIXES = (".h", ".hpp", ".cc", ".cpp", ".cu", ".cuh", ".c", ".py", ".sh", ".cmake", ".md",
             ".txt", ".def", ".map", ".toml", ".in")
 
@@ -39,7 +46,8 @@ def tracked_files(root):
         for d, _, names in os.walk(root):
             for n in names:
                 files.append(os.path.relpath(os.path.join(d, n), root))
-    return sorted(f for f in files if f.endswith(SUFFIXES) and not f.startswith(SKIP_DIRS))
+    return sorted(f for f in files if f.endswith(SUFFIXES) and not f.startswith(SKIP_DIRS)
+                  and f not in SKIP_FILES)
 
 
 def scan(root, files):
@@ -73,9 +81,27 @@ def scan(root, files):
     return defs, cites
 
 
+def dated_lines(root, files):
+    """(file, line, text) of each source line that dates itself (WHEN)."""
+    out = []
+    for rel in files:
+        if not rel.startswith(SOURCE_DIRS):
+            continue
+        try:
+            with open(os.path.join(root, rel), encoding="utf-8") as f:
+                for i, line in enumerate(f, 1):
+                    if WHEN.search(line):
+                        out.append((rel, i, line.strip()))
+        except (OSError, UnicodeDecodeError):
+            continue
+    return out
+
+
 def check(root):
-    defs, cites = scan(root, tracked_files(root))
-    problems = []
+    files = tracked_files(root)
+    defs, cites = scan(root, files)
+    problems = [f"{rel}:{i}: says when, not why (dates, runs and result files go to "
+                f"docs/PERFORMANCE.md): {text}" for rel, i, text in dated_lines(root, files)]
     for name, where in sorted(cites.items()):
         if name not in defs:
             rel, line = where[0]
@@ -98,7 +124,8 @@ def main():
     if problems:
         print(f"{len(problems)} problem(s) with NOTE blocks")
         return 1
-    print(f"notes: {len(defs)} defined, {len(cites)} cited, every citation defined once")
+    print(f"notes: {len(defs)} defined, {len(cites)} cited, every citation defined once; "
+          "no source comment dates itself")
     return 0
 
 

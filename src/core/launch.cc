@@ -53,9 +53,9 @@ cudaError_t forEachKernel(const KernelSet* const* sets, int nsets, F&& f) {
 // NOTE [preload]
 // Under lazy module loading (the CUDA 12+ default) a kernel's module is loaded at its first
 // launch, and loading waits for the device to go idle. A rank whose first kernel spins waiting
-// for a peer on another stream then blocks that peer's first launch: a deadlock (seen on an
-// H200: two streams, spin/set, hangs under LAZY, fine under EAGER). Touching every kernel with
-// cudaFuncGetAttributes at communicator init loads them all up front.
+// for a peer on another stream then blocks that peer's first launch: a deadlock (two streams,
+// one spinning on a flag the other sets: it hangs under LAZY, not under EAGER). Touching every
+// kernel with cudaFuncGetAttributes at communicator init loads them all up front.
 cudaError_t preloadKernels(const KernelSet* const* sets, int nsets) {
   return forEachKernel(sets, nsets, [](const void* fn) {
     cudaFuncAttributes attr;

@@ -33,7 +33,7 @@ constexpr int kFormatVersion = 1;
 // reading whatever a wrong TPAR_TUNING_FILE points at.
 constexpr std::streamsize kMaxFileBytes = 4 << 20;
 
-// Staged pays n-1 dependent steps, each behind a flag round trip (~2-4.5 us over PCIe), so it
+// Staged pays n-1 dependent steps, each behind a flag round trip over the link, so it
 // only makes sense above the one-shot limit. At bulk sizes the time is wire time, and no
 // measurement yet shows its rotation beating two-shot there; until `tpar tune` measures the
 // machine, two-shot keeps the sizes above this one.
@@ -266,16 +266,17 @@ bool planAlgoFromName(const std::string& name, Plan* out) {
 namespace {
 
 // The launch shape of a plan whose receive regions are in host memory, where every waiting
-// warp polls across the link and those polls queue (NOTE [flag lines]). Measured with `tpar
-// tune --transport host` on an H200 with 2, 4 and 8 virtual ranks (docs/PERFORMANCE.md):
+// warp polls across the link and those polls queue (NOTE [flag lines]). Chosen from `tpar tune
+// --transport host` runs with 2, 4 and 8 ranks (the tables are in docs/PERFORMANCE.md,
+// "Host-staged transport"):
 //  * pipelined: published once in the sender's own region (pull), which beat pushing at
 //    48 KiB and up with 4 and 8 ranks and tied with 2; about one block per 8 KiB that a rank
 //    sends, at most 32 / (ranks sharing a GPU: their polling warps and fences add up there)
 //    and 8; steps of about 48 KiB per block, since each step costs two fenced hand-offs. With
-//    one rank per GPU that gives 8 blocks, not measured yet (no multi-GPU machine so far).
+//    one rank per GPU that gives 8 blocks, which only a run with one rank per GPU can confirm.
 //  * twoshot-ll: one block when 8 or more ranks share a GPU, two otherwise.
 //  * pull variants (their flags or lines are polled per block): about one block per 16 KiB of a
-//    rank's chunk (8 ranks, 12 KiB: 290 us with 32 blocks, 43 with 1).
+//    rank's chunk (with 8 ranks at 12 KiB, 32 blocks were several times slower than one).
 // Other algorithms keep the kernels' own shape.
 Plan hostShape(Plan p, uint64_t bytes, const TunerContext& ctx) {
   const uint64_t n = static_cast<uint64_t>(std::max(ctx.nranks, 1));
@@ -308,7 +309,7 @@ Plan defaultPlan(uint64_t bytes, tparDataType_t dtype, const TunerContext& ctx,
     // every flag costs a system-scope fence and a polled round trip (NOTE [flag lines]). Two
     // ranks, small messages: one-shot pull, a single round trip. Then two-shot LL, whose data
     // carries its own epoch (no fences, twice the bytes), then the pipelined two-shot. The
-    // crossovers are those measured on an H200 with 2, 4 and 8 virtual ranks.
+    // crossovers follow the tune runs of docs/PERFORMANCE.md ("Host-staged transport").
     const uint64_t n = static_cast<uint64_t>(std::max(ctx.nranks, 1));
     const uint64_t limit = one_shot_max_bytes >= 0 ? static_cast<uint64_t>(one_shot_max_bytes)
                            : n <= 2                ? kHostOneShotPullMaxBytes

@@ -1,5 +1,6 @@
-"""NOTE blocks: every one the repository cites is defined exactly once, and the checker
-(scripts/check-notes.py) catches each way of breaking that, on small made-up trees.
+"""NOTE blocks: every one the repository cites is defined exactly once, no source comment dates
+itself, and the checker (scripts/check-notes.py) catches each way of breaking that, on small
+made-up trees.
 
     python3 -m unittest discover -s tests/records -p '*_test.py'    (CTest: DocsNumbersMatchTheirRecords)
 """
@@ -85,6 +86,18 @@ class CheckerCatchesEachBreak(unittest.TestCase):
         problems, _, _ = check_notes.check(self.root)
         self.assertEqual(1, len(problems), problems)
         self.assertIn(f"NOTE [{first}x {rest}]", problems[0])
+
+    def test_a_source_comment_that_dates_itself_fails(self):
+        day = f"20{random.randint(10, 99)}-{random.randint(1, 12):02d}-{random.randint(1, 28):02d}"
+        for text in (f"// measured {day}", "// see bench/results/x.txt", "# fast on an H200 here"):
+            self.write("src/a.cc", f"int a;\n{text}\n")
+            problems, _, _ = check_notes.check(self.root)
+            self.assertEqual(1, len(problems), (text, problems))
+            self.assertIn("src/a.cc:2: says when, not why", problems[0])
+        # Docs may date things; sources outside the checked folders too.
+        self.write("src/a.cc", "int a;\n")
+        self.write("docs/PERFORMANCE.md", f"Measured {day} on an H200.\n")
+        self.assertEqual([], check_notes.check(self.root)[0])
 
 
 if __name__ == "__main__":

@@ -109,7 +109,7 @@ __device__ __forceinline__ int activeBlocks(const AllReduceArgs& a) {
 // detected (only 8-byte atomicity is relied on). Every block sends it, not block 0 alone: a
 // block that starts after a sibling already recorded a mismatch sees `failed` and sends
 // nothing, and if only block 0 sent headers, a late block 0 would leave the peer waiting for a
-// header until its timeout instead of reporting the mismatch (seen on an H200: 2 ranks in host
+// header until its timeout instead of reporting the mismatch (it happened with 2 ranks in host
 // memory, one-shot, counts 1000 and 1001). The first block to start always sends it. Every
 // block waits for the headers of all peers before it reduces; a header whose count or meta
 // differs from ours records tparInvalidUsage, and the block gives up instead of reducing
@@ -160,21 +160,20 @@ __device__ __forceinline__ bool checkHeaders(const AllReduceArgs& a, const CallC
 }
 
 // NOTE [spills]
-// Sizes: bench/results/2026-12-01-ptxas-spills-6de28b9.txt. The 8-rank variants, which run
-// every group of up to 8 ranks, spill nothing, except the pipelined kernel (FlagBox, planned
-// direction): 252-300 bytes. Its one-step path runs the roles on the whole block, beside the
-// groups of warps of the several-step path, so one kernel holds two copies of the roles; the
-// same costs the flag-line 16-rank variants 68-92 (pull) and 1044-1112 bytes (pipelined).
-// Measured harmless so far: every pipelined and two-shot pull row of the compare at 407ed05 was
-// within 1.03 of the kernel before or faster (docs/PERFORMANCE.md). The candidate fix,
-// bench/experiments/variants/spills.patch, compiles the roles once (8 ranks: 28 bytes or none);
-// it waits for a GPU run. The other 16-rank variants: LineBox schedules, 0.4-1.3 KB: a peer's
-// two lines are 8 registers and all 15 peers' loads stay in flight (120 registers), so their
-// round trips overlap; a spilled line comes back from L1 in tens of cycles, where two batches of
-// 8 peers would add a link round trip (2-4.5 us over PCIe) per vector. The rest, 8-250 bytes:
-// per-peer values of the 16-way unrolled loops, reloaded from L1 in loops whose every iteration
-// waits for a peer. __launch_bounds__(kMaxThreads, 1) lets one 512-thread block use all 128
-// registers; without it ptxas gave 16-rank LL kernels 32 and 3.5 KB of spills.
+// Where the kernels spill registers, and why that is accepted (the sizes per kernel, and the
+// timed compare that found them harmless so far, are in docs/PERFORMANCE.md, "Spills of the
+// flag-line kernels"; scripts/kernel-report.py lists them for a build). The 8-rank variants,
+// which run every group of up to 8 ranks, spill nothing, except the pipelined kernel (FlagBox,
+// planned direction): its one-step path runs the roles on the whole block, beside the groups of
+// warps of the several-step path, so one kernel holds two copies of the roles; the flag-line
+// 16-rank variants likewise. bench/experiments/variants/spills.patch compiles the roles once.
+// The other 16-rank variants, LineBox schedules: a peer's two lines are 8 registers and all 15
+// peers' loads stay in flight (120 registers), so their round trips overlap; a spilled line
+// comes back from L1 in tens of cycles, where two batches of 8 peers would add a link round
+// trip per vector. The rest: per-peer values of the 16-way unrolled loops, reloaded from L1 in
+// loops whose every iteration waits for a peer. __launch_bounds__(kMaxThreads, 1) lets one
+// 512-thread block use all 128 registers; without it ptxas gave the 16-rank LL kernels 32
+// registers and several times the spills.
 
 // The kernel of every algorithm: the call prologue, Schedule::run<T, kMax>(args, ctx) on the
 // blocks this launch uses, and the epilogue, which every block runs (NOTE [epochs and parity]:

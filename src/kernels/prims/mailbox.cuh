@@ -149,13 +149,12 @@ struct PullAreas {
 // NOTE [flag lines]
 // Flags that live in the receiver's region: for each (phase, block) the receiver owns one line
 // of 16-byte slots, one per sender, and one warp of the receiver polls that line (two-shot LL
-// rings the same slots as doorbells). Measured on an H200 with 8 virtual ranks and regions in
-// host memory (bench/experiments/host_sync.cu, bench/results/2026-11-29-h200-host-sync-*.txt):
-// an all-to-all hand-off took 2.3-2.5 us when each rank polled one such line, 11 us when each
-// rank polled one word in each of its 7 peers' regions (the flags two-shot pull used before it
-// became a FlagBox schedule), and 12 us with eight polling blocks per rank: every poll is a
-// read across the link, and reads queue behind each other. So: one polling warp per group,
-// one request per poll, and nothing but the receiver's own region polled.
+// rings the same slots as doorbells). With regions in host memory every poll is a read across
+// the link, and reads queue behind each other: an all-to-all hand-off is several times slower
+// when each rank polls a word in each peer's region, or polls from several blocks, than when
+// one warp polls one line (bench/experiments/host_sync.cu; the times are in docs/PERFORMANCE.md,
+// "Host-staged transport"). So: one polling warp per group, one request per poll, and nothing
+// but the receiver's own region polled.
 //  * A slot is {epoch, steps done, epoch, check}: the sender stores it after its data, behind a
 //    system-scope fence, once per step; the receiver accepts it when both epoch words equal the
 //    call's epoch (a torn 16-byte store is polled again; only 8-byte atomicity is relied on) and
@@ -163,12 +162,11 @@ struct PullAreas {
 //    header (datatype, op, algorithm, count) and the plan's blocks, steps and direction: a peer
 //    that disagrees is reported as tparInvalidUsage instead of read. The slots carry the call
 //    header this way, so these schedules send no separate one (NOTE [call header]).
-//  * The receiver's acquire is a 4-byte ld.acquire.sys of the slot once its poll saw it. A
-//    fence.acq_rel.sys there instead added about 2 us to each hand-off (same experiment: 3.9 us
-//    with the sender's fence alone, 6.0 with a reader fence too, 4.0 with the acquire load).
-//  * Each fenced hand-off is expensive: on the H200 with virtual ranks every further step of
-//    the pipelined kernel (two fenced hand-offs per rank) cost 4.4-4.6 us with 2 ranks, 6.4-7.3
-//    with 4 and 11.5-12.8 with 8, which is why plans use few steps.
+//  * The receiver's acquire is a 4-byte ld.acquire.sys of the slot once its poll saw it: a
+//    fence.acq_rel.sys there instead costs about as much again as the hand-off itself, the
+//    acquire load next to nothing (same experiment, same section).
+//  * Each fenced hand-off is expensive, and more so the more ranks share a GPU: every further
+//    step of the pipelined kernel costs two of them per rank, which is why plans use few steps.
 //  * Slots sit in the pull area of the call's parity, which starts at epoch_start - 2 in every
 //    word (NOTE [pull protocol]); a slot of parity p is rewritten in epoch e+2 only after every
 //    peer finished epoch e (NOTE [epochs and parity]). Steps only grow within an epoch, so a

@@ -378,7 +378,7 @@ std::string ModelPass::capture(PassKind kind, Backend* ar) {
     }
     cudaError_t e = cudaSetDevice(rk.dev);
     // Relaxed: every rank's stream of this thread captures at once, and the enqueue switches the
-    // current device between them (thread-local mode refused that in tpar bench on an H200).
+    // current device between them (thread-local mode refused that in tpar bench).
     if (e == cudaSuccess) e = cudaStreamBeginCapture(rk.stream, cudaStreamCaptureModeRelaxed);
     if (e != cudaSuccess) err = std::string("cudaStreamBeginCapture: ") + cudaGetErrorString(e);
     capturing[r] = e == cudaSuccess;
