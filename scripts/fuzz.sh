@@ -97,7 +97,7 @@ declare -A sources=(
   [fuzz_env]="src/core/env.cc src/core/error.cc"
   # tuner.cc reads TPAR_TUNING_FILE through processEnv, hence env.cc; algorithm names come from
   # the registry, whose kernel sets are empty in this build (kernel_sets_stub.cc).
-  [fuzz_tuning]="src/tuner/tuner.cc src/tuner/select.cc src/core/env.cc src/core/error.cc
+  [fuzz_tuning]="src/tuner/tuner.cc src/core/env.cc src/core/error.cc
                  src/core/algorithms.cc src/core/user_file.cc tests/fuzz/kernel_sets_stub.cc"
   # topology_live.cc (CUDA devices, NVML) is left out: the XML reader does not call it.
   # log.cc and env.cc: the reader warns once when the crash guard's helper is missing.

@@ -15,7 +15,6 @@
 #include "core/env.h"
 #include "core/error.h"
 #include "core/log.h"
-#include "tuner/select.h"
 
 using namespace tpar;
 

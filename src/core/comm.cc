@@ -18,7 +18,6 @@
 #include "core/env.h"
 #include "core/error.h"
 #include "core/log.h"
-#include "tuner/select.h"
 #include "tuner/tuner.h"
 
 namespace tpar {

@@ -21,7 +21,6 @@
 #include "core/error.h"
 #include "core/user_file.h"
 #include "topology/topology.h"
-#include "tuner/select.h"
 
 namespace tpar {
 namespace {
@@ -299,6 +298,12 @@ Plan hostShape(Plan p, uint64_t bytes, const TunerContext& ctx) {
 }
 
 }  // namespace
+
+uint64_t defaultOneShotMaxBytes(int nranks) {
+  if (nranks <= 2) return 256u << 10;
+  if (nranks <= 4) return 64u << 10;
+  return 32u << 10;
+}
 
 Plan defaultPlan(uint64_t bytes, tparDataType_t dtype, const TunerContext& ctx,
                  int64_t one_shot_max_bytes) {

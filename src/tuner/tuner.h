@@ -70,6 +70,12 @@ struct TuningTable {
   std::string source;                // file it came from (not stored in the file)
 };
 
+// The largest message (bytes) for which the built-in plan picks one-shot on receive regions in
+// GPU memory, when nothing overrides it. One-shot sends (n-1)x the message per rank in one
+// crossing, two-shot 2(n-1)/n x in two, so the crossover moves down as n grows (the measured
+// values are in docs/PERFORMANCE.md and docs/TUNING.md).
+uint64_t defaultOneShotMaxBytes(int nranks);
+
 // The built-in choice for this context (no table).
 Plan defaultPlan(uint64_t bytes, tparDataType_t dtype, const TunerContext& ctx,
                  int64_t one_shot_max_bytes);

@@ -11,7 +11,6 @@
 #include <gtest/gtest.h>
 
 #include "topology/topology.h"
-#include "tuner/select.h"
 #include "tuner/tuner.h"
 
 namespace tpar {

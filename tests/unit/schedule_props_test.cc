@@ -7,7 +7,7 @@
 #include <gtest/gtest.h>
 
 #include "kernels/prims/schedule.h"
-#include "tuner/schedule.h"
+#include "unit/schedule_model.h"
 
 namespace tpar {
 namespace {

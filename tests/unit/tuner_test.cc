@@ -25,7 +25,6 @@
 #include "core/nccl_route.h"
 #include "tools/tpar/tune/tune.h"
 #include "topology/topology.h"
-#include "tuner/select.h"
 #include "tuner/tuner.h"
 
 namespace tpar {
@@ -114,9 +113,10 @@ TEST(TunerDefaults, OneShotLimitOverrideMovesTheThreshold) {
   EXPECT_EQ(Algo::kTwoShot, pick(1 * kK, ctx, 0));
   EXPECT_EQ(Algo::kOneShot, pick(1 * kM, ctx, 1 * kM));
   EXPECT_EQ(Algo::kTwoShot, pick(1 * kM + 1, ctx, 1 * kM));
-  // Agrees with the old threshold function where both apply.
-  for (uint64_t b : {1 * kK, 32 * kK, 33 * kK, 8 * kM})
-    EXPECT_EQ(selectAlgo(b, 8, tparAlgoAuto, -1), pick(b, ctx)) << b;
+  // Without an override the threshold is defaultOneShotMaxBytes, on either side of it.
+  const uint64_t t = defaultOneShotMaxBytes(8);
+  EXPECT_EQ(Algo::kOneShot, pick(t, ctx));
+  EXPECT_EQ(Algo::kTwoShot, pick(t + 1, ctx));
 }
 
 TEST(TunerSelect, ForcedAlgorithmsWinOverTableAndDefaults) {

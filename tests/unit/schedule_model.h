@@ -2,9 +2,10 @@
 // their properties can be checked on the CPU: every element reduced exactly once, one inbound
 // and one outbound peer per rank and step (staged), and the bytes that cross between islands
 // (hierarchical). They are built from the kernels' own formulas (src/kernels/prims/schedule.h),
-// which tests/unit/schedule_props_test.cc also checks directly.
-#ifndef TPAR_TUNER_SCHEDULE_H_
-#define TPAR_TUNER_SCHEDULE_H_
+// which tests/unit/schedule_props_test.cc also checks directly. A model for the tests only: the
+// library does not ship it.
+#ifndef TPAR_TESTS_UNIT_SCHEDULE_MODEL_H_
+#define TPAR_TESTS_UNIT_SCHEDULE_MODEL_H_
 
 #include <cstdint>
 #include <vector>
@@ -41,4 +42,4 @@ uint64_t twoShotCrossBytesPerRank(uint64_t bytes, int k, int m);
 
 }  // namespace tpar
 
-#endif  // TPAR_TUNER_SCHEDULE_H_
+#endif  // TPAR_TESTS_UNIT_SCHEDULE_MODEL_H_

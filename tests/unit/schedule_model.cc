@@ -1,4 +1,4 @@
-#include "tuner/schedule.h"
+#include "unit/schedule_model.h"
 
 #include "kernels/prims/schedule.h"
 
