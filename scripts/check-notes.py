@@ -36,14 +36,25 @@ SUFFIXES = (".h", ".hpp", ".cc", ".cpp", ".cu", ".cuh", ".c", ".py", ".sh", ".cm
             ".txt", ".def", ".map", ".toml", ".in")
 
 
-def tracked_files(root):
+def is_checkout(root):
+    """Whether `root` is the top of a git checkout (not a tree inside another one)."""
     try:
+        top = subprocess.run(["git", "-C", root, "rev-parse", "--show-toplevel"], check=True,
+                             capture_output=True, text=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return False
+    return os.path.realpath(top) == os.path.realpath(root)
+
+
+def tracked_files(root):
+    if is_checkout(root):
         out = subprocess.run(["git", "-C", root, "ls-files"], check=True, capture_output=True,
                              text=True).stdout.split("\n")
         files = [f for f in out if f]
-    except (OSError, subprocess.CalledProcessError):
+    else:  # an exported tree: every file, build folders and hidden ones left out
         files = []
-        for d, _, names in os.walk(root):
+        for d, dirs, names in os.walk(root):
+            dirs[:] = [x for x in dirs if not x.startswith((".", "build"))]
             for n in names:
                 files.append(os.path.relpath(os.path.join(d, n), root))
     return sorted(f for f in files if f.endswith(SUFFIXES) and not f.startswith(SKIP_DIRS)
