@@ -24,7 +24,6 @@
 #include <gtest/gtest.h>
 
 #include "arg_format.h"
-#include "common/child_process.h"
 #include "common/fifo_dir.h"
 #include "core/nccl_route.h"
 #include "shim_test_util.h"
@@ -561,16 +560,6 @@ TEST(ShimLoading, RefusesAFifoAsTheRealNcclWithoutBlocking) {
   expectChildPasses("RefusesAFifoAsTheRealNccl", {"TPAR_NCCL_LIBRARY=" + d.fifo()});
 }
 
-// The exit status of a ShimChild test that is expected to stop the process.
-int childStatus(const std::string& name, std::vector<std::string> env, std::string* out) {
-  char exe[4096];
-  const ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
-  if (n <= 0) return -3;
-  exe[n] = '\0';
-  env.push_back("TPAR_SHIM_TEST_CHILD=1");
-  return tpar_test::runChild({exe, "--gtest_filter=ShimChild." + name}, env, 120, out);
-}
-
 constexpr const char* kUnknownLine =
     "tpar: fatal: libtpar_nccl.so forwards to NCCL [0-9.]+ at [^\n]*standin-newer/libnccl\\.so"
     "\\.2[^\n]*, which exports 1 function\\(s\\) this libtpar_nccl.so does not: "
@@ -578,10 +567,11 @@ constexpr const char* kUnknownLine =
 
 TEST(ShimLoading, AnNcclWithFunctionsTheShimLacksStopsTheProcessAtTheFirstCall) {
   std::string out;
-  EXPECT_EQ(128 + SIGABRT, childStatus("CallsAnNcclWithUnknownFunctions",
-                                       {std::string("TPAR_NCCL_LIBRARY=") + TPAR_STANDIN_NEWER_LIBRARY,
-                                        "TPAR_SHIM_ALLOW_UNKNOWN_NCCL=0", "TPAR_DEBUG=none"},
-                                       &out))
+  EXPECT_EQ(128 + SIGABRT,
+            runChildTestStatus("CallsAnNcclWithUnknownFunctions",
+                               {std::string("TPAR_NCCL_LIBRARY=") + TPAR_STANDIN_NEWER_LIBRARY,
+                                "TPAR_SHIM_ALLOW_UNKNOWN_NCCL=0", "TPAR_DEBUG=none"},
+                               &out))
       << out;
   EXPECT_EQ(1, countLines(out, kUnknownLine)) << "said whatever TPAR_DEBUG says\n" << out;
   EXPECT_EQ(std::string::npos, out.find("ncclStandinInternalOnly"))
@@ -603,8 +593,8 @@ TEST(ShimLoading, AnNcclWithFunctionsTheShimLacksStopsTheProcessWhenTheShimLoads
   const std::string newer = fs::path(TPAR_STANDIN_NEWER_LIBRARY).parent_path().string();
   std::string out;
   EXPECT_EQ(128 + SIGABRT,
-            childStatus("LoadsTheShimAfterAnNccl",
-                        {"TPAR_NCCL_LIBRARY=", "TPAR_SHIM_TEST_DIR=" + newer}, &out))
+            runChildTestStatus("LoadsTheShimAfterAnNccl",
+                               {"TPAR_NCCL_LIBRARY=", "TPAR_SHIM_TEST_DIR=" + newer}, &out))
       << out;
   EXPECT_EQ(1, countLines(out, kUnknownLine)) << out;
   EXPECT_NE(std::string::npos, out.find("child: NCCL loaded")) << out;

@@ -33,19 +33,23 @@ std::vector<std::string> Standin::lines() {
   return out;
 }
 
-int runChildTest(const std::string& name, const std::vector<std::string>& env,
-                 std::string* output) {
+int runChildTestStatus(const std::string& name, const std::vector<std::string>& env,
+                       std::string* output) {
   char exe[4096];
   const ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
   if (n <= 0) {
     *output = "cannot find this test binary";
-    return 1;
+    return -2;  // as ChildProcess::wait for a child that never started
   }
   exe[n] = '\0';
   std::vector<std::string> all = env;
   all.push_back("TPAR_SHIM_TEST_CHILD=1");
-  const int rc = tpar_test::runChild({exe, "--gtest_filter=ShimChild." + name}, all, 120, output);
-  if (rc != 0) return 1;
+  return tpar_test::runChild({exe, "--gtest_filter=ShimChild." + name}, all, 120, output);
+}
+
+int runChildTest(const std::string& name, const std::vector<std::string>& env,
+                 std::string* output) {
+  if (runChildTestStatus(name, env, output) != 0) return 1;
   if (output->find("[  SKIPPED ] 1 test") != std::string::npos) return 2;
   // A child that ran nothing (a misspelt name) exits 0 too.
   return output->find("[  PASSED  ] 1 test") != std::string::npos ? 0 : 1;

@@ -36,7 +36,13 @@ class Standin {
 };
 
 // Runs this test binary's ShimChild.<name> in a child process with `env` (NAME=value) added,
-// and returns its exit status; its output goes to *output. The child's failures print there.
+// and returns tpar_test::ChildProcess::wait's status (128 + a signal that ended it); its output
+// goes to *output. For a child that is expected to stop the process.
+int runChildTestStatus(const std::string& name, const std::vector<std::string>& env,
+                       std::string* output);
+
+// The same, as a verdict: 0 when the child's test passed, 2 when it skipped, 1 otherwise. The
+// child's failures print in *output.
 int runChildTest(const std::string& name, const std::vector<std::string>& env,
                  std::string* output);
 
