@@ -2,13 +2,15 @@
 """Checks the records rule of docs/RECORDS.md over README.md and docs/*.md: every number that
 reports a measurement sits in a fenced block that cites the files under bench/results/ holding
 it, and matches a number there within the rounding it is printed with; the state table of
-docs/STATUS.md agrees with the summary files it cites.
+docs/STATUS.md agrees with the summary files it cites; bench/results/ keeps its raw logs in one
+archive per run (a log is cited as bench/results/RUN.tgz:MEMBER), and the JSON records name
+only logs that are there.
 
     scripts/check-records.py [--root DIR] [FILE...]    (default: README.md docs/*.md)
 
-Prints one line per problem ("FILE:LINE: what") and exits 1 when there is any. The rules, the
-fences and the allow-list are documented in docs/RECORDS.md; the unit tests are
-tests/records/records_test.py."""
+Prints one line per problem ("FILE:LINE: what") and exits 1 when there is any; prints nothing
+when there is none. The rules, the fences and the allow-list are documented in
+docs/RECORDS.md; the unit tests are tests/records/records_test.py."""
 import argparse
 import bisect
 import fnmatch
@@ -45,6 +47,9 @@ COUNT_M_RUNS = re.compile(r"^\s+M\s+runs\b")
 STEP = re.compile(r"`([a-z][a-z0-9-]*)`")
 SUMMARY_NAME = re.compile(r"^(\d{4}-\d{2}-\d{2})-([a-z0-9]+)-summary-([0-9a-f]{7,40})\.json$")
 SUMMARY_MENTION = re.compile(r"\d{4}-\d{2}-\d{2}-[a-z0-9]+-summary-[0-9a-f]+\.json")
+# A member of an archive: "bench/results/RUN.tgz:MEMBER" (docs/RECORDS.md, "Layout").
+ARCHIVE_MEMBER = re.compile(r"^(?P<archive>.+?\.(?:tgz|tar\.gz)):(?P<member>.+)$")
+RAW_LOG = (".log", ".txt")
 RECORD_NAME = re.compile(r"^\d{4}-\d{2}-\d{2}-([a-z0-9]+)-.*?(?:-((?=[0-9a-f]*\d)[0-9a-f]{7,40})(?=-|$).*)?$")
 MENTION = re.compile(r"(?:\.\.\.-|\d{4}-\d{2}-\d{2}-)[\w.{},*-]+")
 STATUSES = ("passed", "failed", "skipped", "not run")
@@ -225,24 +230,85 @@ def numbers_of_file(name, data):
     return out
 
 
+def split_member(rel):
+    """("bench/results/RUN.tgz", "MEMBER") for an archive member, (rel, None) for a file."""
+    m = ARCHIVE_MEMBER.match(rel)
+    return (m.group("archive"), m.group("member")) if m else (rel, None)
+
+
+def member_key(name):
+    """A member's name as cited: without a leading "./"."""
+    while name.startswith("./"):
+        name = name[2:]
+    return name
+
+
 class Records:
-    """The numbers of the files under bench/results, read once each."""
+    """The numbers of the files under bench/results, read once each; a citation is a file
+    (every member of an archive counts) or one member of an archive ("RUN.tgz:MEMBER")."""
 
     def __init__(self, root):
         self.root = root
         self.cache = {}
+        self.archives = {}  # archive rel -> {member name: bytes}
+
+    def members(self, archive):
+        """{name: data} of the regular files of an archive (names without a leading "./")."""
+        if archive not in self.archives:
+            out = {}
+            with tarfile.open(os.path.join(self.root, archive)) as t:
+                for member in t.getmembers():
+                    if member.isfile():
+                        out[member_key(member.name)] = t.extractfile(member).read()
+            self.archives[archive] = out
+        return self.archives[archive]
+
+    def missing(self, rel):
+        """Why a citation does not resolve (a sentence naming what is missing), or None."""
+        archive, member = split_member(rel)
+        if not rel.startswith("bench/results/"):
+            return f"{rel} is not under bench/results/"
+        if not os.path.isfile(os.path.join(self.root, archive)):
+            if member is None:
+                holder = self.holder(os.path.basename(rel))
+                if holder:
+                    return (f"{rel} does not exist: it is a member of {holder}; cite it as "
+                            f"{holder}:{os.path.basename(rel)}")
+            return f"{archive} does not exist"
+        if member is not None:
+            if not archive.endswith((".tgz", ".tar.gz")):
+                return f"{archive} is not an archive (.tgz): it has no member {member}"
+            try:
+                names = self.members(archive)
+            except (OSError, tarfile.TarError) as e:
+                return f"cannot read {archive}: {e}"
+            if member_key(member) not in names:
+                return f"{archive} holds no member {member}"
+        return None
+
+    def holder(self, name):
+        """The archive of bench/results holding a member `name`, if any."""
+        for path in sorted(glob.glob(os.path.join(self.root, "bench", "results", "*.tgz"))):
+            archive = os.path.relpath(path, self.root).replace(os.sep, "/")
+            try:
+                if name in self.members(archive):
+                    return archive
+            except (OSError, tarfile.TarError):
+                continue
+        return None
 
     def numbers(self, rel):
         if rel not in self.cache:
-            path = os.path.join(self.root, rel)
+            archive, member = split_member(rel)
             nums = []
-            if rel.endswith((".tgz", ".tar.gz")):
-                with tarfile.open(path) as t:
-                    for member in t.getmembers():
-                        if member.isfile() and member.name.endswith((".json", ".txt", ".log")):
-                            nums += numbers_of_file(member.name, t.extractfile(member).read())
+            if member is not None:
+                nums = numbers_of_file(member, self.members(archive)[member_key(member)])
+            elif rel.endswith((".tgz", ".tar.gz")):
+                for name, data in sorted(self.members(rel).items()):
+                    if name.endswith((".json",) + RAW_LOG):
+                        nums += numbers_of_file(name, data)
             else:
-                with open(path, "rb") as f:
+                with open(os.path.join(self.root, rel), "rb") as f:
                     nums = numbers_of_file(rel, f.read())
             self.cache[rel] = sorted(nums)
         return self.cache[rel]
@@ -286,26 +352,37 @@ def expand_braces(pattern):
 
 def mentions_file(text, rel):
     """A cited file is named in the text: by its name, its name without the extension, or a
-    pattern of them ("...-python-*-3a878cf.json", "bench-host-72dde56.{json,txt}")."""
-    base = os.path.basename(rel)
-    stem = re.sub(r"\.(json|txt|log|png|tgz|tar\.gz)$", "", base)
+    pattern of them ("...-python-*-3a878cf.json", "bench-host-72dde56.{json,txt}"). A cited
+    member of an archive is named by its own name or by the archive's ("RUN.tgz:MEMBER" names
+    both)."""
+    archive, member = split_member(rel)
+    names = [os.path.basename(archive)] + ([os.path.basename(member)] if member else [])
+    names += [re.sub(r"\.(json|txt|log|png|tgz|tar\.gz)$", "", n) for n in names]
     for m in MENTION.finditer(text):
         raw = m.group(0).rstrip(".,;:)`")
         for pattern in expand_braces(raw):
             pattern = "*" + pattern[3:] if pattern.startswith("...") else pattern
-            if fnmatch.fnmatchcase(base, pattern) or fnmatch.fnmatchcase(stem, pattern):
+            if any(fnmatch.fnmatchcase(n, pattern) for n in names):
                 return True
     return False
+
+
+def cited_name(rel):
+    """How a problem names a cited file: "RUN.tgz:MEMBER" for a member, else the file name."""
+    archive, member = split_member(rel)
+    return os.path.basename(archive) + (f":{member}" if member else "")
 
 
 def check_provenance(path, block, files, problems):
     text = block.text()
     for rel in files:
-        base = os.path.basename(rel)
+        base = cited_name(rel)
         where = f"{path}:{block.first}"
         if not mentions_file(text, rel):
             problems.append(f"{where}: the text of the block does not name {base}")
-        m = RECORD_NAME.match(re.sub(r"\.(json|txt|log|png|tgz|tar\.gz)$", "", base))
+        # The date, machine and commit of a member are those of its archive: the run's name.
+        run = os.path.basename(split_member(rel)[0])
+        m = RECORD_NAME.match(re.sub(r"\.(json|txt|log|png|tgz|tar\.gz)$", "", run))
         machine = m.group(1) if m else ""
         if not (m and m.group(2)) and not re.search(r"commits? (?:[0-9a-f]{7,40}|not recorded)", text):
             problems.append(f"{where}: {base} has no commit in its name: the text must say "
@@ -325,11 +402,9 @@ def check_record_block(path, block, records, problems):
         return
     pool = []
     for rel in files:
-        if not rel.startswith("bench/results/"):
-            problems.append(f"{path}:{block.first}: {rel} is not under bench/results/")
-            continue
-        if not os.path.isfile(os.path.join(records.root, rel)):
-            problems.append(f"{path}:{block.first}: {rel} does not exist")
+        why = records.missing(rel)
+        if why:
+            problems.append(f"{path}:{block.first}: {why}")
             continue
         try:
             pool += records.numbers(rel)
@@ -344,7 +419,7 @@ def check_record_block(path, block, records, problems):
         for t in tokens:
             if not matches(t, pool, numbers):
                 problems.append(f"{path}:{lineno}: {t.text}{'%' if t.kind == 'percent' else ''} "
-                                f"is in none of {', '.join(os.path.basename(f) for f in files)}")
+                                f"is in none of {', '.join(cited_name(f) for f in files)}")
 
 
 # ---- allow-list -----------------------------------------------------------------------------
@@ -357,7 +432,9 @@ def allow_list(root, problems):
     if not os.path.exists(path):
         return out
     section = False
-    for lineno, line in enumerate(open(path, encoding="utf-8"), 1):
+    with open(path, encoding="utf-8") as f:
+        lines = f.read().split("\n")
+    for lineno, line in enumerate(lines, 1):
         if line.startswith("## "):
             section = line.strip() == "## Allowed constants"
             continue
@@ -387,7 +464,7 @@ def load_summary(root, name, problems, where):
         return None
 
 
-def check_summary_file(root, rel, problems):
+def check_summary_file(root, rel, problems, records=None):
     """The format of docs/RECORDS.md ("Summary files") for one committed summary."""
     name = os.path.basename(rel)
     m = SUMMARY_NAME.match(name)
@@ -430,9 +507,67 @@ def check_summary_file(root, rel, problems):
         if step.get("failed") and step.get("status") != "failed":
             problems.append(f"{at}: {step.get('failed')} failures but status '{step.get('status')}'")
         for r in step.get("records", []) if isinstance(step.get("records"), list) else []:
-            if not isinstance(r, str) or not r.startswith("bench/results/") or \
-                    not os.path.isfile(os.path.join(root, r)):
-                problems.append(f"{at}: record {r} is not a file under bench/results/")
+            why = (records or Records(root)).missing(r) if isinstance(r, str) else "not a path"
+            if why:
+                problems.append(f"{at}: record {r} is not a file under bench/results/ ({why})")
+            elif is_raw_log(split_member(r)[0]):
+                problems.append(f"{at}: record {r} is a raw log outside an archive: name it as "
+                                "bench/results/RUN.tgz:MEMBER")
+
+
+# ---- the layout of bench/results --------------------------------------------------------------
+
+
+def is_raw_log(rel):
+    return rel.endswith(RAW_LOG)
+
+
+def check_layout(root, records, problems):
+    """Raw logs live in archives, one per run; JSON records stay plain files and name a log as
+    an archive member ("RUN.tgz:MEMBER", or "bench/results/RUN.tgz:MEMBER"), which must exist."""
+    results = os.path.join(root, "bench", "results")
+    for path in sorted(glob.glob(os.path.join(results, "*"))):
+        name = os.path.basename(path)
+        if os.path.isfile(path) and is_raw_log(name):
+            run = re.sub(r"\.(log|txt)$", "", name)
+            problems.append(f"bench/results/{name}: a raw log outside an archive: pack it into "
+                            f"its run's (scripts/pack-logs.sh --rm {run} bench/results/{name})")
+    for path in sorted(glob.glob(os.path.join(results, "*.json"))):
+        rel = os.path.relpath(path, root).replace(os.sep, "/")
+        try:
+            with open(path, encoding="utf-8") as f:
+                data = json.load(f)
+        except ValueError as e:
+            problems.append(f"{rel}: {e}")
+            continue
+        summary = bool(SUMMARY_NAME.match(os.path.basename(path)))
+        for where, value in json_strings(data, ""):
+            if summary and re.match(r"^\.steps\[\d+\]\.records\[", where):
+                continue  # check_summary_file checks these
+            named = value if value.startswith("bench/results/") else "bench/results/" + value
+            archive, member = split_member(named)
+            if member is None and not (is_raw_log(value) and re.fullmatch(r"[\w./-]+", value)
+                                       and RECORD_NAME.match(os.path.basename(value))):
+                continue  # not a file name (a command, a sentence), or not a raw log
+            if member is None:
+                problems.append(f"{rel}: {where[1:]} names {value}, a raw log outside an "
+                                "archive: name it as RUN.tgz:MEMBER")
+                continue
+            why = records.missing(named)
+            if why:
+                problems.append(f"{rel}: {where[1:]} names {value}, which is missing: {why}")
+
+
+def json_strings(value, where):
+    """(path, string) of every string of a JSON value ("" the root, ".a[2].b" below it)."""
+    if isinstance(value, str):
+        yield where, value
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            yield from json_strings(v, f"{where}.{k}")
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            yield from json_strings(v, f"{where}[{i}]")
 
 
 def number_word(n):
@@ -568,7 +703,8 @@ def check(root, pages=None):
     for rel in pages:
         check_page(root, rel, records, allowed, problems)
     for rel in sorted(glob.glob(os.path.join(root, "bench", "results", "*-summary-*.json"))):
-        check_summary_file(root, os.path.relpath(rel, root), problems)
+        check_summary_file(root, os.path.relpath(rel, root), problems, records)
+    check_layout(root, records, problems)
     for page in allowed:
         if every_page and page not in pages:
             problems.append(f"docs/RECORDS.md: the allow-list names {page}, which is not checked")
@@ -589,7 +725,6 @@ def main():
     if problems:
         print(f"{len(problems)} problems (docs/RECORDS.md says what the rule is)")
         return 1
-    print("records: every measured number of the pages is in its record")
     return 0
 
 

@@ -4,10 +4,12 @@
     python3 -m unittest discover -s tests/records -p '*_test.py'    (CTest: DocsNumbersMatchTheirRecords)
 """
 import importlib.util
+import io
 import json
 import os
 import random
 import shutil
+import tarfile
 import tempfile
 import textwrap
 import unittest
@@ -18,6 +20,16 @@ _spec = importlib.util.spec_from_file_location(
     "check_records", os.path.join(ROOT, "scripts", "check-records.py"))
 check_records = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(check_records)
+
+
+def write_archive(path, members):
+    """A .tgz at `path` holding {name: text} as regular files."""
+    with tarfile.open(path, "w:gz") as t:
+        for name, text in members.items():
+            data = text.encode()
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            t.addfile(info, io.BytesIO(data))
 
 
 class RepositoryFollowsTheRule(unittest.TestCase):
@@ -48,6 +60,9 @@ class Checker(unittest.TestCase):
     def record(self, name, text):
         with open(os.path.join(self.root, "bench", "results", name), "w") as f:
             f.write(text)
+
+    def archive(self, name, members):
+        write_archive(os.path.join(self.root, "bench", "results", name), members)
 
     def page(self, text, name="docs/PAGE.md"):
         with open(os.path.join(self.root, name), "w") as f:
@@ -109,9 +124,11 @@ class Checker(unittest.TestCase):
             "<!-- record: bench/results/2026-01-02-h200-bench-abc1234.json -->\n"
             f"One H200 (`...-bench-{{abc1234,def5678}}.json`): {self.time:.2f} us.\n"
             "<!-- /record -->\n"))
-        self.record("2026-01-02-h200-host-sync.txt", "persist_us 2.27\n")
-        problems = self.page("<!-- record: bench/results/2026-01-02-h200-host-sync.txt -->\n"
-                             "One H200 (`2026-01-02-h200-host-sync.txt`): 2.27 us.\n<!-- /record -->\n")
+        self.archive("2026-01-02-h200-host-sync.tgz", {"2026-01-02-h200-host-sync.txt": "persist_us 2.27\n"})
+        problems = self.page("<!-- record: bench/results/2026-01-02-h200-host-sync.tgz:"
+                             "2026-01-02-h200-host-sync.txt -->\nOne H200 "
+                             "(`2026-01-02-h200-host-sync.tgz:2026-01-02-h200-host-sync.txt`): 2.27 us.\n"
+                             "<!-- /record -->\n")
         self.assertProblem(problems, "has no commit in its name")
 
     def test_missing_files_unclosed_and_nested_fences_fail(self):
@@ -128,31 +145,101 @@ class Checker(unittest.TestCase):
                                        "<!-- /no-record -->\n"))
 
     def test_a_tgz_record_is_read_member_by_member(self):
-        import io
-        import tarfile
-        path = os.path.join(self.root, "bench", "results", "2026-01-02-h200-runs-abc1234.tgz")
-        with tarfile.open(path, "w:gz") as t:
-            data = json.dumps({"us": 7.125}).encode()
-            info = tarfile.TarInfo("runs/a.json")
-            info.size = len(data)
-            t.addfile(info, io.BytesIO(data))
+        self.archive("2026-01-02-h200-runs-abc1234.tgz", {"runs/a.json": json.dumps({"us": 7.125})})
         self.assertEqual([], self.fenced("7.13 us (`2026-01-02-h200-runs-abc1234.tgz`)",
                                          files="bench/results/2026-01-02-h200-bench-abc1234.json, "
                                                "bench/results/2026-01-02-h200-runs-abc1234.tgz"))
+
+    # ---- raw logs in one archive per run, cited as RUN.tgz:MEMBER ----
+
+    RUN = "2026-01-02-h200-gpu-tests-abc1234"
+
+    def logs(self):
+        """The run's archive: two logs with numbers of their own."""
+        self.archive(f"{self.RUN}.tgz", {f"{self.RUN}.log": f"persist_us {self.time}\n",
+                                         f"{self.RUN}-rest.log": f"floor_us {self.floor}\n"})
+
+    def member_page(self, body, member=None, named=None):
+        member = member or f"{self.RUN}.log"
+        named = named if named is not None else f"{self.RUN}.tgz:{member}"
+        return self.page(f"<!-- record: bench/results/{self.RUN}.tgz:{member} -->\n"
+                         f"One H200, commit abc1234 (`{named}`):\n{body}\n<!-- /record -->\n")
+
+    def test_a_fence_citing_a_member_of_an_archive_passes_on_its_numbers(self):
+        self.logs()
+        self.assertEqual([], self.member_page(f"it took {self.time:.2f} us"))
+        # The member's numbers only: the other log of the same archive does not count.
+        problems = self.member_page(f"it took {self.floor:.3f} us")
+        self.assertProblem(problems, f"{self.floor:.3f} is in none of {self.RUN}.tgz:{self.RUN}.log")
+        # A member under "./" (an archive made with `tar -C DIR .`) is cited without it.
+        self.archive("2026-01-02-h200-dot-abc1234.tgz", {"./a.log": f"{self.time}\n"})
+        self.assertEqual([], self.page(
+            "<!-- record: bench/results/2026-01-02-h200-dot-abc1234.tgz:a.log -->\n"
+            f"One H200 (`2026-01-02-h200-dot-abc1234.tgz:a.log`): {self.time:.2f} us.\n"
+            "<!-- /record -->\n"))
+
+    def test_a_fence_citing_a_missing_member_or_archive_fails_naming_it(self):
+        self.logs()
+        problems = self.member_page(f"it took {self.time:.2f} us", member=f"{self.RUN}-none.log")
+        self.assertProblem(problems, f"bench/results/{self.RUN}.tgz holds no member {self.RUN}-none.log")
+        problems = self.page("<!-- record: bench/results/2026-01-02-h200-none-abc1234.tgz:x.log -->\n"
+                             "One H200 (`2026-01-02-h200-none-abc1234.tgz:x.log`).\n<!-- /record -->\n")
+        self.assertProblem(problems, "bench/results/2026-01-02-h200-none-abc1234.tgz does not exist")
+        # A log cited by its own name, now in its run's archive: the problem says where it is.
+        problems = self.page(f"<!-- record: bench/results/{self.RUN}.log -->\n"
+                             f"One H200 (`{self.RUN}.log`): {self.time:.2f} us.\n<!-- /record -->\n")
+        self.assertProblem(problems, f"bench/results/{self.RUN}.log does not exist: it is a member of "
+                                     f"bench/results/{self.RUN}.tgz; cite it as "
+                                     f"bench/results/{self.RUN}.tgz:{self.RUN}.log")
+
+    def test_the_text_names_a_member_or_its_archive(self):
+        self.logs()
+        self.assertEqual([], self.member_page(f"{self.time:.2f} us", named=f"{self.RUN}.log"))
+        self.assertEqual([], self.member_page(f"{self.time:.2f} us", named=f"{self.RUN}.tgz"))
+        self.assertProblem(self.member_page(f"{self.time:.2f} us", named="the log"),
+                           f"does not name {self.RUN}.tgz:{self.RUN}.log")
+
+    def test_a_raw_log_outside_an_archive_fails(self):
+        self.record(f"{self.RUN}.log", f"persist_us {self.time}\n")
+        self.record("2026-01-02-h200-notes.txt", "text\n")
+        problems = self.page("Nothing here.\n")
+        self.assertProblem(problems, f"bench/results/{self.RUN}.log: a raw log outside an archive")
+        self.assertProblem(problems, "bench/results/2026-01-02-h200-notes.txt: a raw log outside")
+        os.remove(os.path.join(self.root, "bench", "results", f"{self.RUN}.log"))
+        os.remove(os.path.join(self.root, "bench", "results", "2026-01-02-h200-notes.txt"))
+        self.logs()
+        self.assertEqual([], self.page("Nothing here.\n"))
+
+    def test_json_records_name_logs_as_archive_members(self):
+        self.logs()
+        self.record("2026-01-02-h200-verify-abc1234.json",
+                    json.dumps({"bench_output": f"{self.RUN}.tgz:{self.RUN}-rest.log",
+                                "command": "tpar bench > out.log"}))
+        self.assertEqual([], self.page("Nothing here.\n"))
+        self.record("2026-01-02-h200-verify-abc1234.json",
+                    json.dumps({"bench_output": f"{self.RUN}.tgz:{self.RUN}-gone.log",
+                                "old": f"bench/results/{self.RUN}.log"}))
+        problems = self.page("Nothing here.\n")
+        self.assertProblem(problems, f"bench_output names {self.RUN}.tgz:{self.RUN}-gone.log, which is "
+                                     f"missing: bench/results/{self.RUN}.tgz holds no member "
+                                     f"{self.RUN}-gone.log")
+        self.assertProblem(problems, f"old names bench/results/{self.RUN}.log, a raw log outside an "
+                                     "archive")
 
 
 class StateTable(unittest.TestCase):
     def setUp(self):
         self.root = tempfile.mkdtemp(prefix="tpar-state-")
         os.makedirs(os.path.join(self.root, "bench", "results"))
-        with open(os.path.join(self.root, "bench", "results", "2026-01-02-h200-gpu-tests-abc1234.log"), "w") as f:
-            f.write("[  PASSED  ] 290 tests.\n")
+        write_archive(os.path.join(self.root, "bench", "results", "2026-01-02-h200-gpu-tests-abc1234.tgz"),
+                      {"2026-01-02-h200-gpu-tests-abc1234.log": "[  PASSED  ] 290 tests.\n"})
         self.summary = {
             "script": "scripts/gpu-check.sh", "commit": "abc1234def", "date": "2026-01-02T10:00:00Z",
             "machine": {"kind": "nvidia-h200", "gpus": 1, "gpu": "NVIDIA H200", "driver": "580"},
             "steps": [{"name": "gpu-tests", "command": "tpar_gpu_tests", "status": "failed",
                        "passed": 290, "failed": 2, "skipped": 6,
-                       "records": ["bench/results/2026-01-02-h200-gpu-tests-abc1234.log"]}]}
+                       "records": ["bench/results/2026-01-02-h200-gpu-tests-abc1234.tgz:"
+                                   "2026-01-02-h200-gpu-tests-abc1234.log"]}]}
         self.write_summary()
 
     def tearDown(self):
@@ -193,12 +280,19 @@ class StateTable(unittest.TestCase):
     def test_summary_files_follow_the_format(self):
         self.summary["steps"][0]["status"] = "passed"  # with 2 failures
         self.summary["machine"]["gpus"] = 2
-        self.summary["steps"][0]["records"] = ["bench/results/missing.log"]
+        log = "bench/results/2026-01-02-h200-gpu-tests-abc1234"
+        self.summary["steps"][0]["records"] = ["bench/results/missing.log", f"{log}.tgz:missing.log",
+                                               f"{log}.log"]
         self.write_summary()
+        with open(os.path.join(self.root, log + ".log"), "w") as f:
+            f.write("[  PASSED  ] 290 tests.\n")
         problems = check_records.check(self.root, ["README.md"]) if os.path.exists(
             os.path.join(self.root, "README.md")) else self.table("CI")
         for text in ("'passed' with 2 failures", "is not the h200 of its name",
-                     "record bench/results/missing.log is not a file"):
+                     "record bench/results/missing.log is not a file",
+                     f"record {log}.tgz:missing.log is not a file under bench/results/ ({log}.tgz "
+                     "holds no member missing.log)",
+                     f"record {log}.log is a raw log outside an archive"):
             self.assertTrue(any(text in p for p in problems), (text, problems))
         self.write_summary("2026-01-03-h200-summary-abc1234.json")
         self.assertTrue(any("is not the 2026-01-03 of its name" in p
