@@ -44,6 +44,14 @@ BENCH_LOG = textwrap.dedent("""\
     """)
 
 
+def recorded_log(archive, member):
+    """A committed log, a member of its run's archive (docs/RECORDS.md), copied to a file."""
+    out = os.path.join(tempfile.mkdtemp(prefix="tpar-recorded-"), member)
+    with tarfile.open(os.path.join(RESULTS, archive)) as t, open(out, "wb") as f:
+        f.write(t.extractfile(member).read())
+    return out
+
+
 def write(path, text, mode=0o644):
     os.makedirs(os.path.dirname(path), exist_ok=True)
     with open(path, "w") as f:
@@ -71,18 +79,18 @@ class Parsers(unittest.TestCase):
         self.assertEqual(summary.count_gtest(log), (3, 2, 1))
 
     def test_gtest_on_recorded_logs(self):
-        self.assertEqual(summary.count_log("gtest", os.path.join(
-            RESULTS, "2026-11-30-h200x2-gpu-tests-ccb0e85.log")), (77, 219, 0))
-        self.assertEqual(summary.count_log("gtest", os.path.join(
-            RESULTS, "2026-11-30-h200x2-shim-gpu-tests-ccb0e85.log")), (5, 0, 0))
+        self.assertEqual(summary.count_log("gtest", recorded_log(
+            "2026-11-30-h200x2-gpu-tests-ccb0e85.tgz", "2026-11-30-h200x2-gpu-tests-ccb0e85.log")), (77, 219, 0))
+        self.assertEqual(summary.count_log("gtest", recorded_log(
+            "2026-11-30-h200x2-shim-gpu-tests-ccb0e85.tgz", "2026-11-30-h200x2-shim-gpu-tests-ccb0e85.log")), (5, 0, 0))
 
     def test_pytest_lines_add_up_and_ranks_count_each_test_once(self):
         log = ("==== 40 passed, 2 skipped, 14 warnings in 17.55s ====\n"
                "38 passed, 1 failed, 1 error, 2 skipped in 18.13s\n")
         self.assertEqual(summary.count_pytest(log), (78, 2, 4))
         self.assertEqual(summary.count_pytest_ranks(log), (38, 2, 2))
-        self.assertEqual(summary.count_log("pytest-ranks", os.path.join(
-            RESULTS, "2026-11-30-h200x2-python-pytest-dist-3a878cf.log")), (40, 0, 0))
+        self.assertEqual(summary.count_log("pytest-ranks", recorded_log(
+            "2026-11-30-h200x2-python-pytest-3a878cf.tgz", "2026-11-30-h200x2-python-pytest-dist-3a878cf.log")), (40, 0, 0))
 
     def test_bench_rows_by_wrong_columns_and_skipped_backends(self):
         self.assertEqual(summary.count_bench(BENCH_LOG), (1, 1, 2))
