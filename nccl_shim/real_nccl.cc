@@ -13,10 +13,10 @@
 #include <cstring>
 #include <set>
 
-#include "core/error.h"
-#include "core/log.h"
-#include "core/nccl_route.h"  // ncclVersionString
-#include "core/user_file.h"
+#include "base/error.h"
+#include "base/log.h"
+#include "comm/nccl_route.h"  // ncclVersionString
+#include "base/user_file.h"
 #include "settings.h"
 
 namespace tpar {
@@ -145,7 +145,7 @@ void* openCandidate(const Candidate& c, const Self& self, std::string* note) {
       *note = "does not exist";
       return nullptr;
     }
-    // NOTE [user files] (src/core/user_file.h): dlopen of a FIFO waits for a writer, forever.
+    // NOTE [user files] (src/base/user_file.h): dlopen of a FIFO waits for a writer, forever.
     if (!S_ISREG(st.st_mode)) {
       *note = "is not a regular file";
       return nullptr;

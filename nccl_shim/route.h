@@ -6,7 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "core/algorithms.h"
+#include "registry/algorithms.h"
 #include "tpar/tpar.h"
 
 namespace tpar {

@@ -1,8 +1,8 @@
 #include "settings.h"
 
-#include "core/env.h"
-#include "core/error.h"
-#include "core/log.h"
+#include "base/env.h"
+#include "base/error.h"
+#include "base/log.h"
 
 namespace tpar {
 namespace shim {

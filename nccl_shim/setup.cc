@@ -5,8 +5,8 @@
 #include <cstring>
 #include <vector>
 
-#include "core/hash.h"
-#include "core/identity.h"
+#include "base/hash.h"
+#include "base/identity.h"
 
 namespace tpar {
 namespace shim {

@@ -72,7 +72,7 @@ SetupResult runSetup(SetupChannel& channel, const TparOps& ops, const SetupInput
 // issues no collective and the caller need not make a channel); empty when it may get one.
 std::string withoutSetup(int nranks);
 
-// Host identity for the vote: tpar's host identity (core/identity.h: hostname and boot id)
+// Host identity for the vote: tpar's host identity (base/identity.h: hostname and boot id)
 // mixed with this process's network namespace; 0, with the reason in *why, when the host
 // identity cannot be read (the rank then cannot join).
 uint64_t hostIdentity(std::string* why = nullptr);

@@ -6,8 +6,8 @@
 #include <string>
 
 #include "comm_table.h"
-#include "core/comm.h"  // planFor: the plan tparAllReduce itself will follow
-#include "core/log.h"
+#include "comm/comm.h"  // planFor: the plan tparAllReduce itself will follow
+#include "base/log.h"
 #include "real_nccl.h"
 #include "settings.h"
 #include "shim_common.h"

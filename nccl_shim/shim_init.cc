@@ -8,7 +8,7 @@
 #include <cuda_runtime_api.h>
 
 #include "comm_table.h"
-#include "core/log.h"
+#include "base/log.h"
 #include "nccl_channel.h"
 #include "real_nccl.h"
 #include "settings.h"

@@ -94,22 +94,22 @@ fi
 # Every target: its own file plus the library sources it needs, named so that a source that
 # starts to need more fails to link here rather than being pulled in silently.
 declare -A sources=(
-  [fuzz_env]="src/core/env.cc src/core/error.cc"
+  [fuzz_env]="src/base/env.cc src/base/error.cc"
   # tuner.cc reads TPAR_TUNING_FILE through processEnv, hence env.cc; algorithm names come from
   # the registry, whose kernel sets are empty in this build (kernel_sets_stub.cc).
-  [fuzz_tuning]="src/tuner/tuner.cc src/core/env.cc src/core/error.cc
-                 src/core/algorithms.cc src/core/user_file.cc tests/fuzz/kernel_sets_stub.cc"
+  [fuzz_tuning]="src/tuner/tuner.cc src/base/env.cc src/base/error.cc
+                 src/registry/algorithms.cc src/base/user_file.cc tests/fuzz/kernel_sets_stub.cc"
   # topology_live.cc (CUDA devices, NVML) is left out: the XML reader does not call it.
   # log.cc and env.cc: the reader warns once when the crash guard's helper is missing.
   [fuzz_topology]="src/topology/topology_xml.cc src/topology/xml_probe.cc
-                   src/topology/pcie_tree.cc src/topology/topology.cc src/core/error.cc
-                   src/core/log.cc src/core/env.cc src/core/user_file.cc"
+                   src/topology/pcie_tree.cc src/topology/topology.cc src/base/error.cc
+                   src/base/log.cc src/base/env.cc src/base/user_file.cc"
 )
 # The crash guard's helper (NOTE [topology crash guard]), built plainly next to the targets,
 # where the reader looks for it: a file that crashes hwloc kills the helper, not the fuzzer.
 probe_sources="src/topology/hwloc_probe_main.cc src/topology/topology_xml.cc
                src/topology/xml_probe.cc src/topology/pcie_tree.cc src/topology/topology.cc
-               src/core/error.cc src/core/log.cc src/core/env.cc src/core/user_file.cc"
+               src/base/error.cc src/base/log.cc src/base/env.cc src/base/user_file.cc"
 declare -A max_len=([fuzz_env]=1024 [fuzz_tuning]=4096 [fuzz_topology]=32768)
 declare -A corpus=([fuzz_env]=env [fuzz_tuning]=tuning [fuzz_topology]=topology)
 all_targets=(fuzz_env fuzz_tuning fuzz_topology)

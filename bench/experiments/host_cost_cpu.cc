@@ -19,8 +19,8 @@
 
 #include "api/api_log.h"
 #include "api/call_checks.h"
-#include "core/comm.h"
-#include "core/error.h"
+#include "comm/comm.h"
+#include "base/error.h"
 #include "tuner/tuner.h"
 
 namespace {

@@ -10,7 +10,7 @@
 #include <tuple>
 #include <type_traits>
 
-#include "core/hash.h"
+#include "base/hash.h"
 #include "nccl_api_gates.h"
 
 namespace tpar_shim_test {

@@ -25,7 +25,7 @@
 
 #include "arg_format.h"
 #include "common/fifo_dir.h"
-#include "core/nccl_route.h"
+#include "comm/nccl_route.h"
 #include "shim_test_util.h"
 #include "tpar_nccl_shim.h"
 

@@ -19,7 +19,7 @@
 
 #include <gtest/gtest.h>
 
-#include "core/nccl_route.h"
+#include "comm/nccl_route.h"
 #include "real_nccl.h"
 #include "route.h"
 #include "setup.h"
@@ -147,7 +147,7 @@ TEST(ShimRoute, RouteNamesMatchThePublicEnum) {
   EXPECT_EQ(static_cast<size_t>(Route::kCount), names.size()) << "route names must differ";
 }
 
-// The shim's translation and tpar's own (core/nccl_route.h, used when tpar calls NCCL) are
+// The shim's translation and tpar's own (comm/nccl_route.h, used when tpar calls NCCL) are
 // inverse to each other, by nccl.h's names.
 TEST(ShimEnums, TranslationMatchesNcclAndInvertsTparsOwn) {
   const struct {

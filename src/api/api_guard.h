@@ -6,7 +6,7 @@
 #include <exception>
 #include <new>
 
-#include "core/error.h"
+#include "base/error.h"
 #include "tpar/tpar.h"
 
 namespace tpar {

@@ -4,11 +4,11 @@
 #include <string>
 #include <unordered_set>
 
-#include "core/algorithms.h"
-#include "core/comm.h"
-#include "core/env.h"
-#include "core/error.h"
-#include "core/log.h"
+#include "registry/algorithms.h"
+#include "comm/comm.h"
+#include "base/env.h"
+#include "base/error.h"
+#include "base/log.h"
 
 namespace tpar {
 namespace {

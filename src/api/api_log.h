@@ -10,7 +10,7 @@
 
 #include <cuda_runtime_api.h>
 
-#include "core/log.h"
+#include "base/log.h"
 #include "tpar/tpar.h"
 
 namespace tpar {

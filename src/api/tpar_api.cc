@@ -9,12 +9,12 @@
 #include "api/call_checks.h"
 #include "api/init_internal.h"
 #include "bootstrap/bootstrap.h"
-#include "core/algorithms.h"
-#include "core/comm.h"
-#include "core/config.h"
-#include "core/env.h"
-#include "core/error.h"
-#include "core/log.h"
+#include "registry/algorithms.h"
+#include "comm/comm.h"
+#include "base/config.h"
+#include "base/env.h"
+#include "base/error.h"
+#include "base/log.h"
 
 using namespace tpar;
 
@@ -315,7 +315,6 @@ tparResult_t tparCommSelectAlgorithm(tparComm_t comm, size_t bytes, tparAlgo_t* 
       *algo = tparAlgoNccl;
       return tparSuccess;
     }
-    if (algorithm(plan.algo).needs_islands && !comm->hier_ok) plan.algo = kernels::Algo::kTwoShot;
     *algo = publicAlgoOf(plan.algo);
     return tparSuccess;
   });

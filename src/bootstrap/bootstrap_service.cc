@@ -24,9 +24,9 @@
 #include "bootstrap/root_service.h"
 #include "bootstrap/sha256.h"
 #include "bootstrap/socket_util.h"
-#include "core/error.h"
-#include "core/identity.h"
-#include "core/log.h"
+#include "base/error.h"
+#include "base/identity.h"
+#include "base/log.h"
 
 namespace tpar {
 namespace bootstrap_detail {

@@ -11,7 +11,7 @@
 #include "bootstrap/root_service.h"
 #include "bootstrap/sha256.h"
 #include "bootstrap/socket_util.h"
-#include "core/error.h"
+#include "base/error.h"
 
 namespace tpar {
 namespace bootstrap_detail {

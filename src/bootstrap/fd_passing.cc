@@ -15,7 +15,7 @@
 
 #include "bootstrap/bootstrap.h"
 #include "bootstrap/socket_util.h"
-#include "core/error.h"
+#include "base/error.h"
 
 namespace tpar {
 namespace {

@@ -20,8 +20,8 @@
 #include "bootstrap/bootstrap.h"
 #include "bootstrap/socket_util.h"
 #include "bootstrap/sha256.h"
-#include "core/error.h"
-#include "core/identity.h"
+#include "base/error.h"
+#include "base/identity.h"
 
 namespace tpar {
 namespace {

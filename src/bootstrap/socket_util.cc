@@ -15,8 +15,8 @@
 #include <string>
 
 #include "bootstrap/sha256.h"
-#include "core/error.h"
-#include "core/hash.h"
+#include "base/error.h"
+#include "base/hash.h"
 
 namespace tpar {
 namespace bootstrap_detail {

@@ -1,6 +1,6 @@
 // The one header between host code and the all-reduce kernels: the workspace layout, the
 // arguments of every kernel, and the kernel sets the registry names (the host side that
-// launches them: src/core/launch.h).
+// launches them: src/registry/launcher.h).
 //
 // Kernels know nothing of transports, environment variables or policy: the host passes every
 // pointer and number in AllReduceArgs.
@@ -12,6 +12,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include "base/algorithm_list.h"
 #include "tpar/tpar.h"
 
 #ifdef __CUDACC__
@@ -92,7 +93,7 @@ struct WorkspaceLayout {
   uint64_t pullBase() const { return kDataOffset + 2 * data_bytes; }
   // Pull payload: one-shot pull's lines fill all of it; the two-shots put the scatter phase's
   // data in the first half and the gather phase's in the second. Each algorithm's largest
-  // piece is in its registry row (src/core/algorithms.cc).
+  // piece is in its registry row (src/registry/algorithms.cc).
   TPAR_HOST_DEVICE static uint64_t pullHalf(uint64_t pull_bytes) {
     return ((pull_bytes - kPullFlagBytes) / 2) / kVecBytes * kVecBytes;
   }
@@ -101,9 +102,9 @@ struct WorkspaceLayout {
   }
 };
 
-// The registry's key for an algorithm (src/core/algorithms.h); the call header carries it in 3
-// bits, so the values stay below 8 and never change meaning.
-enum class Algo { kOneShot, kTwoShot, kStaged, kHier, kOneShotPull, kTwoShotPull, kPipelined, kTwoShotLL };
+// The registry's key for an algorithm, generated from its line in the one list
+// (NOTE [algorithm descriptor] in base/algorithm_list.h); the call header carries it.
+using Algo = AlgoKey;
 
 struct AllReduceArgs {
   const void* send;

@@ -7,7 +7,7 @@
 #include <cstdio>
 #include <set>
 
-#include "core/hash.h"
+#include "base/hash.h"
 
 namespace tpar {
 namespace {

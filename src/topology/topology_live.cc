@@ -11,7 +11,7 @@
 #include <fstream>
 #include <string>
 
-#include "core/error.h"
+#include "base/error.h"
 #include "topology/nvml_links.h"
 #include "topology/pcie_tree.h"
 #include "topology/topology.h"

@@ -8,8 +8,8 @@
 #include <memory>
 #include <mutex>
 
-#include "core/error.h"
-#include "core/log.h"
+#include "base/error.h"
+#include "base/log.h"
 #include "topology/pcie_tree.h"
 #include "topology/topology.h"
 #include "topology/xml_probe.h"

@@ -21,8 +21,8 @@
 #include <string>
 #include <thread>
 
-#include "core/error.h"
-#include "core/user_file.h"
+#include "base/error.h"
+#include "base/user_file.h"
 
 extern char** environ;
 

@@ -12,8 +12,8 @@
 
 #include <cuda_runtime_api.h>
 
-#include "core/error.h"
-#include "core/log.h"
+#include "base/error.h"
+#include "base/log.h"
 #include "topology/topology.h"
 
 namespace tpar {

@@ -9,7 +9,7 @@
 
 #include <cuda_runtime_api.h>
 
-#include "core/identity.h"
+#include "base/identity.h"
 #include "kernels/launch.h"
 #include "tpar/tpar.h"
 #include "transport/host_region.h"

@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <limits>
 
-#include "core/algorithms.h"
+#include "registry/algorithms.h"
 #include "tuner/tuner.h"
 
 namespace tpar {

@@ -15,11 +15,11 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/algorithms.h"
-#include "core/env.h"
-#include "core/hash.h"
-#include "core/error.h"
-#include "core/user_file.h"
+#include "registry/algorithms.h"
+#include "base/env.h"
+#include "base/hash.h"
+#include "base/error.h"
+#include "base/user_file.h"
 #include "topology/topology.h"
 
 namespace tpar {
@@ -216,25 +216,9 @@ bool makeDirs(const std::string& dir, std::string* why) {
 
 }  // namespace
 
-bool kernelAlgoOf(tparAlgo_t algo, kernels::Algo* out) {
-  const Algorithm* a = findAlgorithm(algo);
-  if (a != nullptr) *out = a->id;
-  return a != nullptr;
-}
-
-tparAlgo_t publicAlgoOf(kernels::Algo a) { return algorithm(a).pub; }
-
 const char* fallbackReason(kernels::Algo a, const TunerContext& ctx) {
   if (!algorithm(a).needs_islands || ctx.hierarchical_ok) return nullptr;
   return ctx.islands <= 1 ? "one island" : "islands of unequal size";
-}
-
-const char* algoName(kernels::Algo a) { return algorithm(a).name; }
-
-bool algoFromName(const std::string& name, kernels::Algo* out) {
-  const Algorithm* a = findAlgorithm(name);
-  if (a != nullptr) *out = a->id;
-  return a != nullptr;
 }
 
 TuningTable singlePlanTable(const TunerContext& ctx, const Plan& plan) {

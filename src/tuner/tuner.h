@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "kernels/launch.h"
+#include "registry/algorithms.h"
 #include "tpar/tpar.h"
 
 namespace tpar {
@@ -19,7 +20,7 @@ constexpr int kMaxPlanSteps = 64;
 struct Plan {
   kernels::Algo algo = kernels::Algo::kOneShot;
   int active_blocks = 0;  // 0: every block of the communicator's grid
-  int threads = 0;        // 0: sized from the work (kernels::threadsFor)
+  int threads = 0;        // 0: sized from the work (threadsFor)
   int steps = 0;          // pipelined: steps per block (0: one), at most kMaxPlanSteps
   bool pull = false;      // pipelined: publish once in our own region, peers read it there
   // Hand the call to the attached NCCL communicator (tparAlgoNccl); the fields above are then
@@ -136,12 +137,6 @@ std::string tuningFilePath(const TunerContext& ctx);
 std::string tuningFilePathFrom(const TunerContext& ctx, const std::string& tuning_file,
                                const char* xdg_cache_home, const char* home);
 
-// "oneshot", "twoshot", "staged", "hier", "oneshot-pull", "twoshot-pull", "pipelined", "twoshot-ll"
-const char* algoName(kernels::Algo a);
-bool algoFromName(const std::string& name, kernels::Algo* out);
-// The kernel of a public algorithm (false for auto and nccl), and the public name of a kernel.
-bool kernelAlgoOf(tparAlgo_t algo, kernels::Algo* out);
-tparAlgo_t publicAlgoOf(kernels::Algo a);
 // A plan's algorithm as tables and tools name it: algoName, or "nccl".
 const char* planAlgoName(const Plan& p);
 // Sets out->algo or out->nccl from such a name; false for unknown names.

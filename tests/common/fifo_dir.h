@@ -1,5 +1,5 @@
 // A fresh temporary directory holding a FIFO, for the tests of paths that are not regular files
-// (NOTE [user files] in src/core/user_file.h). Opening the FIFO blocks until its other end is
+// (NOTE [user files] in src/base/user_file.h). Opening the FIFO blocks until its other end is
 // opened, so a test runs whatever might open it in a child process with a bound
 // (common/child_process.h) and passes the directory in kEnvName.
 #ifndef TPAR_TESTS_COMMON_FIFO_DIR_H_

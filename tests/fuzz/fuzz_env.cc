@@ -1,4 +1,4 @@
-// Fuzz target for the environment registry parser, tpar::parseEnv (src/core/env.h).
+// Fuzz target for the environment registry parser, tpar::parseEnv (src/base/env.h).
 //
 // The input is read as NAME=VALUE lines, which is what a process environment holds. Whatever a
 // user exports, parseEnv must either succeed with every value inside the range the rest of the
@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
-#include "core/env.h"
-#include "core/error.h"
+#include "base/env.h"
+#include "base/error.h"
 #include "fuzz_check.h"
 
 namespace {

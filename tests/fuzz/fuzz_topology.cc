@@ -3,7 +3,7 @@
 // TPAR_TOPO_FILE points communicator init at any file, and users send the XML of their
 // machines, so the reader must return tparSuccess or tparInvalidArgument for any bytes and never
 // crash. What it returns on success is indexed by rank without further checks (applyTopology
-// in src/core/comm.cc builds the tuner context and the hierarchical rank map from it), so the
+// in src/comm/comm.cc builds the tuner context and the hierarchical rank map from it), so the
 // shape rules are checked here: a square, symmetric link matrix with kSameDevice exactly where
 // two ranks name one GPU, and islands that partition the ranks in the documented order.
 //
@@ -22,7 +22,7 @@
 #include <string>
 #include <vector>
 
-#include "core/error.h"
+#include "base/error.h"
 #include "fuzz_check.h"
 #include "topology/topology.h"
 

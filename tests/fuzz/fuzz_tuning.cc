@@ -12,7 +12,7 @@
 #include <map>
 #include <string>
 
-#include "core/error.h"
+#include "base/error.h"
 #include "fuzz_check.h"
 #include "tuner/tuner.h"
 

@@ -1,4 +1,4 @@
-// The parsers' build has no CUDA kernels: the algorithm registry (src/core/algorithms.cc), which
+// The parsers' build has no CUDA kernels: the algorithm registry (src/registry/algorithms.cc), which
 // the tuning-table reader uses for names and topology needs, gets empty kernel sets here.
 #include "kernels/launch.h"
 

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "common/child_process.h"
-#include "core/nccl_route.h"
+#include "comm/nccl_route.h"
 #include "gpu/busy_kernel.h"
 #include "gpu/test_util.h"
 

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "core/comm.h"
+#include "comm/comm.h"
 #include "gpu/test_util.h"
 #include "tuner/tuner.h"
 

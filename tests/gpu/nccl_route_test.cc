@@ -12,8 +12,8 @@
 #include <utility>
 #include <vector>
 
-#include "core/comm.h"
-#include "core/nccl_route.h"
+#include "comm/comm.h"
+#include "comm/nccl_route.h"
 #include "gpu/test_util.h"
 #include "tuner/tuner.h"
 

@@ -4,7 +4,7 @@
 #include <string>
 #include <vector>
 
-#include "core/comm_access.h"
+#include "comm/comm_access.h"
 #include "gpu/test_util.h"
 #include "tuner/tuner.h"
 

@@ -1,7 +1,7 @@
 // Device half of the host-transport stress test (stress_kernels.h).
 #include "gpu/stress_kernels.h"
 
-#include "core/algorithms.h"
+#include "registry/algorithms.h"
 #include "gpu/elem_device.cuh"
 
 #include <cuda_bf16.h>

@@ -12,12 +12,12 @@
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
-#include "core/algorithms.h"
+#include "registry/algorithms.h"
 #include "tpar/tpar.h"
 
 namespace tpar_test {
 
-// Every algorithm a caller can force, from the registry (src/core/algorithms.h), so that a new
+// Every algorithm a caller can force, from the registry (src/registry/algorithms.h), so that a new
 // algorithm is tested without touching the tests: `hier` only with `with_islands` (on a flat
 // topology it runs two-shot), tparAlgoAuto last with `with_auto`.
 std::vector<tparAlgo_t> forcedAlgos(bool with_islands = false, bool with_auto = false);

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "common/child_process.h"
-#include "core/error.h"
+#include "base/error.h"
 #include "gpu/test_util.h"
 #include "topology/topology.h"
 #include "tuner/tuner.h"

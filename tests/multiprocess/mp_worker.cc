@@ -52,7 +52,7 @@
 #include <thread>
 #include <vector>
 
-#include "core/hash.h"
+#include "base/hash.h"
 #include "gpu/test_util.h"
 #include "multiprocess/mp_worker.h"
 #include "multiprocess/resource_check.h"

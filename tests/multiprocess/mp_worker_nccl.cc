@@ -11,8 +11,8 @@
 #include <string>
 #include <thread>
 
-#include "core/comm.h"
-#include "core/nccl_route.h"
+#include "comm/comm.h"
+#include "comm/nccl_route.h"
 #include "gpu/test_util.h"
 #include "multiprocess/mp_worker.h"
 

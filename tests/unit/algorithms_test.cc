@@ -1,11 +1,13 @@
-// The algorithm registry (src/core/algorithms.h): one row per public algorithm, names that
+// The algorithm registry (src/registry/algorithms.h): one row per public algorithm, names that
 // round-trip, and rows complete enough for every user of the registry.
+#include <random>
 #include <set>
 #include <string>
 
 #include <gtest/gtest.h>
 
-#include "core/algorithms.h"
+#include "registry/algorithms.h"
+#include "registry/launcher.h"
 #include "tuner/tuner.h"
 
 namespace tpar {
@@ -19,8 +21,9 @@ TEST(AlgorithmRegistry, EveryPublicAlgorithmHasExactlyOneRowAndItsName) {
     EXPECT_TRUE(pubs.insert(a.pub).second) << a.name;
     EXPECT_TRUE(names.insert(a.name).second) << a.name;
     EXPECT_TRUE(ids.insert(static_cast<int>(a.id)).second) << a.name;
-    // The call header carries the id in 3 bits (makeCallMeta).
-    EXPECT_LT(static_cast<int>(a.id), 8) << a.name;
+    // The call header carries the key in kCallHeaderAlgoBits bits (makeCallMeta).
+    EXPECT_LT(static_cast<int>(a.id), kNumKernelAlgos) << a.name;
+    EXPECT_LT(static_cast<int>(a.id), 1 << kCallHeaderAlgoBits) << a.name;
     EXPECT_STREQ(a.name, tparAlgoName(a.pub));
     EXPECT_EQ(&a, findAlgorithm(a.pub));
     EXPECT_EQ(&a, findAlgorithm(std::string(a.name)));
@@ -49,6 +52,30 @@ TEST(AlgorithmRegistry, PublicNamesStayAsTheyWere) {
   ASSERT_TRUE(algoFromName("oneshot-pull", &id));
   EXPECT_EQ(kernels::Algo::kOneShotPull, id);
   EXPECT_FALSE(algoFromName("nccl", &id));
+  // One name per algorithm; the public enum's word for hier is accepted as an alias, and
+  // names never leave the list in its place.
+  ASSERT_TRUE(algoFromName("hierarchical", &id));
+  EXPECT_EQ(kernels::Algo::kHier, id);
+  EXPECT_STREQ("hier", tparAlgoName(tparAlgoHierarchical));
+  Plan p;
+  ASSERT_TRUE(planAlgoFromName("hierarchical", &p));
+  EXPECT_EQ(kernels::Algo::kHier, p.algo);
+  EXPECT_STREQ("hier", planAlgoName(p));
+}
+
+TEST(AlgorithmRegistry, EveryKeyHasItsOwnCallHeaderWord) {
+  // Two algorithms must never send the same header: a peer running the other one would
+  // accept it and reduce data laid out differently.
+  std::set<uint32_t> metas;
+  const uint64_t count = 1000 + std::random_device{}() % 100000;
+  for (const Algorithm& a : algorithms()) {
+    const uint32_t m = makeCallMeta(tparBfloat16, tparSum, a.id, count);
+    EXPECT_TRUE(metas.insert(m).second) << a.name;
+    EXPECT_EQ(static_cast<uint32_t>(a.id),
+              (m >> CallMetaBits::kAlgoShift) & ((1u << kCallHeaderAlgoBits) - 1))
+        << a.name;
+  }
+  EXPECT_EQ(static_cast<size_t>(kNumKernelAlgos), metas.size());
 }
 
 TEST(AlgorithmRegistry, RowsNameScheduleProtocolDirectionAndEveryKernel) {

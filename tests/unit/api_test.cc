@@ -13,7 +13,7 @@
 #include "common/child_process.h"
 #include "bootstrap/socket_util.h"
 #include "common/dead_handle.h"
-#include "core/env.h"
+#include "base/env.h"
 #include "tpar/tpar.h"
 
 namespace {

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "bootstrap/bootstrap.h"
-#include "core/error.h"
+#include "base/error.h"
 
 namespace tpar {
 namespace test {

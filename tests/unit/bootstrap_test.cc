@@ -22,7 +22,7 @@
 #include <thread>
 #include <vector>
 
-#include "core/error.h"
+#include "base/error.h"
 
 namespace tpar {
 namespace {

@@ -26,7 +26,7 @@
 #include "bootstrap/socket_util.h"
 #include "common/child_process.h"
 #include "unit/bootstrap_gather.h"
-#include "core/error.h"
+#include "base/error.h"
 
 namespace tpar {
 namespace {

@@ -6,9 +6,9 @@
 
 #include <gtest/gtest.h>
 
-#include "core/comm.h"
-#include "core/launch.h"
-#include "core/log.h"
+#include "comm/comm.h"
+#include "registry/launcher.h"
+#include "base/log.h"
 #include "tuner/tuner.h"
 
 namespace tpar {
@@ -61,7 +61,7 @@ TEST(CallTemplate, ArgumentsCarryTheCommunicatorsFieldsAndTheCallsOwn) {
   EXPECT_EQ(&f.host, a.args.host_state);
   EXPECT_EQ(f.comm->layout.pullBase(), a.args.pull_base);
   EXPECT_EQ(static_cast<int>(tparMax), a.args.op);
-  EXPECT_EQ(kernels::makeCallMeta(tparBfloat16, tparMax, a.algo->id, 6000), a.args.meta);
+  EXPECT_EQ(makeCallMeta(tparBfloat16, tparMax, a.algo->id, 6000), a.args.meta);
   // Another call of another size and op on the same communicator: its own fields.
   const CallLaunch b = f.call(7000, tparSum);
   EXPECT_EQ(static_cast<int>(tparSum), b.args.op);
@@ -87,7 +87,7 @@ TEST(CallTemplate, NewTopologyReachesTheNextCall) {
 
 TEST(CallTemplate, AttachingOrDetachingNcclChangesTheNextCallsHeader) {
   Fake f(2);
-  const uint32_t kNcclBit = 1u << 7;
+  const uint32_t kNcclBit = 1u << CallMetaBits::kNcclShift;
   EXPECT_EQ(0u, f.call(4096).args.meta & kNcclBit);
   int stand_in = 0;  // attachNcclComm's checks need a real NCCL: set what it sets
   f.comm->nccl.comm = reinterpret_cast<NcclComm>(&stand_in);

@@ -11,7 +11,7 @@
 #include <gtest/gtest.h>
 
 #include "common/nccl_tests_output.h"
-#include "core/algorithms.h"
+#include "registry/algorithms.h"
 #include "tools/tpar/bench/bench.h"
 #include "tools/tpar/common/report.h"
 

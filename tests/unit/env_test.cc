@@ -6,9 +6,9 @@
 
 #include <gtest/gtest.h>
 
-#include "core/config.h"
-#include "core/env.h"
-#include "core/error.h"
+#include "base/config.h"
+#include "base/env.h"
+#include "base/error.h"
 
 namespace tpar {
 namespace {
@@ -56,7 +56,12 @@ TEST(EnvParse, AlgoChoicesFollowTheEnumOrder) {
                                                {"twoshot", tparAlgoTwoShot},
                                                {"staged", tparAlgoStaged},
                                                {"hier", tparAlgoHierarchical},
-                                               {"HIER", tparAlgoHierarchical}};
+                                               {"HIER", tparAlgoHierarchical},
+                                               // The enum's own word, accepted as an alias.
+                                               {"hierarchical", tparAlgoHierarchical},
+                                               {"Hierarchical", tparAlgoHierarchical},
+                                               {"twoshot-ll", tparAlgoTwoShotLL},
+                                               {"nccl", tparAlgoNccl}};
   for (const auto& [text, want] : cases) {
     Env env;
     ASSERT_EQ(tparSuccess, parseEnv(fromMap({{"TPAR_ALGO", text}}), &env)) << text;
@@ -87,7 +92,7 @@ TEST(EnvParse, MalformedValuesFailNamingTheVariable) {
       {{"TPAR_TIMEOUT_MS", "10ms"}},        {{"TPAR_MAX_BYTES_PER_CALL", "12Q"}},
       {{"TPAR_MAX_BYTES_PER_CALL", "1K"}},  {{"TPAR_MAX_BYTES_PER_CALL", "99999999999999999999"}},
       {{"TPAR_ALGO", "ring"}},              {{"TPAR_ALLOW_SHARED_DEVICE", "maybe"}},
-      {{"TPAR_ALGO", "hierarchical"}},
+      {{"TPAR_ALGO", "hierarch"}},          {{"TPAR_ALGO", "two-shot"}},
       {{"TPAR_THREADS", "100"}},            {{"TPAR_THREADS", "2048"}},
       {{"TPAR_MAX_BLOCKS", "-3"}},          {{"TPAR_DEBUG", "loud"}},
       {{"TPAR_EPOCH_START", "4294967296"}}, {{"TPAR_ONESHOT_MAX_BYTES", "x"}},

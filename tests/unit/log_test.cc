@@ -16,8 +16,8 @@
 
 #include "common/child_process.h"
 #include "common/fifo_dir.h"
-#include "core/env.h"
-#include "core/log.h"
+#include "base/env.h"
+#include "base/log.h"
 #include "tpar/tpar.h"
 
 namespace tpar {

@@ -3,8 +3,8 @@
 
 #include <gtest/gtest.h>
 
-#include "core/algorithms.h"
-#include "core/launch.h"
+#include "registry/algorithms.h"
+#include "registry/launcher.h"
 #include "kernels/launch.h"
 #include "tuner/tuner.h"
 
@@ -79,19 +79,19 @@ TEST(Select, OneShotLimitShrinksAsRanksGrow) {
 }
 
 TEST(CallMeta, DiffersWhenDatatypeOpAlgorithmTotalCountOrNcclAttachmentDiffer) {
-  const uint32_t base = kernels::makeCallMeta(tparBfloat16, tparSum, Algo::kOneShot, 1000);
-  EXPECT_EQ(base, kernels::makeCallMeta(tparBfloat16, tparSum, Algo::kOneShot, 1000));
-  EXPECT_NE(base, kernels::makeCallMeta(tparFloat16, tparSum, Algo::kOneShot, 1000));
-  EXPECT_NE(base, kernels::makeCallMeta(tparBfloat16, tparMax, Algo::kOneShot, 1000));
-  EXPECT_NE(base, kernels::makeCallMeta(tparBfloat16, tparSum, Algo::kTwoShot, 1000));
-  EXPECT_NE(base, kernels::makeCallMeta(tparBfloat16, tparSum, Algo::kOneShot, 1001));
+  const uint32_t base = makeCallMeta(tparBfloat16, tparSum, Algo::kOneShot, 1000);
+  EXPECT_EQ(base, makeCallMeta(tparBfloat16, tparSum, Algo::kOneShot, 1000));
+  EXPECT_NE(base, makeCallMeta(tparFloat16, tparSum, Algo::kOneShot, 1000));
+  EXPECT_NE(base, makeCallMeta(tparBfloat16, tparMax, Algo::kOneShot, 1000));
+  EXPECT_NE(base, makeCallMeta(tparBfloat16, tparSum, Algo::kTwoShot, 1000));
+  EXPECT_NE(base, makeCallMeta(tparBfloat16, tparSum, Algo::kOneShot, 1001));
   // NOTE [agreement]: a rank with NCCL attached and one without never pass each other's check.
-  EXPECT_NE(base, kernels::makeCallMeta(tparBfloat16, tparSum, Algo::kOneShot, 1000, true));
+  EXPECT_NE(base, makeCallMeta(tparBfloat16, tparSum, Algo::kOneShot, 1000, true));
   for (uint64_t count : {1ull, 1000ull, 1ull << 40}) {
     for (int algo = 0; algo <= static_cast<int>(Algo::kTwoShotLL); ++algo) {
       const Algo a = static_cast<Algo>(algo);
-      EXPECT_NE(kernels::makeCallMeta(tparFloat32, tparMin, a, count, false),
-                kernels::makeCallMeta(tparFloat32, tparMin, a, count, true))
+      EXPECT_NE(makeCallMeta(tparFloat32, tparMin, a, count, false),
+                makeCallMeta(tparFloat32, tparMin, a, count, true))
           << "algo " << algo << " count " << count;
     }
   }
@@ -104,13 +104,13 @@ namespace tpar {
 namespace {
 
 TEST(LaunchShape, WorkIsSpreadOverEveryBlockWithinThreadBounds) {
-  EXPECT_EQ(64, kernels::threadsFor(1, 16, 512));
-  EXPECT_EQ(64, kernels::threadsFor(768, 16, 512));     // 48 per block, at least 64
-  EXPECT_EQ(96, kernels::threadsFor(1500, 16, 512));    // 94 per block, rounded to a warp
-  EXPECT_EQ(512, kernels::threadsFor(1 << 20, 32, 512));
-  EXPECT_EQ(256, kernels::threadsFor(1 << 20, 32, 256));
+  EXPECT_EQ(64, threadsFor(1, 16, 512));
+  EXPECT_EQ(64, threadsFor(768, 16, 512));     // 48 per block, at least 64
+  EXPECT_EQ(96, threadsFor(1500, 16, 512));    // 94 per block, rounded to a warp
+  EXPECT_EQ(512, threadsFor(1 << 20, 32, 512));
+  EXPECT_EQ(256, threadsFor(1 << 20, 32, 256));
   for (uint64_t work : {1ull, 77ull, 4096ull, 100000ull}) {
-    const int t = kernels::threadsFor(work, 20, 512);
+    const int t = threadsFor(work, 20, 512);
     EXPECT_EQ(0, t % 32);
     EXPECT_GE(t, 64);
     EXPECT_LE(t, 512);

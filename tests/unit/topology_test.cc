@@ -15,8 +15,8 @@
 
 #include <gtest/gtest.h>
 
-#include "core/error.h"
-#include "core/hash.h"
+#include "base/error.h"
+#include "base/hash.h"
 #include "tools/tpar/doctor/doctor.h"
 #include "topology/topology.h"
 

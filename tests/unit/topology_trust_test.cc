@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "common/child_process.h"
-#include "core/error.h"
+#include "base/error.h"
 #include "topology/topology.h"
 #include "topology/xml_probe.h"
 

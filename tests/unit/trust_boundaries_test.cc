@@ -21,12 +21,12 @@
 
 #include "common/child_process.h"
 #include "common/fifo_dir.h"
-#include "core/agreement.h"
-#include "core/config.h"
-#include "core/error.h"
-#include "core/identity.h"
-#include "core/nccl_route.h"
-#include "core/user_file.h"
+#include "comm/agreement.h"
+#include "base/config.h"
+#include "base/error.h"
+#include "base/identity.h"
+#include "comm/nccl_route.h"
+#include "base/user_file.h"
 #include "transport/host_region.h"
 #include "tuner/tuner.h"
 
@@ -348,7 +348,7 @@ TEST(Agreement, TuningTableHashFollowsWhatSelectionReadsOnly) {
 }
 
 // ------------------------------------------------------------------------------------------
-// Files whose path a user gives (NOTE [user files] in core/user_file.h): a FIFO, a device or a
+// Files whose path a user gives (NOTE [user files] in base/user_file.h): a FIFO, a device or a
 // directory is refused at once, naming where the path came from and what it is. A call that
 // could block on the FIFO runs in a child of this binary with a bound, so that a regression
 // fails the test instead of hanging it.

@@ -9,8 +9,8 @@
 
 #include <gtest/gtest.h>
 
-#include "core/algorithms.h"
-#include "core/error.h"
+#include "registry/algorithms.h"
+#include "base/error.h"
 #include "tools/tpar/tune/tune.h"
 #include "unit/tune_test_util.h"
 #include "tuner/tuner.h"

@@ -31,7 +31,7 @@ _BOOT_ID = "/proc/sys/kernel/random/boot_id"
 
 def host_identity() -> str:
     """This machine as tpar's rendezvous tells machines apart (NOTE [identity] in
-    src/core/identity.h): the host name and the boot id."""
+    src/base/identity.h): the host name and the boot id."""
     try:
         with open(_BOOT_ID) as f:
             boot = f.read().strip()

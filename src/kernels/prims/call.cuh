@@ -104,7 +104,7 @@ __device__ __forceinline__ int activeBlocks(const AllReduceArgs& a) {
 // NOTE [call header]
 // Every block of each rank stores a 16-byte header into every peer's header slot of the
 // current parity: {epoch, count, epoch, meta}, with meta = datatype, op, algorithm, whether an
-// NCCL communicator is attached (NOTE [agreement] in core/agreement.h) and a hash of the whole
+// NCCL communicator is attached (NOTE [agreement] in comm/agreement.h) and a hash of the whole
 // call's count. Each 8-byte half carries the epoch, so a torn 16-byte store is
 // detected (only 8-byte atomicity is relied on). Every block sends it, not block 0 alone: a
 // block that starts after a sibling already recorded a mismatch sees `failed` and sends

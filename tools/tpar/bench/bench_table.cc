@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "core/algorithms.h"
+#include "registry/algorithms.h"
 #include "tools/tpar/bench/bench.h"
 
 namespace tpar_cli {

@@ -6,8 +6,8 @@
 #include <utility>
 
 #include "api/init_internal.h"
-#include "core/comm_access.h"
-#include "core/nccl_route.h"
+#include "comm/comm_access.h"
+#include "comm/nccl_route.h"
 #include "tools/tpar/common/nccl_loader.h"
 
 namespace tpar_cli {

@@ -5,9 +5,9 @@
 
 #include <sstream>
 
-#include "core/env.h"
-#include "core/error.h"
-#include "core/user_file.h"
+#include "base/env.h"
+#include "base/error.h"
+#include "base/user_file.h"
 
 namespace tpar_cli {
 

@@ -44,7 +44,7 @@ const char* transportOptionName(int transport);
 // "" when `path` can be written (created, or an existing file replaced), else why not. Checked
 // before a run, so that a bad --json path is found before the minutes of measuring; leaves the
 // file system as it was. A path that is not a regular file (a FIFO, a device, a directory) is
-// refused at once, never waited on (NOTE [user files] in src/core/user_file.h).
+// refused at once, never waited on (NOTE [user files] in src/base/user_file.h).
 std::string checkOutputPath(const std::string& path);
 
 // Makes `text` the content of the output file `path` the same way; "" or why not.

@@ -2,8 +2,8 @@
 
 #include <cstdio>
 
-#include "core/env.h"
-#include "core/error.h"
+#include "base/env.h"
+#include "base/error.h"
 #include "tools/tpar/common/exit_codes.h"
 
 namespace tpar_cli {

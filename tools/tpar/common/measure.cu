@@ -6,8 +6,8 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
-#include "core/env.h"
-#include "core/launch.h"
+#include "base/env.h"
+#include "registry/launcher.h"
 
 namespace tpar_cli {
 namespace {
@@ -358,7 +358,7 @@ bool tparLaunchOverlap(int dev) {
   if (tpar::processEnv(&env) != tparSuccess || env == nullptr || !env->launch_overlap) return false;
   int major = 0;
   return cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess &&
-         tpar::kernels::launchOverlapOn(true, major);
+         tpar::launchOverlapOn(true, major);
 }
 
 std::string timeIt(Ranks& rk, int iters, int warmup, bool graph,

@@ -10,7 +10,7 @@
 
 #include <cuda_runtime_api.h>
 
-#include "core/algorithms.h"
+#include "registry/algorithms.h"
 #include "tpar/tpar.h"
 
 // Returns the failed call's text from a function that returns std::string.
@@ -103,7 +103,7 @@ class StreamHold {
 
 // Enqueues `calls` launches per rank of an empty kernel whose parameter is as large as tpar's
 // (sizeof(tpar::kernels::AllReduceArgs)), with tpar's launch attributes: programmatic stream
-// serialization when `overlap` (src/core/launch.cc), grid `blocks` x `threads`.
+// serialization when `overlap` (src/registry/launcher.cc), grid `blocks` x `threads`.
 std::string launchBare(Ranks& rk, int calls, bool overlap, int blocks, int threads);
 
 // Whether tpar launches with programmatic stream serialization on `dev` (TPAR_LAUNCH_OVERLAP

@@ -1,10 +1,10 @@
 // NCCL, loaded at run time: the CLI compares against whatever NCCL the machine has (the one a
 // serving engine would use), and still runs where there is none. The loader is the library's
-// (src/core/nccl_route.h), so that the command and tparCommSetNcclComm load the same copy.
+// (src/comm/nccl_route.h), so that the command and tparCommSetNcclComm load the same copy.
 #ifndef TPAR_TOOLS_NCCL_LOADER_H_
 #define TPAR_TOOLS_NCCL_LOADER_H_
 
-#include "core/nccl_route.h"
+#include "comm/nccl_route.h"
 
 namespace tpar_cli {
 

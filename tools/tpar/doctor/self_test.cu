@@ -11,7 +11,7 @@
 #include <memory>
 #include <set>
 
-#include "core/algorithms.h"
+#include "registry/algorithms.h"
 #include "tools/tpar/common/backend.h"
 #include "tools/tpar/doctor/probe_util.h"
 #include "tools/tpar/doctor/probes.h"

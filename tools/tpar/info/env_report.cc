@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 
-#include "core/error.h"
+#include "base/error.h"
 
 namespace tpar_cli {
 

@@ -1,4 +1,4 @@
-// `tpar env`: every variable of the registry (src/core/env.cc) with the value in force and where
+// `tpar env`: every variable of the registry (src/base/env.cc) with the value in force and where
 // it came from, the malformed ones, and TPAR_* variables that nothing reads (typos).
 #ifndef TPAR_TOOLS_ENV_REPORT_H_
 #define TPAR_TOOLS_ENV_REPORT_H_
@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "core/env.h"
+#include "base/env.h"
 
 namespace tpar_cli {
 

@@ -16,10 +16,10 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
-#include "core/algorithms.h"
-#include "core/comm_access.h"
-#include "core/nccl_route.h"
-#include "core/env.h"
+#include "registry/algorithms.h"
+#include "comm/comm_access.h"
+#include "comm/nccl_route.h"
+#include "base/env.h"
 #include "tools/tpar/common/backend.h"
 #include "tools/tpar/common/cli_options.h"
 #include "tools/tpar/common/commands.h"

@@ -6,7 +6,7 @@
 #include <map>
 #include <string>
 
-#include "core/algorithms.h"
+#include "registry/algorithms.h"
 #include "tools/tpar/tune/tune.h"
 
 namespace tpar_cli {

@@ -7,7 +7,7 @@
 #include <map>
 #include <utility>
 
-#include "core/env.h"
+#include "base/env.h"
 
 namespace tpar_cli {
 namespace {
@@ -184,7 +184,7 @@ std::string ModelPass::init(const ModelShape& shape, const std::vector<int>& dev
     rk.dev = devs[r];
     PASS_CUDA(cudaSetDevice(rk.dev));
     PASS_CUDA(cudaStreamCreateWithFlags(&rk.stream, cudaStreamNonBlocking));
-    // NOTE [preload] (src/core/launch.cc) holds for our kernels too: load them now, not
+    // NOTE [preload] (src/registry/launcher.cc) holds for our kernels too: load them now, not
     // behind another rank's spinning all-reduce.
     cudaFuncAttributes attr;
     PASS_CUDA(cudaFuncGetAttributes(&attr, fillUniform));

@@ -1,6 +1,6 @@
 // Error reporting inside the library: a thread-local last-error text plus the result code.
-#ifndef TPAR_CORE_ERROR_H_
-#define TPAR_CORE_ERROR_H_
+#ifndef TPAR_BASE_ERROR_H_
+#define TPAR_BASE_ERROR_H_
 
 #include <string>
 
@@ -42,4 +42,4 @@ tparResult_t cudaFailure(cudaError_t err, const char* what, const char* file, in
     if (tpar_res_ != tparSuccess) return tpar_res_; \
   } while (0)
 
-#endif  // TPAR_CORE_ERROR_H_
+#endif  // TPAR_BASE_ERROR_H_

@@ -1,17 +1,19 @@
-#include "core/launch.h"
+#include "registry/launcher.h"
 
 namespace tpar {
-namespace kernels {
 
-uint32_t makeCallMeta(tparDataType_t dtype, tparRedOp_t op, Algo algo, uint64_t total_count,
+uint32_t makeCallMeta(tparDataType_t dtype, tparRedOp_t op, kernels::Algo algo, uint64_t total_count,
                       bool nccl_attached) {
-  // 24 bits of a hash of the whole call's count: pieces of differently sized calls then differ
-  // even where one piece's count happens to match.
+  // A hash of the whole call's count in the bits left: pieces of differently sized calls then
+  // differ even where one piece's count happens to match.
+  using B = CallMetaBits;
   uint64_t h = total_count * 0x9E3779B97F4A7C15ull;
   h ^= h >> 29;
-  return static_cast<uint32_t>(dtype) | (static_cast<uint32_t>(op) << 2) |
-         (static_cast<uint32_t>(algo) << 4) | (nccl_attached ? 1u << 7 : 0u) |
-         (static_cast<uint32_t>(h & 0xFFFFFFu) << 8);
+  return (static_cast<uint32_t>(dtype) << B::kDtypeShift) |
+         (static_cast<uint32_t>(op) << B::kOpShift) |
+         (static_cast<uint32_t>(algo) << B::kAlgoShift) |
+         (nccl_attached ? 1u << B::kNcclShift : 0u) |
+         (static_cast<uint32_t>(h & ((1ull << B::kHashBits) - 1)) << B::kHashShift);
 }
 
 int threadsFor(uint64_t work, int blocks, int max_threads) {
@@ -22,10 +24,10 @@ int threadsFor(uint64_t work, int blocks, int max_threads) {
   return static_cast<int>(t);
 }
 
-cudaError_t launchAllReduce(const void* fn, const AllReduceArgs& args, int blocks, int threads,
+cudaError_t launchAllReduce(const void* fn, const kernels::AllReduceArgs& args, int blocks, int threads,
                             bool overlap, cudaStream_t stream) {
   if (fn == nullptr) return cudaErrorInvalidValue;
-  void* params[] = {const_cast<AllReduceArgs*>(&args)};
+  void* params[] = {const_cast<kernels::AllReduceArgs*>(&args)};
   if (!overlap) return cudaLaunchKernel(fn, dim3(blocks), dim3(threads), params, 0, stream);
   cudaLaunchConfig_t config = {};
   config.gridDim = dim3(blocks);
@@ -41,7 +43,7 @@ cudaError_t launchAllReduce(const void* fn, const AllReduceArgs& args, int block
 }
 
 template <typename F>
-cudaError_t forEachKernel(const KernelSet* const* sets, int nsets, F&& f) {
+cudaError_t forEachKernel(const kernels::KernelSet* const* sets, int nsets, F&& f) {
   cudaError_t result = cudaSuccess;
   for (int i = 0; i < nsets; ++i)
     for (const auto& per_dtype : sets[i]->fn)
@@ -56,14 +58,14 @@ cudaError_t forEachKernel(const KernelSet* const* sets, int nsets, F&& f) {
 // for a peer on another stream then blocks that peer's first launch: a deadlock (two streams,
 // one spinning on a flag the other sets: it hangs under LAZY, not under EAGER). Touching every
 // kernel with cudaFuncGetAttributes at communicator init loads them all up front.
-cudaError_t preloadKernels(const KernelSet* const* sets, int nsets) {
+cudaError_t preloadKernels(const kernels::KernelSet* const* sets, int nsets) {
   return forEachKernel(sets, nsets, [](const void* fn) {
     cudaFuncAttributes attr;
     return cudaFuncGetAttributes(&attr, fn);
   });
 }
 
-cudaError_t maxActiveBlocksPerSm(const KernelSet* const* sets, int nsets, int threads,
+cudaError_t maxActiveBlocksPerSm(const kernels::KernelSet* const* sets, int nsets, int threads,
                                  int* blocks) {
   int best = 1 << 30;
   const cudaError_t result = forEachKernel(sets, nsets, [&](const void* fn) {
@@ -76,5 +78,4 @@ cudaError_t maxActiveBlocksPerSm(const KernelSet* const* sets, int nsets, int th
   return result;
 }
 
-}  // namespace kernels
 }  // namespace tpar

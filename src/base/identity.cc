@@ -1,5 +1,5 @@
 // NOTE [identity] in identity.h.
-#include "core/identity.h"
+#include "base/identity.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -10,8 +10,8 @@
 #include <mutex>
 #include <string>
 
-#include "core/error.h"
-#include "core/hash.h"
+#include "base/error.h"
+#include "base/hash.h"
 
 namespace tpar {
 namespace {

@@ -5,8 +5,8 @@
 // TPAR_DEBUG sets the level (none, version, warn, info, trace; any case), TPAR_DEBUG_SUBSYS
 // which subsystems print at info and trace (warnings always print), TPAR_DEBUG_FILE where
 // (stderr by default; %h is the host name, %p the process id).
-#ifndef TPAR_CORE_LOG_H_
-#define TPAR_CORE_LOG_H_
+#ifndef TPAR_BASE_LOG_H_
+#define TPAR_BASE_LOG_H_
 
 #include <atomic>
 #include <cstdint>
@@ -30,7 +30,7 @@ enum LogSubsys : uint32_t {
   kLogAll = 0xffffffffu,
 };
 
-// TPAR_DEBUG and TPAR_DEBUG_SUBSYS are parsed with the registry (core/env.h: parseLogLevel,
+// TPAR_DEBUG and TPAR_DEBUG_SUBSYS are parsed with the registry (base/env.h: parseLogLevel,
 // parseLogSubsys).
 
 // TPAR_DEBUG_FILE: %h becomes the host name, %p the process id, %% a '%'.
@@ -83,4 +83,4 @@ void resetLogSettingsForTest(const std::string& level, const std::string& subsys
 #define TPAR_INFO(subsys, ...) TPAR_LOG_AT(::tpar::LogLevel::kInfo, subsys, __VA_ARGS__)
 #define TPAR_TRACE(subsys, ...) TPAR_LOG_AT(::tpar::LogLevel::kTrace, subsys, __VA_ARGS__)
 
-#endif  // TPAR_CORE_LOG_H_
+#endif  // TPAR_BASE_LOG_H_

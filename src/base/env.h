@@ -2,15 +2,15 @@
 //
 // The registry below is the single source: Env is parsed from it once per process, docs/env.md
 // is generated from it (`tpar env --markdown`), and a unit test keeps the two in step.
-#ifndef TPAR_CORE_ENV_H_
-#define TPAR_CORE_ENV_H_
+#ifndef TPAR_BASE_ENV_H_
+#define TPAR_BASE_ENV_H_
 
 #include <cstdint>
 #include <functional>
 #include <string>
 #include <vector>
 
-#include "core/log.h"
+#include "base/log.h"
 #include "tpar/tpar.h"
 
 namespace tpar {
@@ -52,7 +52,7 @@ struct Env {
   bool launch_overlap = true;
   std::string tuning_file;            // empty: the per-machine file in the cache directory
   std::string topo_file;              // empty: discover the live machine's topology
-  std::string nccl_library;           // empty: search for NCCL (core/nccl_route.h)
+  std::string nccl_library;           // empty: search for NCCL (comm/nccl_route.h)
   bool shim_disable = false;          // libtpar_nccl.so: pure pass-through
   bool shim_allow_unknown_nccl = false;  // libtpar_nccl.so: run on an NCCL with unknown functions
   uint64_t shim_max_bytes = 0;        // libtpar_nccl.so: largest all-reduce offered to tpar
@@ -84,4 +84,4 @@ bool parseLogSubsys(const std::string& text, uint32_t* out);
 
 }  // namespace tpar
 
-#endif  // TPAR_CORE_ENV_H_
+#endif  // TPAR_BASE_ENV_H_

@@ -1,12 +1,12 @@
 // A communicator's settings: tparConfig_t fields override environment variables, which override
 // built-in defaults. Resolved once at init and immutable afterwards.
-#ifndef TPAR_CORE_CONFIG_H_
-#define TPAR_CORE_CONFIG_H_
+#ifndef TPAR_BASE_CONFIG_H_
+#define TPAR_BASE_CONFIG_H_
 
 #include <cstdint>
 #include <string>
 
-#include "core/env.h"
+#include "base/env.h"
 #include "tpar/tpar.h"
 
 namespace tpar {
@@ -34,4 +34,4 @@ tparResult_t resolveConfig(const tparConfig_t* user, const Env& env, ResolvedCon
 
 }  // namespace tpar
 
-#endif  // TPAR_CORE_CONFIG_H_
+#endif  // TPAR_BASE_CONFIG_H_

@@ -1,4 +1,4 @@
-#include "core/env.h"
+#include "base/env.h"
 
 #include <cerrno>
 #include <cctype>
@@ -9,8 +9,8 @@
 #include <sstream>
 #include <utility>
 
-#include "core/algorithms.h"
-#include "core/error.h"
+#include "base/algorithm_list.h"
+#include "base/error.h"
 
 namespace tpar {
 
@@ -181,9 +181,14 @@ bool parseLogSubsys(const std::string& text, uint32_t* out) {
 
 namespace {
 
-int choiceIndex(const char* choices, const std::string& value) {
+std::string lowerCase(const std::string& value) {
   std::string lower;
   for (char c : value) lower += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return lower;
+}
+
+int choiceIndex(const char* choices, const std::string& value) {
+  const std::string lower = lowerCase(value);
   std::stringstream ss(choices);
   std::string item;
   for (int i = 0; std::getline(ss, item, '|'); ++i) {
@@ -219,9 +224,10 @@ tparResult_t parseEnv(const EnvGetter& get, Env* out) {
         return badValue(spec, value, "a size between 64K and 1G");
       env.max_bytes_per_call = b;
     } else if (name == "TPAR_ALGO") {
-      int idx = choiceIndex(spec.choices, value);
-      if (idx < 0) return badValue(spec, value, (std::string("one of ") + spec.choices).c_str());
-      env.algo = idx;  // the order of choices matches tparAlgo_t
+      tparAlgo_t algo;  // a name of NOTE [algorithm descriptor], or an older alias of one
+      if (!publicAlgoFromName(lowerCase(value).c_str(), &algo))
+        return badValue(spec, value, (std::string("one of ") + spec.choices).c_str());
+      env.algo = algo;
     } else if (name == "TPAR_TRANSPORT") {
       int idx = choiceIndex(spec.choices, value);
       if (idx < 0) return badValue(spec, value, (std::string("one of ") + spec.choices).c_str());
@@ -318,7 +324,7 @@ tparResult_t processEnv(const Env** out) {
 std::string envMarkdown() {
   std::ostringstream md;
   md << "# Environment variables\n\n"
-     << "Generated from the registry in `src/core/env.cc` by `tpar env --markdown`; a unit test\n"
+     << "Generated from the registry in `src/base/env.cc` by `tpar env --markdown`; a unit test\n"
      << "checks that this file matches it. Every variable is read once per process; a malformed\n"
      << "value makes communicator creation fail with `tparInvalidArgument` naming it.\n"
      << "Fields of `tparConfig_t` that are set take precedence over the variables.\n\n"

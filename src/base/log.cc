@@ -1,4 +1,4 @@
-#include "core/log.h"
+#include "base/log.h"
 
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -11,9 +11,9 @@
 #include <mutex>
 #include <string>
 
-#include "core/env.h"
-#include "core/error.h"
-#include "core/user_file.h"
+#include "base/env.h"
+#include "base/error.h"
+#include "base/user_file.h"
 
 namespace tpar {
 

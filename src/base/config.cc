@@ -1,8 +1,8 @@
-#include "core/config.h"
+#include "base/config.h"
 
 #include <cinttypes>
 
-#include "core/error.h"
+#include "base/error.h"
 
 namespace tpar {
 

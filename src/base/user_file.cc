@@ -1,5 +1,5 @@
 // NOTE [user files] in user_file.h.
-#include "core/user_file.h"
+#include "base/user_file.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -8,7 +8,7 @@
 #include <cerrno>
 #include <cstring>
 
-#include "core/error.h"
+#include "base/error.h"
 
 namespace tpar {
 namespace {

@@ -1,8 +1,8 @@
 // What the tpar command and the tests may ask of a communicator beyond the C API, without its
-// struct: the struct (core/comm.h) stays the library's own, and a field it renames or moves
+// struct: the struct (comm/comm.h) stays the library's own, and a field it renames or moves
 // changes this file's functions, not every caller.
-#ifndef TPAR_CORE_COMM_ACCESS_H_
-#define TPAR_CORE_COMM_ACCESS_H_
+#ifndef TPAR_COMM_COMM_ACCESS_H_
+#define TPAR_COMM_COMM_ACCESS_H_
 
 #include <cstdint>
 
@@ -28,4 +28,4 @@ Fallback forcedFallback(const tparComm* comm);
 
 }  // namespace tpar
 
-#endif  // TPAR_CORE_COMM_ACCESS_H_
+#endif  // TPAR_COMM_COMM_ACCESS_H_

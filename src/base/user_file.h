@@ -13,8 +13,8 @@
 // NCCL library tpar routes to, and the `tpar` command's output files. Two places check the same
 // with stat, as they never open the path themselves: the NCCL shim's search before its dlopen,
 // and saveTuningFile, whose rename would replace a FIFO or a device node.
-#ifndef TPAR_CORE_USER_FILE_H_
-#define TPAR_CORE_USER_FILE_H_
+#ifndef TPAR_BASE_USER_FILE_H_
+#define TPAR_BASE_USER_FILE_H_
 
 #include <cstddef>
 #include <string>
@@ -47,4 +47,4 @@ tparResult_t checkUserFile(const std::string& path, const char* what);
 
 }  // namespace tpar
 
-#endif  // TPAR_CORE_USER_FILE_H_
+#endif  // TPAR_BASE_USER_FILE_H_

@@ -1,4 +1,4 @@
-#include "core/nccl_route.h"
+#include "comm/nccl_route.h"
 
 #include <dlfcn.h>
 #include <glob.h>
@@ -6,11 +6,11 @@
 #include <mutex>
 #include <vector>
 
-#include "core/comm.h"
-#include "core/env.h"
-#include "core/error.h"
-#include "core/log.h"
-#include "core/user_file.h"
+#include "comm/comm.h"
+#include "base/env.h"
+#include "base/error.h"
+#include "base/log.h"
+#include "base/user_file.h"
 
 namespace tpar {
 namespace {

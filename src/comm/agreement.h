@@ -12,8 +12,8 @@
 // any rank can host (every rank can run it). The NCCL attachment comes after init
 // (tparCommSetNcclComm); it travels in every call header instead (NOTE [call header]), and
 // tpar.h says what happens to calls routed to NCCL when ranks attach differently.
-#ifndef TPAR_CORE_AGREEMENT_H_
-#define TPAR_CORE_AGREEMENT_H_
+#ifndef TPAR_COMM_AGREEMENT_H_
+#define TPAR_COMM_AGREEMENT_H_
 
 #include <cstdint>
 #include <vector>
@@ -41,6 +41,17 @@ struct CallShape {
   char tuning_source[128];     // its file, for the message (cut to fit)
 };
 
+// What sizes a rank's regions: the part of a CallShape its peers need before they map them.
+struct WorkspaceTerms {
+  uint64_t max_bytes_per_call;
+  uint32_t epoch_start;
+};
+
+// Round 2 of tparCommInitRank: `terms` (one per rank, in rank order) agree, or init fails with
+// the message of agreeOnCallShapes. Round 4 checks the same settings again in the CallShape;
+// this earlier check keeps a peer from mapping regions of a size it did not expect.
+tparResult_t agreeOnWorkspaces(const std::vector<WorkspaceTerms>& terms);
+
 // This rank's shape (after createLocal and applyTopology).
 CallShape describeCallShape(const tparComm& comm);
 
@@ -62,4 +73,4 @@ uint64_t tuningTableHash(const TuningTable& table);
 
 }  // namespace tpar
 
-#endif  // TPAR_CORE_AGREEMENT_H_
+#endif  // TPAR_COMM_AGREEMENT_H_

@@ -1,15 +1,15 @@
 // The communicator: one rank's view of the group, its workspace, peers and settings.
-#ifndef TPAR_CORE_COMM_H_
-#define TPAR_CORE_COMM_H_
+#ifndef TPAR_COMM_COMM_H_
+#define TPAR_COMM_COMM_H_
 
 #include <array>
 #include <string>
 #include <vector>
 
-#include "core/algorithms.h"
-#include "core/comm_access.h"
-#include "core/config.h"
-#include "core/nccl_route.h"
+#include "registry/algorithms.h"
+#include "comm/comm_access.h"
+#include "base/config.h"
+#include "comm/nccl_route.h"
 #include "topology/topology.h"
 #include "tuner/tuner.h"
 #include "kernels/launch.h"
@@ -42,16 +42,16 @@ struct tparComm {
   tpar::TunerContext tuner_ctx;
   tpar::TuningTable tuning;
   bool has_tuning = false;
-  // Hierarchical algorithm: k islands of m ranks (hier_ok when they are all the same size).
-  bool hier_ok = false;
+  // Hierarchical algorithm: k islands of m ranks, set when the islands are all the same size
+  // (whether it runs is the tuner's decision: TunerContext::hierarchical_ok, fallbackReason).
   int hier_k = 1, hier_m = 1, hier_island = 0, hier_pos = 0;
   uint8_t hier_rank[tpar::kernels::kMaxRanks] = {};
   bool launch_overlap = false;  // NOTE [launch overlap]
   int threads = 512;
-  // The launch arguments every call shares (NOTE [call template] in core/comm.h).
+  // The launch arguments every call shares (NOTE [call template] in comm/comm.h).
   tpar::kernels::AllReduceArgs call_template{};
   std::string last_error;
-  tpar::NcclRoute nccl;  // tparCommSetNcclComm (core/nccl_route.h)
+  tpar::NcclRoute nccl;  // tparCommSetNcclComm (comm/nccl_route.h)
 };
 
 namespace tpar {
@@ -143,4 +143,4 @@ tparResult_t allReduce(tparComm* comm, const void* send, void* recv, size_t coun
 
 }  // namespace tpar
 
-#endif  // TPAR_CORE_COMM_H_
+#endif  // TPAR_COMM_COMM_H_

@@ -1,4 +1,4 @@
-#include "core/comm.h"
+#include "comm/comm.h"
 
 #include <unistd.h>
 
@@ -13,11 +13,11 @@
 #include <thread>
 #include <unordered_set>
 
-#include "core/algorithms.h"
-#include "core/launch.h"
-#include "core/env.h"
-#include "core/error.h"
-#include "core/log.h"
+#include "registry/algorithms.h"
+#include "registry/launcher.h"
+#include "base/env.h"
+#include "base/error.h"
+#include "base/log.h"
 #include "tuner/tuner.h"
 
 namespace tpar {
@@ -86,7 +86,7 @@ tparResult_t createLocal(int rank, int nranks, const ResolvedConfig& cfg, int ra
   TPAR_CUDA_TRY(cudaGetDevice(&device));
   // NOTE [preload]: before any kernel of this communicator can spin.
   const auto& sets = allKernelSets();
-  TPAR_CUDA_TRY(kernels::preloadKernels(sets.data(), static_cast<int>(sets.size())));
+  TPAR_CUDA_TRY(preloadKernels(sets.data(), static_cast<int>(sets.size())));
 
   auto comm = new tparComm();
   comm->rank = rank;
@@ -108,7 +108,7 @@ tparResult_t createLocal(int rank, int nranks, const ResolvedConfig& cfg, int ra
   if (err != cudaSuccess) return fail(cudaFailure(err, "cudaDeviceGetAttribute", __FILE__, __LINE__));
   int per_sm = 0;
   // The pipelined kernel runs with at least kMinPipelinedThreads: size the grid for that too.
-  err = kernels::maxActiveBlocksPerSm(sets.data(), static_cast<int>(sets.size()),
+  err = maxActiveBlocksPerSm(sets.data(), static_cast<int>(sets.size()),
                                       std::max(comm->threads, kernels::kMinPipelinedThreads),
                                       &per_sm);
   if (err != cudaSuccess) return fail(cudaFailure(err, "occupancy query", __FILE__, __LINE__));
@@ -146,7 +146,7 @@ tparResult_t createLocal(int rank, int nranks, const ResolvedConfig& cfg, int ra
   int major = 0;
   err = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
   if (err != cudaSuccess) return fail(cudaFailure(err, "cudaDeviceGetAttribute", __FILE__, __LINE__));
-  comm->launch_overlap = kernels::launchOverlapOn(cfg.launch_overlap, major);
+  comm->launch_overlap = launchOverlapOn(cfg.launch_overlap, major);
 
   tparResult_t res =
       allocWorkspace(comm->layout, cfg.epoch_start, host_transport, &comm->workspace);
@@ -318,7 +318,6 @@ tparResult_t applyTopology(tparComm* comm, const Topology& topo) {
   ctx.hierarchical_ok = equal && topo.islands.size() > 1;
   comm->tuner_ctx = ctx;
   // Hierarchical mapping: island i, position p -> rank.
-  comm->hier_ok = equal;
   if (equal) {
     comm->hier_k = static_cast<int>(topo.islands.size());
     comm->hier_m = static_cast<int>(m);
@@ -411,7 +410,7 @@ void prepareAllReduce(const tparComm* comm, size_t count, tparDataType_t dtype, 
   const uint64_t bytes = uint64_t(count) * c.esize;
   c.plan = planFor(comm, bytes, dtype);
   if (c.plan.nccl) return;
-  if (algorithm(c.plan.algo).needs_islands && !comm->hier_ok) c.plan.algo = kernels::Algo::kTwoShot;
+  // planFor already gives a plan the group can run (the tuner's fallback, tuner.h).
   c.algo = &algorithm(c.plan.algo);
   const Algorithm& algo = *c.algo;
   c.shape.nranks = comm->nranks;
@@ -425,7 +424,7 @@ void prepareAllReduce(const tparComm* comm, size_t count, tparDataType_t dtype, 
 
   kernels::AllReduceArgs& args = c.args;
   args = comm->call_template;  // NOTE [call template]
-  args.meta = kernels::makeCallMeta(dtype, op, algo.id, count, comm->nccl.comm != nullptr);
+  args.meta = makeCallMeta(dtype, op, algo.id, count, comm->nccl.comm != nullptr);
   args.op = op;
   args.active_blocks = c.plan.active_blocks;
   if (algo.max_blocks > 0 && (args.active_blocks <= 0 || args.active_blocks > algo.max_blocks))
@@ -450,7 +449,7 @@ int setPiece(const tparComm* comm, CallLaunch* call, const void* send, void* rec
   const uint64_t work = c.algo->work_vectors(
       (n * c.esize + kernels::kVecBytes - 1) / kernels::kVecBytes, c.shape);
   int threads = c.plan.threads > 0 ? std::min(c.plan.threads, comm->threads)
-                                   : kernels::threadsFor(work, active, comm->threads);
+                                   : threadsFor(work, active, comm->threads);
   // Groups of warps that run side by side (the flag-line two-shots with more than one step):
   // every thread they may have. With one step the whole block runs each phase in turn.
   if (c.algo->min_threads > 0) {
@@ -473,7 +472,7 @@ tparResult_t allReduce(tparComm* comm, const void* send, void* recv, size_t coun
   tparResult_t result = tparSuccess;
   for (uint64_t done = 0; done < count; done += call.piece_elems) {
     const int threads = setPiece(comm, &call, send, recv, count, done);
-    cudaError_t err = kernels::launchAllReduce(call.fn, call.args, comm->max_blocks, threads,
+    cudaError_t err = launchAllReduce(call.fn, call.args, comm->max_blocks, threads,
                                                comm->launch_overlap, stream);
     if (err != cudaSuccess) {
       result = cudaFailure(err, "launching the all-reduce kernel", __FILE__, __LINE__);

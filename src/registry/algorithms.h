@@ -3,26 +3,21 @@
 // sizes its threads, its launch limits, what topology it needs, and the bytes and hand-offs it
 // costs (the floor `tpar bench` prints). Selection, tparCommSelectAlgorithm, TPAR_ALGO,
 // tuning tables, `tpar tune`, reports and the CLI all read it, so a new algorithm is one
-// schedule file in src/kernels plus one row here (docs/ALGORITHMS.md).
-#ifndef TPAR_CORE_ALGORITHMS_H_
-#define TPAR_CORE_ALGORITHMS_H_
+// schedule file in src/kernels, one line in the list (base/algorithm_list.h) and one row
+// here (docs/ALGORITHMS.md).
+#ifndef TPAR_REGISTRY_ALGORITHMS_H_
+#define TPAR_REGISTRY_ALGORITHMS_H_
 
 #include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
 
+#include "base/algorithm_list.h"
 #include "kernels/launch.h"
 #include "tpar/tpar.h"
 
 namespace tpar {
-
-// The public names, indexed by tparAlgo_t: tparAlgoName, TPAR_ALGO, tuning tables, the CLI.
-// Registry rows take their names from here; the header holds them so that code without the
-// kernels (the env registry in the topology probe) can use them.
-inline constexpr const char* kAlgoNames[tparNumAlgos] = {
-    "auto",         "oneshot", "twoshot", "staged",    "hier",
-    "oneshot-pull", "twoshot-pull", "nccl", "pipelined", "twoshot-ll"};
 
 // What a limit or a work count depends on besides the workspace.
 struct AlgoShape {
@@ -41,15 +36,16 @@ struct ByteModel {
 };
 
 struct Algorithm {
+  // From the algorithm's line in the list (NOTE [algorithm descriptor]):
   kernels::Algo id;       // the key; also the call header's algorithm field
   tparAlgo_t pub;         // the public value (tpar.h)
-  const char* name;       // kAlgoNames[pub]
+  const char* name;       // its one name (tparAlgoName)
   // How NCCL would name it: the schedule, the protocol (how a vector says it arrived) and
   // the direction (push: into the reader's region; pull: the reader fetches it).
   const char* schedule;   // "one-shot", "two-shot", "staged", "hierarchical"
   const char* protocol;   // "sentinel", "ll" (epoch-tagged lines), "flags" (fenced flag lines)
   const char* direction;  // "push", "pull", "plan" (the plan chooses)
-  const kernels::KernelSet* kernels;
+  const kernels::KernelSet* kernels;  // from the list too
   // The largest piece (bytes, a multiple of 16) one launch carries in this workspace.
   uint64_t (*max_bytes)(const kernels::WorkspaceLayout& l, const AlgoShape& s);
   // Vectors of work per rank for a piece of `vecs` vectors (sizes the blocks' threads).
@@ -65,7 +61,7 @@ struct Algorithm {
 const std::vector<Algorithm>& algorithms();
 const Algorithm& algorithm(kernels::Algo id);
 const Algorithm* findAlgorithm(tparAlgo_t pub);
-const Algorithm* findAlgorithm(const std::string& name);
+const Algorithm* findAlgorithm(const std::string& name);  // its name or an alias
 
 // The largest piece of algorithm `id` in workspace `l` (Algorithm::max_bytes).
 inline uint64_t maxPieceBytes(kernels::Algo id, const kernels::WorkspaceLayout& l, int nranks,
@@ -78,19 +74,13 @@ inline uint64_t maxPieceBytes(kernels::Algo id, const kernels::WorkspaceLayout& 
   return algorithm(id).max_bytes(l, s);
 }
 
-// tparAlgoName: the public name of a tparAlgo_t, or "unknown".
-inline const char* publicAlgoName(tparAlgo_t pub) {
-  return pub >= 0 && pub < tparNumAlgos ? kAlgoNames[pub] : "unknown";
-}
-// Every public name in tparAlgo_t order, '|'-separated (TPAR_ALGO's choices).
-inline const char* publicAlgoChoices() {
-  static const std::string choices = [] {
-    std::string s;
-    for (int i = 0; i < tparNumAlgos; ++i) s += std::string(i ? "|" : "") + kAlgoNames[i];
-    return s;
-  }();
-  return choices.c_str();
-}
+// The kernel key of a public value, or of a name (aliases too); false for auto, nccl and
+// unknown ones.
+bool kernelAlgoOf(tparAlgo_t pub, kernels::Algo* out);
+bool algoFromName(const std::string& name, kernels::Algo* out);
+// The one name of a kernel key and the public value it has.
+inline const char* algoName(kernels::Algo a) { return algorithm(a).name; }
+inline tparAlgo_t publicAlgoOf(kernels::Algo a) { return algorithm(a).pub; }
 
 // The kernel sets of every algorithm (preload, occupancy).
 const std::vector<const kernels::KernelSet*>& allKernelSets();
@@ -102,4 +92,4 @@ TPAR_HOST_DEVICE constexpr size_t elementBytes(tparDataType_t dtype) {
 
 }  // namespace tpar
 
-#endif  // TPAR_CORE_ALGORITHMS_H_
+#endif  // TPAR_REGISTRY_ALGORITHMS_H_

@@ -4,8 +4,8 @@
 // tpar never links NCCL at build time: it runs where there is none, and it must drive the very
 // copy of NCCL that created the user's communicator (a serving engine's, often a Python
 // wheel's). Calls through NCCL carry NCCL's stable C ABI, declared here with its values.
-#ifndef TPAR_CORE_NCCL_ROUTE_H_
-#define TPAR_CORE_NCCL_ROUTE_H_
+#ifndef TPAR_COMM_NCCL_ROUTE_H_
+#define TPAR_COMM_NCCL_ROUTE_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -87,4 +87,4 @@ bool wantsNccl(const tparComm* comm);
 
 }  // namespace tpar
 
-#endif  // TPAR_CORE_NCCL_ROUTE_H_
+#endif  // TPAR_COMM_NCCL_ROUTE_H_

@@ -3,8 +3,8 @@
 // tuning file names, host and namespace identities, the bootstrap's layout check). The offset
 // basis is part of those names: a topology signature made with another one names a different
 // machine (docs/TOPOLOGY.md, "Signature").
-#ifndef TPAR_CORE_HASH_H_
-#define TPAR_CORE_HASH_H_
+#ifndef TPAR_BASE_HASH_H_
+#define TPAR_BASE_HASH_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -32,4 +32,4 @@ inline uint64_t fnv1aU64(uint64_t h, uint64_t value) {
 
 }  // namespace tpar
 
-#endif  // TPAR_CORE_HASH_H_
+#endif  // TPAR_BASE_HASH_H_

@@ -1,16 +1,30 @@
 // Host side of the kernels: the call header word, launch shapes, launching, preloading.
 // Launchers return cudaError_t.
-#ifndef TPAR_CORE_LAUNCH_H_
-#define TPAR_CORE_LAUNCH_H_
+#ifndef TPAR_REGISTRY_LAUNCHER_H_
+#define TPAR_REGISTRY_LAUNCHER_H_
 
 #include "kernels/launch.h"
 
 namespace tpar {
-namespace kernels {
+
+// The fields of the call header word (NOTE [call header]): datatype, reduction op, the kernel
+// key (NOTE [algorithm descriptor]), whether NCCL is attached, and a hash of the call's count
+// in the bits left.
+struct CallMetaBits {
+  static constexpr int kDtypeShift = 0, kDtypeBits = 2;
+  static constexpr int kOpShift = kDtypeShift + kDtypeBits, kOpBits = 2;
+  static constexpr int kAlgoShift = kOpShift + kOpBits;
+  static constexpr int kNcclShift = kAlgoShift + kCallHeaderAlgoBits;
+  static constexpr int kHashShift = kNcclShift + 1;
+  static constexpr int kHashBits = 32 - kHashShift;
+};
+static_assert(tparNumDataTypes <= (1 << CallMetaBits::kDtypeBits), "datatype field too narrow");
+static_assert(tparNumOps <= (1 << CallMetaBits::kOpBits), "op field too narrow");
+static_assert(CallMetaBits::kHashBits >= 20, "too few bits left for the count hash");
 
 // The header word every rank puts into its first packet of a call (NOTE [call header]).
 // `nccl_attached`: the communicator has an NCCL communicator attached (NOTE [agreement]).
-uint32_t makeCallMeta(tparDataType_t dtype, tparRedOp_t op, Algo algo, uint64_t total_count,
+uint32_t makeCallMeta(tparDataType_t dtype, tparRedOp_t op, kernels::Algo algo, uint64_t total_count,
                       bool nccl_attached = false);
 
 // Whether a GPU of compute capability `cc_major` launches with programmatic stream
@@ -21,14 +35,14 @@ inline bool launchOverlapOn(bool wanted, int cc_major) { return wanted && cc_maj
 
 // Enqueues one launch of kernel `fn`. `overlap`: launch with programmatic stream serialization
 // (NOTE [launch overlap]).
-cudaError_t launchAllReduce(const void* fn, const AllReduceArgs& args, int blocks, int threads,
+cudaError_t launchAllReduce(const void* fn, const kernels::AllReduceArgs& args, int blocks, int threads,
                             bool overlap, cudaStream_t stream);
 
 // Loads every kernel of `sets` into the current device's context now (NOTE [preload]).
-cudaError_t preloadKernels(const KernelSet* const* sets, int nsets);
+cudaError_t preloadKernels(const kernels::KernelSet* const* sets, int nsets);
 
 // Resident blocks per SM of the largest-footprint kernel of `sets` at `threads` threads.
-cudaError_t maxActiveBlocksPerSm(const KernelSet* const* sets, int nsets, int threads,
+cudaError_t maxActiveBlocksPerSm(const kernels::KernelSet* const* sets, int nsets, int threads,
                                  int* blocks);
 
 // Threads per block for a launch of `blocks` blocks over `work` vectors: the work is spread
@@ -37,7 +51,6 @@ cudaError_t maxActiveBlocksPerSm(const KernelSet* const* sets, int nsets, int th
 // (NOTE [epochs and parity]).
 int threadsFor(uint64_t work, int blocks, int max_threads);
 
-}  // namespace kernels
 }  // namespace tpar
 
-#endif  // TPAR_CORE_LAUNCH_H_
+#endif  // TPAR_REGISTRY_LAUNCHER_H_

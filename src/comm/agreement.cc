@@ -1,5 +1,5 @@
 // NOTE [agreement] in agreement.h.
-#include "core/agreement.h"
+#include "comm/agreement.h"
 
 #include <algorithm>
 #include <cinttypes>
@@ -8,9 +8,9 @@
 #include <string>
 
 #include "bootstrap/bootstrap.h"
-#include "core/comm.h"
-#include "core/error.h"
-#include "core/hash.h"
+#include "comm/comm.h"
+#include "base/error.h"
+#include "base/hash.h"
 #include "tuner/tuner.h"
 
 namespace tpar {
@@ -27,7 +27,32 @@ std::string tuningText(const CallShape& s) {
   return buf;
 }
 
+// Every setting that shapes a call is named the same way when ranks disagree on it.
+tparResult_t differ(const char* setting, size_t r, const std::string& x, const std::string& y) {
+  return setError(tparInvalidUsage,
+                  "ranks disagree on %s: rank 0 has %s, rank %zu has %s (every setting that "
+                  "shapes a call must be the same on all ranks)",
+                  setting, x.c_str(), r, y.c_str());
+}
+
+tparResult_t differInWorkspace(size_t r, const WorkspaceTerms& a, const WorkspaceTerms& b) {
+  if (b.max_bytes_per_call != a.max_bytes_per_call) {
+    return differ("maxBytesPerCall (TPAR_MAX_BYTES_PER_CALL)", r,
+                  std::to_string(a.max_bytes_per_call), std::to_string(b.max_bytes_per_call));
+  }
+  if (b.epoch_start != a.epoch_start) {
+    return differ("TPAR_EPOCH_START", r, std::to_string(a.epoch_start),
+                  std::to_string(b.epoch_start));
+  }
+  return tparSuccess;
+}
+
 }  // namespace
+
+tparResult_t agreeOnWorkspaces(const std::vector<WorkspaceTerms>& terms) {
+  for (size_t r = 1; r < terms.size(); ++r) TPAR_TRY(differInWorkspace(r, terms[0], terms[r]));
+  return tparSuccess;
+}
 
 uint64_t tuningTableHash(const TuningTable& table) {
   uint64_t h = kFnvOffset;
@@ -69,37 +94,25 @@ tparResult_t agreeOnCallShapes(const std::vector<CallShape>& shapes, int* grid_b
   int grid = a.grid_blocks;
   for (size_t r = 1; r < shapes.size(); ++r) {
     const CallShape& b = shapes[r];
-    auto differ = [&](const char* setting, const std::string& x, const std::string& y) {
-      return setError(tparInvalidUsage,
-                      "ranks disagree on %s: rank 0 has %s, rank %zu has %s (every setting that "
-                      "shapes a call must be the same on all ranks)",
-                      setting, x.c_str(), r, y.c_str());
-    };
     if (b.configured_blocks != a.configured_blocks) {
-      return differ("TPAR_MAX_BLOCKS", std::to_string(a.configured_blocks),
+      return differ("TPAR_MAX_BLOCKS", r, std::to_string(a.configured_blocks),
                     std::to_string(b.configured_blocks));
     }
     if (b.threads != a.threads) {
-      return differ("TPAR_THREADS", std::to_string(a.threads), std::to_string(b.threads));
+      return differ("TPAR_THREADS", r, std::to_string(a.threads), std::to_string(b.threads));
     }
     if (b.forced_algo != a.forced_algo) {
-      return differ("the algorithm (TPAR_ALGO or config->algorithm)", algoText(a.forced_algo),
+      return differ("the algorithm (TPAR_ALGO or config->algorithm)", r, algoText(a.forced_algo),
                     algoText(b.forced_algo));
     }
     if (b.one_shot_max_bytes != a.one_shot_max_bytes) {
-      return differ("TPAR_ONESHOT_MAX_BYTES", std::to_string(a.one_shot_max_bytes),
+      return differ("TPAR_ONESHOT_MAX_BYTES", r, std::to_string(a.one_shot_max_bytes),
                     std::to_string(b.one_shot_max_bytes));
     }
-    if (b.max_bytes_per_call != a.max_bytes_per_call) {
-      return differ("maxBytesPerCall (TPAR_MAX_BYTES_PER_CALL)",
-                    std::to_string(a.max_bytes_per_call), std::to_string(b.max_bytes_per_call));
-    }
-    if (b.epoch_start != a.epoch_start) {
-      return differ("TPAR_EPOCH_START", std::to_string(a.epoch_start),
-                    std::to_string(b.epoch_start));
-    }
+    TPAR_TRY(differInWorkspace(r, {a.max_bytes_per_call, a.epoch_start},
+                               {b.max_bytes_per_call, b.epoch_start}));
     if (b.has_tuning != a.has_tuning || b.tuning_hash != a.tuning_hash) {
-      return differ("the tuning table (TPAR_TUNING_FILE or the per-machine cache file)",
+      return differ("the tuning table (TPAR_TUNING_FILE or the per-machine cache file)", r,
                     tuningText(a), tuningText(b));
     }
     grid = std::min(grid, b.grid_blocks);

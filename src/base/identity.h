@@ -11,8 +11,8 @@
 // alone they would be taken for one process and use each other's raw pointers. NCCL builds its
 // host hash from the same two parts and its pid hash from the pid and the PID namespace link.
 // This file is the only place either is computed.
-#ifndef TPAR_CORE_IDENTITY_H_
-#define TPAR_CORE_IDENTITY_H_
+#ifndef TPAR_BASE_IDENTITY_H_
+#define TPAR_BASE_IDENTITY_H_
 
 #include <cstdint>
 
@@ -50,4 +50,4 @@ uint64_t hostIdentityOf(const char* hostname, const char* boot_id);
 
 }  // namespace tpar
 
-#endif  // TPAR_CORE_IDENTITY_H_
+#endif  // TPAR_BASE_IDENTITY_H_
