@@ -325,8 +325,15 @@ TPAR_API tparResult_t tparCommSetNcclComm(tparComm_t comm, void* ncclComm);
 
 /* The algorithm tparAllReduce would use for a bfloat16 message of `bytes` on this
  * communicator: tparAlgoNccl when the call goes to the attached NCCL communicator (or is forced
- * there and would fail for want of one). */
+ * there and would fail for want of one). tparCommSelectAlgorithmForType with tparBfloat16. */
 TPAR_API tparResult_t tparCommSelectAlgorithm(tparComm_t comm, size_t bytes, tparAlgo_t* algo);
+
+/* The same for a message of `bytes` bytes of `datatype`: a tuning table has entries per
+ * datatype, so the choice for float32 or float16 can differ from bfloat16's. Fails with
+ * tparInvalidArgument, naming the argument and leaving *algo unchanged, when comm is NULL or
+ * not a live communicator, datatype is no tparDataType_t, or algo is NULL. */
+TPAR_API tparResult_t tparCommSelectAlgorithmForType(tparComm_t comm, size_t bytes,
+                                                     tparDataType_t datatype, tparAlgo_t* algo);
 
 /* Printable names for the enums; "unknown" for values out of range. */
 TPAR_API const char* tparAlgoName(tparAlgo_t algo);

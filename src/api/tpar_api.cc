@@ -307,15 +307,20 @@ tparResult_t tparCommSetNcclComm(tparComm_t comm, void* ncclComm) {
 }
 
 tparResult_t tparCommSelectAlgorithm(tparComm_t comm, size_t bytes, tparAlgo_t* algo) {
+  return tparCommSelectAlgorithmForType(comm, bytes, tparBfloat16, algo);
+}
+
+tparResult_t tparCommSelectAlgorithmForType(tparComm_t comm, size_t bytes,
+                                            tparDataType_t datatype, tparAlgo_t* algo) {
   return guarded([&] {
     TPAR_TRY(checkComm(comm));
-    if (algo == nullptr) return finish(comm, setError(tparInvalidArgument, "algo is NULL"));
-    Plan plan = planFor(comm, bytes, tparBfloat16);
-    if (plan.nccl) {
-      *algo = tparAlgoNccl;
-      return tparSuccess;
+    if (static_cast<int>(datatype) < 0 || datatype >= tparNumDataTypes) {
+      return finish(comm, setError(tparInvalidArgument, "datatype %d is not a tparDataType_t",
+                                   static_cast<int>(datatype)));
     }
-    *algo = publicAlgoOf(plan.algo);
+    if (algo == nullptr) return finish(comm, setError(tparInvalidArgument, "algo is NULL"));
+    const Plan plan = planFor(comm, bytes, datatype);
+    *algo = plan.nccl ? tparAlgoNccl : publicAlgoOf(plan.algo);
     return tparSuccess;
   });
 }

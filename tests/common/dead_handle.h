@@ -35,6 +35,7 @@ inline void expectQueriesRefuseDeadHandle(tparComm_t comm) {
   EXPECT_EQ(0x5a5a5a5a, info.rank);
   tparAlgo_t algo = tparAlgoNccl;  // a value no failed call would write
   EXPECT_EQ(tparInvalidArgument, tparCommSelectAlgorithm(comm, 4096, &algo));
+  EXPECT_EQ(tparInvalidArgument, tparCommSelectAlgorithmForType(comm, 4096, tparFloat32, &algo));
   EXPECT_EQ(tparAlgoNccl, algo);
   // tparGetLastError with a handle that is not live falls back to this thread's text.
   EXPECT_NE(std::string::npos, std::string(tparGetLastError(comm)).find("not a live communicator"));

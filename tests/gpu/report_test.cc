@@ -1,9 +1,10 @@
 // Reports say what ran: `tpar bench -c 0` rows are "not checked" and never "ok"; a forced
 // algorithm that cannot run on the group says that it fell back (bench, the log);
-// tparCommQuery's oneShotMaxBytes is the plan's, per transport. (The doctor's side:
-// cli_doctor_test.cc.)
+// tparCommQuery's oneShotMaxBytes is the plan's, per transport; tparCommSelectAlgorithmForType
+// answers per datatype. (The doctor's side: cli_doctor_test.cc.)
 #include <unistd.h>
 
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -12,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "gpu/test_util.h"
+#include "tuner/tuner.h"
 
 namespace tpar_test {
 namespace {
@@ -155,6 +157,74 @@ TEST(Reports, OneShotMaxBytesIsThePlanOfTheTransport) {
   std::string out;
   const int rc = runSelfChild("DISABLED_ReportsChild.OneShotMaxBytesIsThePlanOfTheTransport",
                               {"TPAR_TUNING_FILE=/nonexistent/tpar-report-test.json"}, 120, &out);
+  EXPECT_EQ(0, rc) << out;
+  EXPECT_NE(std::string::npos, out.find("[  PASSED  ] 1 test")) << out;
+}
+
+// The child of SelectAlgorithmForTypeFollowsTheTablesDatatype: TPAR_TUNING_FILE names a table of
+// this group whose bfloat16 entries say twoshot and whose float32 entries say oneshot-pull;
+// float16 has none.
+TEST(DISABLED_ReportsChild, SelectAlgorithmForTypeFollowsTheTablesDatatype) {
+  TPAR_REQUIRE_GPU();
+  ASSERT_NE(nullptr, std::getenv("TPAR_TUNING_FILE"));
+  VirtualGroup g;
+  ASSERT_EQ("", g.init(2, sharedDeviceConfig(5000)));
+  tparCommInfo_t info;
+  TPAR_OK(tparCommQuery(g.comm(0), &info));
+  ASSERT_EQ(1, info.tuningTableLoaded) << "the table was not loaded";
+  const size_t bytes = 16u << 10;  // one-shot by default on two ranks in GPU memory
+  for (int r = 0; r < g.size(); ++r) {
+    auto select = [&](tparDataType_t dtype) {
+      tparAlgo_t a = tparAlgoAuto;
+      EXPECT_EQ(tparSuccess, tparCommSelectAlgorithmForType(g.comm(r), bytes, dtype, &a))
+          << tparGetLastError(g.comm(r));
+      return a;
+    };
+    EXPECT_EQ(tparAlgoTwoShot, select(tparBfloat16));
+    EXPECT_EQ(tparAlgoOneShotPull, select(tparFloat32));
+    EXPECT_EQ(tparAlgoOneShot, select(tparFloat16));
+    tparAlgo_t bf16 = tparAlgoAuto;
+    TPAR_OK(tparCommSelectAlgorithm(g.comm(r), bytes, &bf16));
+    EXPECT_EQ(tparAlgoTwoShot, bf16);
+  }
+  // Calls of each datatype run (and sum right) under the plan reported for it.
+  runAndCheck(g, bytes / 2, tparBfloat16, tparSum, false);
+  runAndCheck(g, bytes / 4, tparFloat32, tparSum, false);
+  runAndCheck(g, bytes / 2, tparFloat16, tparMax, true);
+  // A live communicator names the bad argument and keeps the text.
+  tparAlgo_t untouched = tparAlgoStaged;
+  EXPECT_EQ(tparInvalidArgument, tparCommSelectAlgorithmForType(
+                                     g.comm(0), bytes, static_cast<tparDataType_t>(7), &untouched));
+  EXPECT_NE(std::string::npos, std::string(tparGetLastError(g.comm(0))).find("datatype 7"));
+  EXPECT_EQ(tparInvalidArgument, tparCommSelectAlgorithmForType(g.comm(0), bytes, tparFloat32,
+                                                                nullptr));
+  EXPECT_NE(std::string::npos, std::string(tparGetLastError(g.comm(0))).find("algo is NULL"));
+  EXPECT_EQ(tparAlgoStaged, untouched);
+}
+
+TEST(Reports, SelectAlgorithmForTypeFollowsTheTablesDatatype) {
+  TPAR_REQUIRE_GPU();
+  // The table must carry the signature of the child's group: the same two virtual ranks.
+  tpar::TuningTable t;
+  {
+    VirtualGroup g;
+    ASSERT_EQ("", g.init(2, sharedDeviceConfig(5000)));
+    tparCommInfo_t info;
+    TPAR_OK(tparCommQuery(g.comm(0), &info));
+    t.signature = info.topologySignature;
+    t.nranks = 2;
+  }
+  tpar::Plan two;
+  two.algo = tpar::kernels::Algo::kTwoShot;
+  tpar::Plan pull;
+  pull.algo = tpar::kernels::Algo::kOneShotPull;
+  t.entries = {{1u << 30, tparBfloat16, two, 0}, {1u << 30, tparFloat32, pull, 0}};
+  const std::string path = tempJson("select_for_type");
+  ASSERT_EQ(tparSuccess, tpar::saveTuningFile(path, t)) << tparGetLastError(nullptr);
+  std::string out;
+  const int rc = runSelfChild("DISABLED_ReportsChild.SelectAlgorithmForTypeFollowsTheTablesDatatype",
+                              {"TPAR_TUNING_FILE=" + path}, 120, &out);
+  unlink(path.c_str());
   EXPECT_EQ(0, rc) << out;
   EXPECT_NE(std::string::npos, out.find("[  PASSED  ] 1 test")) << out;
 }

@@ -76,6 +76,17 @@ TEST(AllReduceArguments, ForeignOrDestroyedHandleIsReportedNotDereferenced) {
   EXPECT_EQ(tparInvalidArgument, tparCommQuery(comm, &info));
   tparAlgo_t algo;
   EXPECT_EQ(tparInvalidArgument, tparCommSelectAlgorithm(comm, 1024, &algo));
+  EXPECT_EQ(tparInvalidArgument, tparCommSelectAlgorithmForType(comm, 1024, tparFloat32, &algo));
+  EXPECT_NE(std::string::npos, lastError().find("not a live communicator"));
+}
+
+TEST(SelectAlgorithmArguments, NullCommIsRejectedWithItsNameAndAlgoUntouched) {
+  tparAlgo_t algo = tparAlgoNccl;  // a value no failed call would write
+  EXPECT_EQ(tparInvalidArgument, tparCommSelectAlgorithm(nullptr, 1024, &algo));
+  EXPECT_NE(std::string::npos, lastError().find("comm is NULL")) << lastError();
+  EXPECT_EQ(tparInvalidArgument, tparCommSelectAlgorithmForType(nullptr, 1024, tparFloat16, &algo));
+  EXPECT_NE(std::string::npos, lastError().find("comm is NULL")) << lastError();
+  EXPECT_EQ(tparAlgoNccl, algo);
 }
 
 TEST(Destroy, NullIsANoOp) {

@@ -1,7 +1,9 @@
 // What each tparAllReduce call reuses instead of recomputing (NOTE [call template], NOTE [live
-// handle cache], the trace gate) follows every change it depends on. No GPU: communicator
-// objects that never saw one.
+// handle cache], the trace gate) follows every change it depends on, and
+// tparCommSelectAlgorithmForType answers the plan a call takes. No GPU: communicator objects
+// that never saw one.
 #include <memory>
+#include <string>
 #include <thread>
 
 #include <gtest/gtest.h>
@@ -114,6 +116,64 @@ TEST(CallTemplate, PlanFollowsATuningTableOrForcedAlgorithmSetAfterInit) {
   EXPECT_TRUE(f.call(count).plan.nccl);
   f.comm->cfg.forced_algo = tparAlgoAuto;
   EXPECT_EQ(Algo::kOneShot, f.call(count).plan.algo);
+}
+
+// tparCommSelectAlgorithmForType, on a registered communicator that never saw a GPU: the
+// answer is the plan of the datatype asked about (a tuning table's entries are per datatype),
+// the bfloat16 one is tparCommSelectAlgorithm's, and bad arguments are named.
+TEST(SelectAlgorithmForType, AnswersThePlanOfTheDatatypeAsked) {
+  Fake f(2);
+  tparComm* c = f.comm.get();
+  const size_t bytes = 4096;  // one-shot by default, for every datatype
+  Plan two;
+  two.algo = Algo::kTwoShot;
+  Plan pull;
+  pull.algo = Algo::kOneShotPull;
+  TuningTable t;
+  t.signature = c->tuner_ctx.signature;
+  t.nranks = c->nranks;
+  t.entries = {{1u << 30, tparBfloat16, two, 0}, {1u << 30, tparFloat32, pull, 0}};
+  c->tuning = t;
+  c->has_tuning = true;
+  registerComm(c);
+  auto select = [&](tparDataType_t dtype) {
+    tparAlgo_t a = tparAlgoAuto;
+    EXPECT_EQ(tparSuccess, tparCommSelectAlgorithmForType(c, bytes, dtype, &a))
+        << tparGetLastError(c);
+    return a;
+  };
+  EXPECT_EQ(tparAlgoTwoShot, select(tparBfloat16));
+  EXPECT_EQ(tparAlgoOneShotPull, select(tparFloat32));
+  EXPECT_EQ(tparAlgoOneShot, select(tparFloat16));  // no entries: the defaults
+  tparAlgo_t bf16 = tparAlgoAuto;
+  EXPECT_EQ(tparSuccess, tparCommSelectAlgorithm(c, bytes, &bf16));
+  EXPECT_EQ(tparAlgoTwoShot, bf16);
+  // Each answer is the plan a call of that datatype takes.
+  for (tparDataType_t dtype : {tparBfloat16, tparFloat32, tparFloat16}) {
+    CallLaunch call;
+    prepareAllReduce(c, bytes / elementBytes(dtype), dtype, tparSum, &call);
+    EXPECT_EQ(publicAlgoOf(call.plan.algo), select(dtype)) << tparDataTypeName(dtype);
+  }
+  c->cfg.forced_algo = tparAlgoNccl;  // forced NCCL: every datatype says so
+  EXPECT_EQ(tparAlgoNccl, select(tparFloat32));
+  EXPECT_EQ(tparAlgoNccl, select(tparFloat16));
+  c->cfg.forced_algo = tparAlgoAuto;
+
+  tparAlgo_t untouched = tparAlgoStaged;
+  for (int bad : {-1, static_cast<int>(tparNumDataTypes)}) {
+    EXPECT_EQ(tparInvalidArgument, tparCommSelectAlgorithmForType(
+                                       c, bytes, static_cast<tparDataType_t>(bad), &untouched));
+    const std::string err = tparGetLastError(c);  // the communicator keeps it too
+    EXPECT_NE(std::string::npos, err.find("datatype " + std::to_string(bad))) << err;
+  }
+  EXPECT_EQ(tparAlgoStaged, untouched);
+  EXPECT_EQ(tparInvalidArgument, tparCommSelectAlgorithmForType(c, bytes, tparFloat32, nullptr));
+  EXPECT_NE(std::string::npos, std::string(tparGetLastError(c)).find("algo is NULL"));
+  unregisterComm(c);
+  EXPECT_EQ(tparInvalidArgument, tparCommSelectAlgorithmForType(c, bytes, tparFloat32, &untouched));
+  EXPECT_NE(std::string::npos,
+            std::string(tparGetLastError(nullptr)).find("not a live communicator"));
+  EXPECT_EQ(tparAlgoStaged, untouched);
 }
 
 TEST(LiveHandleCache, UnregisteredHandleIsRefusedAtOnceEvenAfterManyChecks) {
