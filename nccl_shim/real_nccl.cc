@@ -13,10 +13,7 @@
 #include <cstring>
 #include <set>
 
-#include "base/error.h"
-#include "base/log.h"
-#include "comm/nccl_route.h"  // ncclVersionString
-#include "base/user_file.h"
+#include "api/internal.h"
 #include "settings.h"
 
 namespace tpar {
@@ -367,13 +364,15 @@ const RealNccl& realNccl() {
 
 bool exportedFunctions(const std::string& path, std::vector<std::string>* out, std::string* error) {
   out->clear();
-  // The caller's last tpar error survives (this runs inside the shim's own calls).
-  const std::string saved = lastError();
   int fd = -1;
-  const bool opened = openUserFile(path, UserFileMode::kRead, "NCCL library", &fd) == tparSuccess;
-  if (!opened) *error = lastError();
-  setError(tparSuccess, "%s", saved.c_str());
-  if (!opened) return false;
+  {
+    // The caller's last tpar error survives (this runs inside the shim's own calls).
+    const KeepLastError keep;
+    if (openUserFile(path, UserFileMode::kRead, "NCCL library", &fd) != tparSuccess) {
+      *error = tparGetLastError(nullptr);
+      return false;
+    }
+  }
   struct stat st;
   const bool ok = fstat(fd, &st) == 0 && elfFunctions(fd, static_cast<uint64_t>(st.st_size), out, error);
   close(fd);

@@ -6,7 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "registry/algorithms.h"
+#include "api/internal.h"
 #include "tpar/tpar.h"
 
 namespace tpar {
@@ -58,8 +58,8 @@ bool tparRedOpOfNccl(int nccl_op, tparRedOp_t* out);
 // [shim setup]), of the program's structure (group depth), of settings every rank must share
 // (TPAR_SHIM_*, the tuning table), and never of pointers, timing or load.
 //
-// `plan_says_nccl(bytes, dtype)` is tpar's plan for the size (tparCommSelectAlgorithm's answer
-// for the call's datatype); it is asked last, only for calls tpar could take.
+// `plan_says_nccl(bytes, dtype)` is tpar's plan for the size (tparCommSelectAlgorithmForType's
+// answer for the call's datatype); it is asked last, only for calls tpar could take.
 template <typename PlanSaysNccl>
 Route decideRoute(const RoutePolicy& policy, const AllReduceCall& call,
                   PlanSaysNccl plan_says_nccl) {

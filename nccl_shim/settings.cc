@@ -1,8 +1,6 @@
 #include "settings.h"
 
-#include "base/env.h"
-#include "base/error.h"
-#include "base/log.h"
+#include "api/internal.h"
 
 namespace tpar {
 namespace shim {
@@ -11,10 +9,16 @@ const ShimSettings& shimSettings() {
   static const ShimSettings settings = [] {
     ShimSettings s;
     const Env* env = nullptr;
-    if (processEnv(&env) != tparSuccess) {
+    bool parsed = false;
+    std::string why;
+    {
+      const KeepLastError keep;  // the failure goes into the warning, not the caller's last error
+      parsed = processEnv(&env) == tparSuccess;
+      if (!parsed) why = tparGetLastError(nullptr);
+    }
+    if (!parsed) {
       s.policy.disabled = true;
-      TPAR_WARN("libtpar_nccl.so: every call goes to NCCL unchanged: %s", lastError().c_str());
-      clearError();
+      TPAR_WARN("libtpar_nccl.so: every call goes to NCCL unchanged: %s", why.c_str());
       return s;
     }
     s.policy.disabled = env->shim_disable;

@@ -5,8 +5,7 @@
 #include <cstring>
 #include <vector>
 
-#include "base/hash.h"
-#include "base/identity.h"
+#include "api/internal.h"
 
 namespace tpar {
 namespace shim {
@@ -109,7 +108,7 @@ SetupResult runSetup(SetupChannel& channel, const TparOps& ops, const SetupInput
 
 uint64_t hostIdentity(std::string* why) {
   uint64_t id = 0;
-  if (tpar::hostIdentity(&id) != tparSuccess) {
+  if (thisHostIdentity(&id) != tparSuccess) {
     if (why != nullptr) *why = tparGetLastError(nullptr);
     return 0;
   }

@@ -5,13 +5,11 @@
 #include <memory>
 #include <string>
 
+#include "api/internal.h"
 #include "comm_table.h"
-#include "comm/comm.h"  // planFor: the plan tparAllReduce itself will follow
-#include "base/log.h"
 #include "real_nccl.h"
 #include "settings.h"
 #include "shim_common.h"
-#include "tuner/tuner.h"
 
 namespace tpar {
 namespace shim {
@@ -31,6 +29,14 @@ std::string ncclOpName(int op) {
   return "op " + std::to_string(op) + " (ncclRedOpCreatePreMulSum)";
 }
 
+// The algorithm tparAllReduce will run for this call: what the C API answers, so that the
+// shim and the communicator cannot disagree. tparAlgoAuto when the communicator refuses.
+tparAlgo_t algorithmOf(tparComm_t tpar, uint64_t bytes, tparDataType_t dtype) {
+  tparAlgo_t algo = tparAlgoAuto;
+  if (tparCommSelectAlgorithmForType(tpar, bytes, dtype, &algo) != tparSuccess) return tparAlgoAuto;
+  return algo;
+}
+
 Route routeOf(const ShimSettings& s, const ShimComm* c, size_t count, int datatype, int op) {
   AllReduceCall call;
   call.nccl_datatype = datatype;
@@ -39,7 +45,7 @@ Route routeOf(const ShimSettings& s, const ShimComm* c, size_t count, int dataty
   call.in_group = groupDepth() > 0;
   call.has_tpar = c != nullptr && c->tpar != nullptr;
   return decideRoute(s.policy, call, [&](uint64_t bytes, tparDataType_t dtype) {
-    return planFor(c->tpar, bytes, dtype).nccl;
+    return algorithmOf(c->tpar, bytes, dtype) == tparAlgoNccl;
   });
 }
 
@@ -57,7 +63,7 @@ void logDecision(ShimComm* c, ncclComm_t comm, size_t count, int datatype, int o
     tparDataType_t dtype = tparFloat32;
     tparDataTypeOfNccl(datatype, &dtype);
     where = std::string("tpar:") +
-            planAlgoName(planFor(c->tpar, uint64_t(count) * elementBytes(dtype), dtype));
+            tparAlgoName(algorithmOf(c->tpar, uint64_t(count) * elementBytes(dtype), dtype));
   }
   TPAR_INFO(kLogNccl, "libtpar_nccl.so: comm %p rank %s: all-reduce of %zu x %s %s -> %s",
             static_cast<void*>(comm), rankText(*c).c_str(), count, ncclTypeName(datatype).c_str(),

@@ -7,8 +7,8 @@
 
 #include <cuda_runtime_api.h>
 
+#include "api/internal.h"
 #include "comm_table.h"
-#include "base/log.h"
 #include "nccl_channel.h"
 #include "real_nccl.h"
 #include "settings.h"

@@ -10,7 +10,7 @@
 #include <tuple>
 #include <type_traits>
 
-#include "base/hash.h"
+#include "api/internal.h"  // fnv1a
 #include "nccl_api_gates.h"
 
 namespace tpar_shim_test {

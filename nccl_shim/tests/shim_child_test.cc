@@ -23,9 +23,9 @@
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
+#include "api/internal.h"
 #include "arg_format.h"
 #include "common/fifo_dir.h"
-#include "comm/nccl_route.h"
 #include "shim_test_util.h"
 #include "tpar_nccl_shim.h"
 

@@ -19,7 +19,7 @@
 
 #include <gtest/gtest.h>
 
-#include "comm/nccl_route.h"
+#include "api/internal.h"
 #include "real_nccl.h"
 #include "route.h"
 #include "setup.h"

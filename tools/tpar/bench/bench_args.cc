@@ -9,7 +9,7 @@
 
 #include <CLI/CLI.hpp>
 
-#include "base/env.h"
+#include "api/internal.h"
 #include "tools/tpar/bench/bench.h"
 #include "tools/tpar/common/backend.h"
 #include "tools/tpar/common/cli_options.h"

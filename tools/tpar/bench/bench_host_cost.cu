@@ -11,7 +11,7 @@
 #include <map>
 #include <memory>
 
-#include "registry/algorithms.h"
+#include "api/internal.h"
 #include "tools/tpar/bench/bench.h"
 #include "tools/tpar/common/backend.h"
 #include "tools/tpar/common/cli_options.h"

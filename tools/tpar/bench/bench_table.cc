@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "registry/algorithms.h"
+#include "api/internal.h"
 #include "tools/tpar/bench/bench.h"
 
 namespace tpar_cli {

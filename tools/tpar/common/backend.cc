@@ -5,9 +5,7 @@
 #include <cstdio>
 #include <utility>
 
-#include "api/init_internal.h"
-#include "comm/comm_access.h"
-#include "comm/nccl_route.h"
+#include "api/internal.h"
 #include "tools/tpar/common/nccl_loader.h"
 
 namespace tpar_cli {
@@ -68,7 +66,7 @@ class TparBackend : public Backend {
     const tparResult_t res =
         topo_file_.empty()
             ? tparCommInitAllConfig(comms_.data(), n, devs.data(), &cfg)
-            : tpar::commInitAllWithTopologyFile(comms_.data(), n, devs.data(), &cfg, topo_file_);
+            : tpar::commInitAllWithTopology(comms_.data(), n, devs.data(), &cfg, topo_file_);
     if (res != tparSuccess) {
       comms_.clear();
       return std::string("tparCommInitAll: ") + tparGetLastError(nullptr);
@@ -133,7 +131,7 @@ class TparBackend : public Backend {
   }
   std::string fallback() override {
     if (comms_.empty()) return "";
-    const tpar::Fallback f = tpar::forcedFallback(comms_[0]);
+    const tpar::Fallback f = tpar::commForcedFallback(comms_[0]);
     if (f.why == nullptr) return "";
     return std::string(tpar::algoName(f.runs)) + " (" + f.why + ")";
   }

@@ -5,9 +5,7 @@
 
 #include <sstream>
 
-#include "base/env.h"
-#include "base/error.h"
-#include "base/user_file.h"
+#include "api/internal.h"
 
 namespace tpar_cli {
 
@@ -106,14 +104,15 @@ std::string checkOutputPath(const std::string& path) {
   // Opened without O_TRUNC: an existing file keeps its contents until the run writes it.
   int fd = -1;
   if (tpar::openUserFile(path, tpar::UserFileMode::kWrite, "output file", &fd) != tparSuccess)
-    return tpar::lastError();
+    return tparGetLastError(nullptr);
   close(fd);
   if (!existed) unlink(path.c_str());
   return "";
 }
 
 std::string writeOutputFile(const std::string& path, const std::string& text) {
-  if (tpar::writeUserFile(path, "output file", text) != tparSuccess) return tpar::lastError();
+  if (tpar::writeUserFile(path, "output file", text) != tparSuccess)
+    return tparGetLastError(nullptr);
   return "";
 }
 

@@ -2,8 +2,7 @@
 
 #include <cstdio>
 
-#include "base/env.h"
-#include "base/error.h"
+#include "api/internal.h"
 #include "tools/tpar/common/exit_codes.h"
 
 namespace tpar_cli {
@@ -34,7 +33,7 @@ int runCli(CLI::App& app, int argc, char** argv,
     const std::string name = sub->get_name();
     const tpar::Env* env = nullptr;
     if (name != "env" && name != "info" && tpar::processEnv(&env) != tparSuccess) {
-      std::fprintf(stderr, "tpar %s: %s\n", name.c_str(), tpar::lastError().c_str());
+      std::fprintf(stderr, "tpar %s: %s\n", name.c_str(), tparGetLastError(nullptr));
       return kExitUsage;
     }
     return action();

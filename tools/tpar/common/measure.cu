@@ -6,8 +6,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
-#include "base/env.h"
-#include "registry/launcher.h"
+#include "api/internal.h"
 
 namespace tpar_cli {
 namespace {
@@ -353,13 +352,7 @@ std::string launchBare(Ranks& rk, int calls, bool overlap, int blocks, int threa
   return "";
 }
 
-bool tparLaunchOverlap(int dev) {
-  const tpar::Env* env = nullptr;
-  if (tpar::processEnv(&env) != tparSuccess || env == nullptr || !env->launch_overlap) return false;
-  int major = 0;
-  return cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess &&
-         tpar::launchOverlapOn(true, major);
-}
+bool tparLaunchOverlap(int dev) { return tpar::launchOverlapOnDevice(dev); }
 
 std::string timeIt(Ranks& rk, int iters, int warmup, bool graph,
                    const std::function<std::string()>& issue, double* us) {

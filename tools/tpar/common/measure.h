@@ -10,7 +10,7 @@
 
 #include <cuda_runtime_api.h>
 
-#include "registry/algorithms.h"
+#include "api/internal.h"
 #include "tpar/tpar.h"
 
 // Returns the failed call's text from a function that returns std::string.

@@ -1,10 +1,11 @@
 // NCCL, loaded at run time: the CLI compares against whatever NCCL the machine has (the one a
 // serving engine would use), and still runs where there is none. The loader is the library's
-// (src/comm/nccl_route.h), so that the command and tparCommSetNcclComm load the same copy.
+// (comm/nccl_route.h, through api/internal.h), so that the command and tparCommSetNcclComm load
+// the same copy.
 #ifndef TPAR_TOOLS_NCCL_LOADER_H_
 #define TPAR_TOOLS_NCCL_LOADER_H_
 
-#include "comm/nccl_route.h"
+#include "api/internal.h"
 
 namespace tpar_cli {
 

@@ -11,7 +11,7 @@
 
 #include <cuda_runtime_api.h>
 
-#include "registry/algorithms.h"
+#include "api/internal.h"
 #include "tools/tpar/common/exit_codes.h"
 #include "tools/tpar/common/nccl_loader.h"
 #include "tpar/tpar.h"

@@ -12,7 +12,7 @@
 #include <fstream>
 #include <memory>
 
-#include "api/api_log.h"
+#include "api/internal.h"
 #include "tools/tpar/common/cli_options.h"
 #include "tools/tpar/common/commands.h"
 #include "tools/tpar/doctor/doctor.h"
@@ -20,7 +20,6 @@
 #include "tools/tpar/doctor/nvml.h"
 #include "tools/tpar/doctor/probes.h"
 #include "tools/tpar/common/report.h"
-#include "topology/pcie_tree.h"
 #include "tpar/tpar.h"
 
 namespace tpar_cli {
@@ -196,7 +195,7 @@ void queryTpar(DoctorResults* r) {
     r->transport = tparTransportName(info.transport);
     r->one_shot_max_bytes = info.oneShotMaxBytes;
   }
-  r->algorithm_table = tpar::algorithmTable(comms[0]);
+  r->algorithm_table = tpar::commAlgorithmTable(comms[0]);
   for (tparComm_t c : comms) tparCommDestroy(c);
 }
 
@@ -222,10 +221,7 @@ std::string topologyName(int a, int b, int nvml_level, int nvlinks) {
   }
 }
 
-std::string sysfsBusId(const std::string& bus_id) {
-  tpar::PciAddress a;
-  return tpar::parseBusId(bus_id, &a) ? tpar::busIdString(a) : "";
-}
+std::string sysfsBusId(const std::string& bus_id) { return tpar::canonicalBusId(bus_id); }
 
 std::vector<std::pair<int, int>> blockedPairs(const DoctorResults& r) {
   std::vector<std::pair<int, int>> out;

@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "api/internal.h"
 #include "tools/tpar/common/exit_codes.h"
-#include "topology/topology.h"
 
 namespace tpar_cli {
 

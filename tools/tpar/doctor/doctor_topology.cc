@@ -3,8 +3,8 @@
 // the tuner and the hierarchical algorithm will see, so a user can check them here.
 #include <nlohmann/json.hpp>
 
+#include "api/internal.h"
 #include "tools/tpar/doctor/doctor.h"
-#include "topology/topology.h"
 #include "tpar/tpar.h"
 
 namespace tpar_cli {

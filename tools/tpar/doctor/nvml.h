@@ -1,4 +1,4 @@
-// What `tpar doctor` asks of NVML (loaded at run time by the library's topology/nvml_api.h):
+// What `tpar doctor` asks of NVML (loaded at run time by the library: api/internal.h):
 // PCIe links and the GPU topology where the driver's management library is present; where it
 // is not (containers that mount only the CUDA driver) the doctor still runs, with those fields
 // unknown.

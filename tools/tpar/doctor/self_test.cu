@@ -11,7 +11,7 @@
 #include <memory>
 #include <set>
 
-#include "registry/algorithms.h"
+#include "api/internal.h"
 #include "tools/tpar/common/backend.h"
 #include "tools/tpar/doctor/probe_util.h"
 #include "tools/tpar/doctor/probes.h"

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 
-#include "base/error.h"
+#include "api/internal.h"
 
 namespace tpar_cli {
 
@@ -21,11 +21,10 @@ std::vector<EnvSetting> envSettings(const tpar::EnvGetter& get) {
       const std::string name = spec.name;
       const std::string value = raw;
       tpar::Env env;
-      const std::string saved = tpar::lastError();
+      const tpar::KeepLastError keep;
       if (tpar::parseEnv([&](const char* n) { return name == n ? value.c_str() : nullptr; },
                          &env) != tparSuccess)
-        s.error = tpar::lastError();
-      tpar::setError(tparSuccess, "%s", saved.c_str());
+        s.error = tparGetLastError(nullptr);
     }
     out.push_back(s);
   }

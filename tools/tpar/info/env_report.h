@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "base/env.h"
+#include "api/internal.h"
 
 namespace tpar_cli {
 

@@ -2,7 +2,7 @@
 #include <cstdio>
 #include <cstdlib>
 
-#include "base/env.h"
+#include "api/internal.h"
 #include "tools/tpar/common/commands.h"
 #include "tools/tpar/common/exit_codes.h"
 #include "tools/tpar/common/nccl_loader.h"

@@ -16,10 +16,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
-#include "registry/algorithms.h"
-#include "comm/comm_access.h"
-#include "comm/nccl_route.h"
-#include "base/env.h"
+#include "api/internal.h"
 #include "tools/tpar/common/backend.h"
 #include "tools/tpar/common/cli_options.h"
 #include "tools/tpar/common/commands.h"
@@ -100,9 +97,9 @@ struct Group {
     return "";
   }
   // The public API forces an algorithm but not a launch shape: the plan goes in as a one-entry
-  // tuning table (tpar::usePlan), the path a saved table takes.
+  // tuning table (tpar::commUsePlan), the path a saved table takes.
   void usePlan(const Plan& plan) {
-    for (tparComm_t c : comms) tpar::usePlan(c, plan);
+    for (tparComm_t c : comms) tpar::commUsePlan(c, plan);
   }
   std::string allReduce(Ranks& rk, size_t count, tparDataType_t dtype) {
     // One thread drives every rank: calls routed to NCCL must be one NCCL group (tpar's own
@@ -133,7 +130,7 @@ std::string measurePlan(Group& g, Ranks& rk, size_t count, tparDataType_t dtype,
                         const TuneOptions& opt, bool lockstep, TuneCandidate* c) {
   g.usePlan(c->plan);
   tparAlgo_t runs_as = tparAlgoAuto;
-  tparCommSelectAlgorithm(g.comms[0], count * tpar::elementBytes(dtype), &runs_as);
+  tparCommSelectAlgorithmForType(g.comms[0], count * tpar::elementBytes(dtype), dtype, &runs_as);
   if (tpar::planAlgoName(c->plan) != std::string(tparAlgoName(runs_as))) {
     c->error = std::string("not supported here (runs as ") + tparAlgoName(runs_as) + ")";
     return "";
@@ -345,7 +342,7 @@ int failRun(const std::string& msg) {
 // `print`. Returns "" or why the run cannot go on.
 std::string searchBuckets(Group& g, Ranks& rk, const TuneOptions& opt, bool lockstep, FILE* header,
                           bool print, std::vector<TuneBucket>* buckets) {
-  const tpar::TunerContext ctx = tpar::tunerContextOf(g.comms[0]);
+  const tpar::TunerContext ctx = tpar::commTunerContext(g.comms[0]);
   tparCommInfo_t info;
   if (tparCommQuery(g.comms[0], &info) != tparSuccess) return tparGetLastError(g.comms[0]);
   const auto sizes = tuneSizes(opt);
@@ -395,8 +392,7 @@ std::string searchBuckets(Group& g, Ranks& rk, const TuneOptions& opt, bool lock
       b.bytes = count * tpar::elementBytes(dtype);
       // The built-in default first (ties go to it), as a communicator without a table runs it.
       TuneCandidate def;
-      def.plan = tpar::selectPlan(b.bytes, dtype, ctx, nullptr, tparAlgoAuto,
-                                  tpar::oneShotMaxBytesOf(g.comms[0]));
+      def.plan = tpar::commDefaultPlan(g.comms[0], b.bytes, dtype);
       def.is_default = true;
       std::vector<Plan> plans = {def.plan};
       for (const Plan& p : cands.plans)
@@ -442,7 +438,7 @@ int runTuneWorker(const TuneOptions& opt, int ngpus) {
                                     opt.worker_rank == 0 ? stderr : nullptr, false, &buckets);
       !e.empty())
     return fail("rank " + std::to_string(opt.worker_rank) + ": " + e);
-  std::ofstream(opt.results_json) << bucketsToJson(buckets, tpar::tunerContextOf(g.comms[0]));
+  std::ofstream(opt.results_json) << bucketsToJson(buckets, tpar::commTunerContext(g.comms[0]));
   return kExitOk;
 }
 
@@ -543,7 +539,7 @@ int runTune(const TuneOptions& opt) {
     nccl_note = tpar::ncclVersionString(g.nccl->version) + " (" + g.nccl->path +
                 ") measured as a candidate, attached with tparCommSetNcclComm";
   }
-  const tpar::TunerContext ctx = tpar::tunerContextOf(g.comms[0]);
+  const tpar::TunerContext ctx = tpar::commTunerContext(g.comms[0]);
   if (opt.output.empty() && tpar::tuningFilePath(ctx).empty() && !opt.dry_run)
     return failRun("no place for the table: set TPAR_TUNING_FILE, XDG_CACHE_HOME or HOME, or pass --output");
   std::printf("# topology %s: %d island(s), worst link class %d%s\n", ctx.signature.c_str(),

@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "api/internal.h"
 #include "tpar/tpar.h"
-#include "tuner/tuner.h"
 
 namespace tpar_cli {
 

@@ -6,7 +6,7 @@
 #include <map>
 #include <string>
 
-#include "registry/algorithms.h"
+#include "api/internal.h"
 #include "tools/tpar/tune/tune.h"
 
 namespace tpar_cli {

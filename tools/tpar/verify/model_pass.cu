@@ -7,7 +7,7 @@
 #include <map>
 #include <utility>
 
-#include "base/env.h"
+#include "api/internal.h"
 
 namespace tpar_cli {
 namespace {
