@@ -16,10 +16,6 @@
 namespace tpar {
 namespace {
 
-std::string algoText(int32_t algo) {
-  return std::string(tparAlgoName(static_cast<tparAlgo_t>(algo)));
-}
-
 std::string tuningText(const CallShape& s) {
   if (!s.has_tuning) return "none";
   char buf[192];
@@ -28,23 +24,33 @@ std::string tuningText(const CallShape& s) {
 }
 
 // Every setting that shapes a call is named the same way when ranks disagree on it.
-tparResult_t differ(const char* setting, size_t r, const std::string& x, const std::string& y) {
+tparResult_t differ(const std::string& setting, size_t r, const std::string& x,
+                    const std::string& y) {
   return setError(tparInvalidUsage,
                   "ranks disagree on %s: rank 0 has %s, rank %zu has %s (every setting that "
                   "shapes a call must be the same on all ranks)",
-                  setting, x.c_str(), r, y.c_str());
+                  setting.c_str(), x.c_str(), r, y.c_str());
 }
 
+// Shape setting `i` of rank 0 (`a`) and rank r (`b`): the variable, and the tparConfig_t field
+// that can set it instead, so that either way the user finds what differs.
+tparResult_t compareSetting(int i, size_t r, int64_t a, int64_t b) {
+  if (a == b) return tparSuccess;
+  const ShapeSetting& s = shapeSettings()[i];
+  std::string name = s.name;
+  if (s.config_field != nullptr) name += std::string(" or config->") + s.config_field;
+  return differ(name, r, s.show(a), s.show(b));
+}
+
+constexpr int kMaxBytesSetting = shapeSettingIndex("TPAR_MAX_BYTES_PER_CALL");
+constexpr int kEpochSetting = shapeSettingIndex("TPAR_EPOCH_START");
+static_assert(kMaxBytesSetting >= 0 && kEpochSetting >= 0,
+              "WorkspaceTerms holds two Shape settings of settings.def");
+
 tparResult_t differInWorkspace(size_t r, const WorkspaceTerms& a, const WorkspaceTerms& b) {
-  if (b.max_bytes_per_call != a.max_bytes_per_call) {
-    return differ("maxBytesPerCall (TPAR_MAX_BYTES_PER_CALL)", r,
-                  std::to_string(a.max_bytes_per_call), std::to_string(b.max_bytes_per_call));
-  }
-  if (b.epoch_start != a.epoch_start) {
-    return differ("TPAR_EPOCH_START", r, std::to_string(a.epoch_start),
-                  std::to_string(b.epoch_start));
-  }
-  return tparSuccess;
+  TPAR_TRY(compareSetting(kMaxBytesSetting, r, static_cast<int64_t>(a.max_bytes_per_call),
+                          static_cast<int64_t>(b.max_bytes_per_call)));
+  return compareSetting(kEpochSetting, r, a.epoch_start, b.epoch_start);
 }
 
 }  // namespace
@@ -70,22 +76,22 @@ uint64_t tuningTableHash(const TuningTable& table) {
   return h;
 }
 
-CallShape describeCallShape(const tparComm& comm) {
+CallShape describeCallShape(const ResolvedConfig& cfg, int grid_blocks,
+                            const TuningTable* tuning) {
   CallShape s;
   std::memset(&s, 0, sizeof(s));
-  s.grid_blocks = comm.max_blocks;
-  s.configured_blocks = comm.cfg.max_blocks;
-  s.threads = comm.cfg.threads;
-  s.forced_algo = comm.cfg.forced_algo;
-  s.one_shot_max_bytes = comm.cfg.one_shot_max_bytes;
-  s.max_bytes_per_call = comm.cfg.max_bytes_per_call;
-  s.epoch_start = comm.cfg.epoch_start;
-  s.has_tuning = comm.has_tuning ? 1 : 0;
-  if (comm.has_tuning) {
-    s.tuning_hash = tuningTableHash(comm.tuning);
-    std::snprintf(s.tuning_source, sizeof(s.tuning_source), "%s", comm.tuning.source.c_str());
+  s.grid_blocks = grid_blocks;
+  for (int i = 0; i < kNumShapeSettings; ++i) s.settings[i] = shapeSettings()[i].value(cfg);
+  s.has_tuning = tuning != nullptr ? 1 : 0;
+  if (tuning != nullptr) {
+    s.tuning_hash = tuningTableHash(*tuning);
+    std::snprintf(s.tuning_source, sizeof(s.tuning_source), "%s", tuning->source.c_str());
   }
   return s;
+}
+
+CallShape describeCallShape(const tparComm& comm) {
+  return describeCallShape(comm.cfg, comm.max_blocks, comm.has_tuning ? &comm.tuning : nullptr);
 }
 
 tparResult_t agreeOnCallShapes(const std::vector<CallShape>& shapes, int* grid_blocks) {
@@ -94,23 +100,8 @@ tparResult_t agreeOnCallShapes(const std::vector<CallShape>& shapes, int* grid_b
   int grid = a.grid_blocks;
   for (size_t r = 1; r < shapes.size(); ++r) {
     const CallShape& b = shapes[r];
-    if (b.configured_blocks != a.configured_blocks) {
-      return differ("TPAR_MAX_BLOCKS", r, std::to_string(a.configured_blocks),
-                    std::to_string(b.configured_blocks));
-    }
-    if (b.threads != a.threads) {
-      return differ("TPAR_THREADS", r, std::to_string(a.threads), std::to_string(b.threads));
-    }
-    if (b.forced_algo != a.forced_algo) {
-      return differ("the algorithm (TPAR_ALGO or config->algorithm)", r, algoText(a.forced_algo),
-                    algoText(b.forced_algo));
-    }
-    if (b.one_shot_max_bytes != a.one_shot_max_bytes) {
-      return differ("TPAR_ONESHOT_MAX_BYTES", r, std::to_string(a.one_shot_max_bytes),
-                    std::to_string(b.one_shot_max_bytes));
-    }
-    TPAR_TRY(differInWorkspace(r, {a.max_bytes_per_call, a.epoch_start},
-                               {b.max_bytes_per_call, b.epoch_start}));
+    for (int i = 0; i < kNumShapeSettings; ++i)
+      TPAR_TRY(compareSetting(i, r, a.settings[i], b.settings[i]));
     if (b.has_tuning != a.has_tuning || b.tuning_hash != a.tuning_hash) {
       return differ("the tuning table (TPAR_TUNING_FILE or the per-machine cache file)", r,
                     tuningText(a), tuningText(b));

@@ -7,7 +7,8 @@
 // blocks, threads, steps and pull mode of every size), the workspace (maxBytesPerCall) and the
 // first epoch. Ranks that differ slice one message differently and wait for blocks that never
 // come: wrong results or a hang, which the call header (datatype, op, algorithm, count) cannot
-// see. So every rank publishes a CallShape at init; a setting that differs fails init on every
+// see. So every rank publishes a CallShape at init: the grid, the tuning table and the Shape
+// lines of settings.def (NOTE [settings table]). A setting that differs fails init on every
 // rank with tparInvalidUsage naming it, and the grid, which depends on the GPU, is the smallest
 // any rank can host (every rank can run it). The NCCL attachment comes after init
 // (tparCommSetNcclComm); it travels in every call header instead (NOTE [call header]), and
@@ -16,8 +17,10 @@
 #define TPAR_COMM_AGREEMENT_H_
 
 #include <cstdint>
+#include <type_traits>
 #include <vector>
 
+#include "base/config.h"
 #include "tpar/tpar.h"
 
 struct tparComm;
@@ -29,17 +32,16 @@ class Bootstrap;
 
 // Plain bytes: it travels between ranks in an init round.
 struct CallShape {
-  int32_t grid_blocks;         // the most blocks this rank's GPU can host (comm->max_blocks)
-  int32_t configured_blocks;   // TPAR_MAX_BLOCKS (0: derived)
-  int32_t threads;             // TPAR_THREADS
-  int32_t forced_algo;         // TPAR_ALGO / config->algorithm
-  int64_t one_shot_max_bytes;  // TPAR_ONESHOT_MAX_BYTES (-1: built in)
-  uint64_t max_bytes_per_call;
-  uint32_t epoch_start;
-  uint32_t has_tuning;         // a tuning table is in use
-  uint64_t tuning_hash;        // tuningTableHash of it (0 without one)
-  char tuning_source[128];     // its file, for the message (cut to fit)
+  int32_t grid_blocks;  // the most blocks this rank's GPU can host (comm->max_blocks)
+  uint32_t has_tuning;  // a tuning table is in use
+  // The resolved value of every Shape setting of settings.def, in shapeSettings() order
+  // (base/config.h; NOTE [settings table]).
+  int64_t settings[kNumShapeSettings];
+  uint64_t tuning_hash;     // tuningTableHash of it (0 without one)
+  char tuning_source[128];  // its file, for the message (cut to fit)
 };
+static_assert(std::is_trivially_copyable_v<CallShape> && std::is_standard_layout_v<CallShape>,
+              "CallShape travels between processes as bytes");
 
 // What sizes a rank's regions: the part of a CallShape its peers need before they map them.
 struct WorkspaceTerms {
@@ -54,9 +56,13 @@ tparResult_t agreeOnWorkspaces(const std::vector<WorkspaceTerms>& terms);
 
 // This rank's shape (after createLocal and applyTopology).
 CallShape describeCallShape(const tparComm& comm);
+// The shape of a rank with settings `cfg` whose GPU hosts `grid_blocks`, using `tuning` (null:
+// no table).
+CallShape describeCallShape(const ResolvedConfig& cfg, int grid_blocks, const TuningTable* tuning);
 
 // Checks that `shapes` (one per rank, in rank order) agree. Fails with tparInvalidUsage naming
-// the setting and the two ranks' values on the first difference from rank 0; on success
+// the setting (its variable, and the tparConfig_t field that overrides it) and the two ranks'
+// values on the first difference from rank 0, settings in table order; on success
 // *grid_blocks is the smallest grid_blocks of all.
 tparResult_t agreeOnCallShapes(const std::vector<CallShape>& shapes, int* grid_blocks);
 

@@ -50,9 +50,14 @@ tpar::Env sentinelEnv() {
   return env;
 }
 
+// Every member of the settings table (NOTE [settings table]) compared, not only the marks.
 bool isSentinel(const tpar::Env& env) {
-  return env.timeout_ms == -12345 && env.threads == -1 && env.tuning_file == "\x01sentinel" &&
-         env.set_vars.empty();
+  const tpar::Env want = sentinelEnv();
+#define TPAR_SETTING(name, field, ...) \
+  if (!(env.field == want.field)) return false;
+#include "base/settings.def"
+#undef TPAR_SETTING
+  return env.log_level_set == want.log_level_set && env.set_vars.empty();
 }
 
 void checkParsed(const tpar::Env& env, const std::map<std::string, std::string>& vars) {

@@ -257,22 +257,25 @@ TEST(ConfigBounds, TimeoutMsIsBoundedToADayLikeTheEnvironment) {
 // ------------------------------------------------------------------------------------------
 // Agreement on call shapes (the GPU half: tests/multiprocess, Agreement.*).
 
+// The shape of a rank that sets nothing, on a GPU that hosts 32 blocks.
 CallShape baseShape() {
-  CallShape s;
-  std::memset(&s, 0, sizeof(s));
-  s.grid_blocks = 32;
-  s.configured_blocks = 0;
-  s.threads = 512;
-  s.forced_algo = tparAlgoAuto;
-  s.one_shot_max_bytes = -1;
-  s.max_bytes_per_call = 8 << 20;
-  s.epoch_start = 0;
-  return s;
+  Env env;
+  EXPECT_EQ(tparSuccess, parseEnv([](const char*) -> const char* { return nullptr; }, &env));
+  ResolvedConfig cfg;
+  EXPECT_EQ(tparSuccess, resolveConfig(nullptr, env, &cfg)) << lastError();
+  return describeCallShape(cfg, 32, nullptr);
+}
+
+// CallShape's slot for a Shape setting of settings.def.
+int64_t& slot(CallShape* s, const char* name) {
+  const int i = shapeSettingIndex(name);
+  EXPECT_GE(i, 0) << name << " is no Shape setting";
+  return s->settings[i < 0 ? 0 : i];
 }
 
 // Attack row (its host half): ranks created with different TPAR_MAX_BLOCKS, TPAR_THREADS or
 // tuning tables sliced one call differently. Every such setting fails init naming itself, on
-// whichever rank differs.
+// whichever rank differs. (AgreementTable.* in env_test.cc goes over every Shape line.)
 TEST(Agreement, EverySettingThatShapesACallIsComparedAndNamed) {
   struct Case {
     const char* needle;
@@ -280,12 +283,12 @@ TEST(Agreement, EverySettingThatShapesACallIsComparedAndNamed) {
     bool tables = false;  // every rank has a tuning table to begin with
   };
   const Case cases[] = {
-      {"TPAR_MAX_BLOCKS", [](CallShape* s) { s->configured_blocks = 8; }},
-      {"TPAR_THREADS", [](CallShape* s) { s->threads = 256; }},
-      {"TPAR_ALGO", [](CallShape* s) { s->forced_algo = tparAlgoTwoShotPull; }},
-      {"TPAR_ONESHOT_MAX_BYTES", [](CallShape* s) { s->one_shot_max_bytes = 4096; }},
-      {"maxBytesPerCall", [](CallShape* s) { s->max_bytes_per_call = 1 << 20; }},
-      {"TPAR_EPOCH_START", [](CallShape* s) { s->epoch_start = 7; }},
+      {"TPAR_MAX_BLOCKS", [](CallShape* s) { slot(s, "TPAR_MAX_BLOCKS") = 8; }},
+      {"TPAR_THREADS", [](CallShape* s) { slot(s, "TPAR_THREADS") = 256; }},
+      {"TPAR_ALGO", [](CallShape* s) { slot(s, "TPAR_ALGO") = tparAlgoTwoShotPull; }},
+      {"TPAR_ONESHOT_MAX_BYTES", [](CallShape* s) { slot(s, "TPAR_ONESHOT_MAX_BYTES") = 4096; }},
+      {"maxBytesPerCall", [](CallShape* s) { slot(s, "TPAR_MAX_BYTES_PER_CALL") = 1 << 20; }},
+      {"TPAR_EPOCH_START", [](CallShape* s) { slot(s, "TPAR_EPOCH_START") = 7; }},
       {"tuning table", [](CallShape* s) { s->has_tuning = 0, s->tuning_hash = 0; }, true},
       {"tuning table", [](CallShape* s) { s->tuning_hash = 99; }, true},
   };
