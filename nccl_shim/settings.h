@@ -1,4 +1,4 @@
-// The shim's settings, read once per process from tpar's environment registry (src/base/env.cc).
+// The shim's settings, read once per process from tpar's environment registry (src/base/settings.def).
 #ifndef TPAR_NCCL_SHIM_SETTINGS_H_
 #define TPAR_NCCL_SHIM_SETTINGS_H_
 

@@ -1,4 +1,4 @@
-// `tpar env`: every variable of the registry (src/base/env.cc) with the value in force and where
+// `tpar env`: every variable of the registry (src/base/settings.def) with the value in force and where
 // it came from, the malformed ones, and TPAR_* variables that nothing reads (typos).
 #ifndef TPAR_TOOLS_ENV_REPORT_H_
 #define TPAR_TOOLS_ENV_REPORT_H_
