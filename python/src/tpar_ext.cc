@@ -211,9 +211,10 @@ NB_MODULE(_C, m) {
   m.def("comm_set_nccl_comm", [](uintptr_t comm, uintptr_t nccl) {
     return static_cast<int>(tparCommSetNcclComm(asComm(comm), reinterpret_cast<void*>(nccl)));
   });
-  m.def("comm_select_algorithm", [](uintptr_t comm, uint64_t bytes) {
+  m.def("comm_select_algorithm", [](uintptr_t comm, uint64_t bytes, int dtype) {
     tparAlgo_t algo = tparAlgoAuto;
-    const tparResult_t rc = tparCommSelectAlgorithm(asComm(comm), bytes, &algo);
+    const tparResult_t rc = tparCommSelectAlgorithmForType(
+        asComm(comm), bytes, static_cast<tparDataType_t>(dtype), &algo);
     return std::make_tuple(static_cast<int>(rc), std::string(tparAlgoName(algo)));
   });
 

@@ -328,9 +328,17 @@ class Communicator:
         check(rc, self._handle)
         return info
 
-    def select_algorithm(self, nbytes: int) -> str:
-        """The algorithm a bf16 call of `nbytes` would use ("nccl" when it goes to NCCL)."""
-        rc, name = _C.comm_select_algorithm(self._live_handle(), int(nbytes))
+    def select_algorithm(self, nbytes: int, dtype=None) -> str:
+        """The algorithm a call of `nbytes` of `dtype` (a torch dtype: float32, float16 or
+        bfloat16; None: bfloat16) would use ("nccl" when it goes to NCCL)."""
+        if dtype is None:
+            code = 2
+        else:
+            code = dtype_code(dtype)
+            if code is None:
+                raise TypeError(f"select_algorithm: dtype {dtype} is not float32, float16 or "
+                                "bfloat16")
+        rc, name = _C.comm_select_algorithm(self._live_handle(), int(nbytes), code)
         check(rc, self._handle)
         return name
 

@@ -106,6 +106,10 @@ def test_query_describes_the_group(virtual4):
     assert info["rank"] == 2 and info["nranks"] == 4 and info["cuda_device"] == 0
     assert info["transport"] == "same-device"
     assert virtual4[2].select_algorithm(12 * 1024) in tpar.algorithm_names()
+    for dtype in (torch.float32, torch.float16, torch.bfloat16):
+        assert virtual4[2].select_algorithm(12 * 1024, dtype) in tpar.algorithm_names()
+    with pytest.raises(TypeError, match="dtype torch.int32"):
+        virtual4[2].select_algorithm(4096, torch.int32)
 
 
 def test_a_rank_that_never_calls_gives_a_timeout_not_a_hang():
