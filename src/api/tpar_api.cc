@@ -1,5 +1,7 @@
 // extern "C" entry points: argument checks, error mapping, last-error text. No exception
 // crosses this boundary.
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -80,6 +82,100 @@ tparResult_t tpar::checkAllReduceArgs(tparComm* comm, const void* sendbuff, void
     return setError(tparInvalidArgument,
                     "sendbuff and recvbuff overlap without being equal (in place needs "
                     "sendbuff == recvbuff)");
+  }
+  return tparSuccess;
+}
+
+// The stream of a call: a valid stream of the communicator's GPU.
+tparResult_t checkStream(tparComm* comm, cudaStream_t stream) {
+  // cudaStreamGetDevice is not allowed while a stream captures (it would invalidate the
+  // capture); the check runs on eager calls, and a graph inherits the stream it captured on.
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  cudaError_t err = cudaStreamIsCapturing(stream, &capture);
+  if (err != cudaSuccess) {
+    (void)cudaGetLastError();
+    return setError(tparInvalidArgument, "stream is not a valid CUDA stream (%s)",
+                    cudaGetErrorString(err));
+  }
+  if (capture == cudaStreamCaptureStatusNone) {
+    int stream_device = -1;
+    err = cudaStreamGetDevice(stream, &stream_device);
+    if (err != cudaSuccess) {
+      (void)cudaGetLastError();
+      return setError(tparInvalidArgument, "stream is not a valid CUDA stream (%s)",
+                      cudaGetErrorString(err));
+    }
+    if (stream_device != comm->device) {
+      return setError(tparInvalidArgument,
+                      "stream belongs to GPU %d but the communicator to GPU %d", stream_device,
+                      comm->device);
+    }
+  }
+  return tparSuccess;
+}
+
+// tparAllReduceAddRmsNorm's checks (tpar.h), each naming the argument; tparSuccess when the
+// call may go on.
+tparResult_t checkAddRmsNormArgs(tparComm* comm, const void* input,
+                                 const tparAddRmsNormArgs_t* args, tparDataType_t datatype) {
+  if (args == nullptr) return setError(tparInvalidArgument, "args is NULL");
+  if (args->size != sizeof(tparAddRmsNormArgs_t)) {
+    return setError(tparInvalidArgument,
+                    "args->size is %zu, not sizeof(tparAddRmsNormArgs_t) = %zu (initialize "
+                    "args with TPAR_ADD_RMS_NORM_ARGS_INITIALIZER)",
+                    args->size, sizeof(tparAddRmsNormArgs_t));
+  }
+  // The checks of a plain all-reduce of the same bytes: datatype, an earlier failure.
+  TPAR_TRY(checkAllReduceArgs(comm, input, args->out, 0, datatype, tparSum));
+  if (args->tokens == 0) return tparSuccess;
+  if (args->hidden == 0 || args->hidden % 8 != 0 || args->hidden > 16384) {
+    return setError(tparInvalidArgument,
+                    "args->hidden %zu is not a multiple of 8 in 8..16384", args->hidden);
+  }
+  if (!(args->eps >= 0.0f) || !std::isfinite(args->eps)) {
+    return setError(tparInvalidArgument, "args->eps %g is not a finite value >= 0",
+                    static_cast<double>(args->eps));
+  }
+  const size_t esize = elementBytes(datatype);
+  if (args->tokens > SIZE_MAX / esize / args->hidden) {
+    return setError(tparInvalidArgument, "args->tokens %zu x args->hidden %zu overflows",
+                    args->tokens, args->hidden);
+  }
+  const size_t bytes = args->tokens * args->hidden * esize;
+  struct Buf {
+    const char* name;
+    const void* p;
+    size_t bytes;
+  };
+  const Buf bufs[] = {{"input", input, bytes},
+                      {"args->out", args->out, bytes},
+                      {"args->weight", args->weight, args->hidden * esize},
+                      {"args->residual", args->residual, bytes}};
+  for (size_t i = 0; i < 4; ++i) {
+    const Buf& b = bufs[i];
+    if (b.p == nullptr) {
+      if (i == 3) continue;  // no residual
+      return setError(tparInvalidArgument, "%s is NULL", b.name);
+    }
+    if (reinterpret_cast<uintptr_t>(b.p) % esize != 0) {
+      return setError(tparInvalidArgument, "%s %p is not aligned to its %zu-byte elements",
+                      b.name, b.p, esize);
+    }
+  }
+  // The input may be the residual or the output (each vector is read before it is written);
+  // other overlaps, and out on the residual, would read values the call already replaced.
+  for (size_t i = 0; i < 4; ++i) {
+    for (size_t j = i + 1; j < 4; ++j) {
+      const Buf& a = bufs[i];
+      const Buf& b = bufs[j];
+      if (a.p == nullptr || b.p == nullptr) continue;
+      const bool input_alias = i == 0 && j != 2 && a.p == b.p;
+      const uintptr_t x = reinterpret_cast<uintptr_t>(a.p), y = reinterpret_cast<uintptr_t>(b.p);
+      if (!input_alias && x < y + b.bytes && y < x + a.bytes) {
+        return setError(tparInvalidArgument, "%s and %s overlap%s", a.name, b.name,
+                        i == 0 ? " (only the input may be the residual or the output)" : "");
+      }
+    }
   }
   return tparSuccess;
 }
@@ -235,31 +331,27 @@ tparResult_t tparAllReduce(const void* sendbuff, void* recvbuff, size_t count,
     const tparResult_t checked = checkAllReduceArgs(comm, sendbuff, recvbuff, count, datatype, op);
     if (checked != tparSuccess) return bad(checked);
     if (count == 0) return tparSuccess;
-    // cudaStreamGetDevice is not allowed while a stream captures (it would invalidate the
-    // capture); the check runs on eager calls, and a graph inherits the stream it captured on.
-    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-    cudaError_t err = cudaStreamIsCapturing(stream, &capture);
-    if (err != cudaSuccess) {
-      (void)cudaGetLastError();
-      return bad(setError(tparInvalidArgument, "stream is not a valid CUDA stream (%s)",
-                          cudaGetErrorString(err)));
-    }
-    if (capture == cudaStreamCaptureStatusNone) {
-      int stream_device = -1;
-      err = cudaStreamGetDevice(stream, &stream_device);
-      if (err != cudaSuccess) {
-        (void)cudaGetLastError();
-        return bad(setError(tparInvalidArgument, "stream is not a valid CUDA stream (%s)",
-                            cudaGetErrorString(err)));
-      }
-      if (stream_device != comm->device) {
-        return bad(setError(tparInvalidArgument,
-                            "stream belongs to GPU %d but the communicator to GPU %d",
-                            stream_device, comm->device));
-      }
-    }
+    const tparResult_t on_device = checkStream(comm, stream);
+    if (on_device != tparSuccess) return bad(on_device);
     logAllReduce(comm, sendbuff, recvbuff, count, datatype, op, stream);
     return bad(allReduce(comm, sendbuff, recvbuff, count, datatype, op, stream));
+  });
+}
+
+tparResult_t tparAllReduceAddRmsNorm(const void* input, const tparAddRmsNormArgs_t* args,
+                                     tparDataType_t datatype, tparComm_t comm,
+                                     cudaStream_t stream) {
+  return guarded([&]() -> tparResult_t {
+    TPAR_TRY(checkComm(comm));
+    auto bad = [&](tparResult_t code) { return finish(comm, code); };
+    const tparResult_t checked = checkAddRmsNormArgs(comm, input, args, datatype);
+    if (checked != tparSuccess) return bad(checked);
+    if (args->tokens == 0) return tparSuccess;
+    const tparResult_t on_device = checkStream(comm, stream);
+    if (on_device != tparSuccess) return bad(on_device);
+    logAllReduce(comm, input, args->out, args->tokens * args->hidden, datatype, tparSum, stream);
+    return bad(allReduceAddRmsNorm(comm, input, args->residual, args->weight, args->out,
+                                   args->tokens, args->hidden, args->eps, datatype, stream));
   });
 }
 

@@ -36,6 +36,15 @@
   X(Pipelined, tparAlgoPipelined, "pipelined", "", pipelinedKernels)                \
   X(TwoShotLL, tparAlgoTwoShotLL, "twoshot-ll", "", twoShotLLKernels)
 
+// Variants that fuse the work after an all-reduce into its kernel (docs/FUSED.md): residual add
+// + RMSNorm. A line each, naming the plain algorithm whose schedule, mailbox and limits it
+// shares; their keys follow the plain ones (appended, like those), so the call header tells a
+// fused launch from a plain one. No tparAlgo_t value: they serve tparAllReduceAddRmsNorm only.
+//   F(Key, plain Key, "name", kernel set)
+#define TPAR_FUSED_ALGORITHMS(F)                                       \
+  F(OneShotNorm, OneShot, "oneshot+norm", oneShotNormKernels)          \
+  F(OneShotPullNorm, OneShotPull, "oneshot-pull+norm", oneShotPullNormKernels)
+
 // The public values that run no tpar kernel: the communicator's choice, and the NCCL
 // communicator attached with tparCommSetNcclComm.
 //   Y(public value, "name")
@@ -50,13 +59,19 @@ constexpr int kCallHeaderAlgoBits = 5;
 
 // The kernel key: its value is the line's position (the kernel-side name is kernels::Algo).
 #define TPAR_ALGO_ENUM_(Key, pub, name, alias, set) k##Key,
-enum class AlgoKey : int { TPAR_KERNEL_ALGORITHMS(TPAR_ALGO_ENUM_) };
+#define TPAR_FUSED_ENUM_(Key, plain, name, set) k##Key,
+enum class AlgoKey : int {
+  TPAR_KERNEL_ALGORITHMS(TPAR_ALGO_ENUM_) TPAR_FUSED_ALGORITHMS(TPAR_FUSED_ENUM_)
+};
 #undef TPAR_ALGO_ENUM_
+#undef TPAR_FUSED_ENUM_
 
-#define TPAR_ALGO_COUNT_(Key, pub, name, alias, set) +1
+#define TPAR_ALGO_COUNT_(...) +1
+// The plain algorithms (the registry's rows), and the fused variants after them.
 constexpr int kNumKernelAlgos = 0 TPAR_KERNEL_ALGORITHMS(TPAR_ALGO_COUNT_);
+constexpr int kNumFusedAlgos = 0 TPAR_FUSED_ALGORITHMS(TPAR_ALGO_COUNT_);
 #undef TPAR_ALGO_COUNT_
-static_assert(kNumKernelAlgos <= (1 << kCallHeaderAlgoBits),
+static_assert(kNumKernelAlgos + kNumFusedAlgos <= (1 << kCallHeaderAlgoBits),
               "the call header's algorithm field is too narrow for the algorithm list");
 
 // One public value and its names; `key` is the kernel key's value, -1 for the others.

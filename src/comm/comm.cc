@@ -485,4 +485,77 @@ tparResult_t allReduce(tparComm* comm, const void* send, void* recv, size_t coun
   return result;
 }
 
+tparResult_t allReduceAddRmsNorm(tparComm* comm, const void* input, void* residual,
+                                 const void* weight, void* out, size_t tokens, size_t hidden,
+                                 float eps, tparDataType_t dtype, cudaStream_t stream) {
+  // One-shot in the mailbox of the transport (push into GPU memory, publish in host memory):
+  // every rank reduces whole rows, so the norm needs no extra hand-off (docs/FUSED.md).
+  const kernels::Algo plain = comm->host_transport ? kernels::Algo::kOneShotPull
+                                                   : kernels::Algo::kOneShot;
+  const FusedAlgorithm& fused = *fusedAlgorithmOf(plain);
+  const Algorithm& algo = algorithm(plain);
+  const size_t esize = elementBytes(dtype);
+  AlgoShape shape;
+  shape.nranks = comm->nranks;
+  shape.elem_bytes = esize;
+  const uint64_t piece = std::min<uint64_t>(comm->cfg.max_bytes_per_call,
+                                            algo.max_bytes(comm->layout, shape));
+  const uint64_t row_bytes = uint64_t(hidden) * esize;
+  const uint64_t rows_per_launch = piece / row_bytes;
+  if (rows_per_launch == 0) {
+    return setError(tparInvalidArgument,
+                    "hidden %zu: one row (%llu bytes) is larger than a launch carries (%llu "
+                    "bytes; raise maxBytesPerCall)",
+                    hidden, (unsigned long long)row_bytes, (unsigned long long)piece);
+  }
+  kernels::AllReduceArgs args = comm->call_template;  // NOTE [call template]
+  // The call header carries the fused shape: ranks with another hidden (same count) differ.
+  args.meta = makeCallMeta(dtype, tparSum, fused.id,
+                           uint64_t(tokens) * hidden ^ (uint64_t(hidden) << 40),
+                           comm->nccl.comm != nullptr);
+  args.op = tparSum;
+  args.active_blocks = 0;
+  args.steps = 0;
+  args.pull = 0;
+  const void* fn = fused.kernels->get(dtype, comm->nranks > 8);
+  // A row's vectors over one block's threads.
+  const uint64_t row_vecs = row_bytes / kernels::kVecBytes;
+  const int threads = static_cast<int>(std::min<uint64_t>(
+      comm->threads, std::max<uint64_t>(64, (row_vecs + 31) / 32 * 32)));
+  auto aligned16 = [](const void* p) {
+    return reinterpret_cast<uintptr_t>(p) % kernels::kVecBytes == 0;
+  };
+  kernels::NormArgs norm{};
+  norm.weight = weight;
+  norm.hidden = static_cast<uint32_t>(hidden);
+  norm.eps = eps;
+
+  int prev = -1;
+  TPAR_CUDA_TRY(cudaGetDevice(&prev));
+  if (prev != comm->device) TPAR_CUDA_TRY(cudaSetDevice(comm->device));
+  tparResult_t result = tparSuccess;
+  for (uint64_t done = 0; done < tokens; done += rows_per_launch) {
+    const uint64_t rows = std::min<uint64_t>(rows_per_launch, tokens - done);
+    const uint64_t off = done * row_bytes;
+    args.send = static_cast<const char*>(input) + off;
+    args.recv = static_cast<char*>(out) + off;
+    args.count = rows * hidden;
+    args.vec_aligned = aligned16(args.send) && aligned16(args.recv);
+    norm.residual = residual != nullptr ? static_cast<char*>(residual) + off : nullptr;
+    norm.out = static_cast<char*>(out) + off;
+    norm.rows = static_cast<uint32_t>(rows);
+    norm.aligned = aligned16(norm.out) && aligned16(weight) &&
+                   (residual == nullptr || aligned16(norm.residual));
+    const cudaError_t err = launchAllReduceNorm(fn, args, norm, comm->max_blocks, threads,
+                                                comm->launch_overlap, stream);
+    if (err != cudaSuccess) {
+      result = cudaFailure(err, "launching the fused all-reduce kernel", __FILE__, __LINE__);
+      if (comm->host_state->error == 0) comm->host_state->error = tparUnhandledCudaError;
+      break;
+    }
+  }
+  if (prev != comm->device) cudaSetDevice(prev);
+  return result;
+}
+
 }  // namespace tpar

@@ -141,6 +141,13 @@ int setPiece(const tparComm* comm, CallLaunch* call, const void* send, void* rec
 tparResult_t allReduce(tparComm* comm, const void* send, void* recv, size_t count,
                        tparDataType_t dtype, tparRedOp_t op, cudaStream_t stream);
 
+// The fused all-reduce + residual add + RMSNorm after argument checks (docs/FUSED.md): the
+// one-shot of the communicator's transport with the norm in its kernel, split by whole rows.
+// `hidden` elements per row; fails with tparInvalidArgument when one row does not fit a launch.
+tparResult_t allReduceAddRmsNorm(tparComm* comm, const void* input, void* residual,
+                                 const void* weight, void* out, size_t tokens, size_t hidden,
+                                 float eps, tparDataType_t dtype, cudaStream_t stream);
+
 }  // namespace tpar
 
 #endif  // TPAR_COMM_COMM_H_

@@ -132,6 +132,19 @@ struct AllReduceArgs {
   uint8_t hier_rank[kMaxRanks];
 };
 
+// The second parameter of the fused kernels (docs/FUSED.md): what follows the all-reduce of a
+// launch's `rows` rows of `hidden` elements (the input's datatype). A CUDA graph captures it by
+// value with the launch, like AllReduceArgs.
+struct NormArgs {
+  void* residual;        // [rows, hidden]: residual += reduced, in place; null: none
+  const void* weight;    // [hidden]
+  void* out;             // [rows, hidden]: the normalized rows
+  uint32_t hidden;       // elements per row, a multiple of the elements of a vector
+  uint32_t rows;         // rows of this launch (count = rows * hidden)
+  float eps;
+  int aligned;           // residual, weight and out are 16-byte aligned
+};
+
 // The kernels of one schedule: fn[dtype][wide], wide = the 16-rank variant. Each schedule file
 // defines one (makeKernelSet in prims/call.cuh); the algorithm registry names them.
 struct KernelSet {

@@ -6,8 +6,11 @@ namespace tpar {
 namespace kernels {
 // Defined by the schedule files (src/kernels/*.cu), one per line of the list.
 #define TPAR_DECLARE_KERNEL_SET_(Key, pub, name, alias, set) extern const KernelSet set;
+#define TPAR_DECLARE_FUSED_SET_(Key, plain, name, set) extern const KernelSet set;
 TPAR_KERNEL_ALGORITHMS(TPAR_DECLARE_KERNEL_SET_)
+TPAR_FUSED_ALGORITHMS(TPAR_DECLARE_FUSED_SET_)
 #undef TPAR_DECLARE_KERNEL_SET_
+#undef TPAR_DECLARE_FUSED_SET_
 }  // namespace kernels
 
 namespace {
@@ -192,10 +195,23 @@ bool algoFromName(const std::string& name, kernels::Algo* out) {
   return a != nullptr;
 }
 
+namespace {
+#define TPAR_FUSED_ROW_(Key, plain, name, set) {Algo::k##Key, Algo::k##plain, name, &kernels::set},
+constexpr FusedAlgorithm kFused[] = {TPAR_FUSED_ALGORITHMS(TPAR_FUSED_ROW_)};
+#undef TPAR_FUSED_ROW_
+}  // namespace
+
+const FusedAlgorithm* fusedAlgorithmOf(Algo plain) {
+  for (const FusedAlgorithm& f : kFused)
+    if (f.plain == plain) return &f;
+  return nullptr;
+}
+
 const std::vector<const kernels::KernelSet*>& allKernelSets() {
   static const std::vector<const kernels::KernelSet*> sets = [] {
     std::vector<const kernels::KernelSet*> v;
     for (const Algorithm& a : table()) v.push_back(a.kernels);
+    for (const FusedAlgorithm& f : kFused) v.push_back(f.kernels);
     return v;
   }();
   return sets;

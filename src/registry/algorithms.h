@@ -82,7 +82,18 @@ bool algoFromName(const std::string& name, kernels::Algo* out);
 inline const char* algoName(kernels::Algo a) { return algorithm(a).name; }
 inline tparAlgo_t publicAlgoOf(kernels::Algo a) { return algorithm(a).pub; }
 
-// The kernel sets of every algorithm (preload, occupancy).
+// A fused variant (base/algorithm_list.h, docs/FUSED.md): its key and kernels, and the plain
+// algorithm whose row (limits, work) it shares.
+struct FusedAlgorithm {
+  kernels::Algo id;
+  kernels::Algo plain;
+  const char* name;
+  const kernels::KernelSet* kernels;
+};
+// The fused variant of plain algorithm `plain`, or null.
+const FusedAlgorithm* fusedAlgorithmOf(kernels::Algo plain);
+
+// The kernel sets of every algorithm and fused variant (preload, occupancy).
 const std::vector<const kernels::KernelSet*>& allKernelSets();
 
 // Bytes per element of a datatype; 0 for an unknown one. The one such helper (host and device).

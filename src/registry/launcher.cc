@@ -24,10 +24,11 @@ int threadsFor(uint64_t work, int blocks, int max_threads) {
   return static_cast<int>(t);
 }
 
-cudaError_t launchAllReduce(const void* fn, const kernels::AllReduceArgs& args, int blocks, int threads,
-                            bool overlap, cudaStream_t stream) {
+namespace {
+
+cudaError_t launch(const void* fn, void** params, int blocks, int threads, bool overlap,
+                   cudaStream_t stream) {
   if (fn == nullptr) return cudaErrorInvalidValue;
-  void* params[] = {const_cast<kernels::AllReduceArgs*>(&args)};
   if (!overlap) return cudaLaunchKernel(fn, dim3(blocks), dim3(threads), params, 0, stream);
   cudaLaunchConfig_t config = {};
   config.gridDim = dim3(blocks);
@@ -40,6 +41,22 @@ cudaError_t launchAllReduce(const void* fn, const kernels::AllReduceArgs& args, 
   config.attrs = attr;
   config.numAttrs = 1;
   return cudaLaunchKernelExC(&config, fn, params);
+}
+
+}  // namespace
+
+cudaError_t launchAllReduce(const void* fn, const kernels::AllReduceArgs& args, int blocks,
+                            int threads, bool overlap, cudaStream_t stream) {
+  void* params[] = {const_cast<kernels::AllReduceArgs*>(&args)};
+  return launch(fn, params, blocks, threads, overlap, stream);
+}
+
+cudaError_t launchAllReduceNorm(const void* fn, const kernels::AllReduceArgs& args,
+                                const kernels::NormArgs& norm, int blocks, int threads,
+                                bool overlap, cudaStream_t stream) {
+  void* params[] = {const_cast<kernels::AllReduceArgs*>(&args),
+                    const_cast<kernels::NormArgs*>(&norm)};
+  return launch(fn, params, blocks, threads, overlap, stream);
 }
 
 template <typename F>

@@ -38,6 +38,11 @@ inline bool launchOverlapOn(bool wanted, int cc_major) { return wanted && cc_maj
 cudaError_t launchAllReduce(const void* fn, const kernels::AllReduceArgs& args, int blocks, int threads,
                             bool overlap, cudaStream_t stream);
 
+// The same for a fused kernel (call.cuh's normKernel), whose second parameter is `norm`.
+cudaError_t launchAllReduceNorm(const void* fn, const kernels::AllReduceArgs& args,
+                                const kernels::NormArgs& norm, int blocks, int threads,
+                                bool overlap, cudaStream_t stream);
+
 // Loads every kernel of `sets` into the current device's context now (NOTE [preload]).
 cudaError_t preloadKernels(const kernels::KernelSet* const* sets, int nsets);
 

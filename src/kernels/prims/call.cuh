@@ -195,6 +195,25 @@ KernelSet makeKernelSet() {
                     {k(&allReduceKernel<Schedule, Bf16Tag, 8>), k(&allReduceKernel<Schedule, Bf16Tag, 16>)}}};
 }
 
+// The kernel of every fused variant: as allReduceKernel, with the work after the all-reduce in
+// its second parameter (Schedule::run<T, kMax>(args, norm, ctx)).
+template <class Schedule, typename T, int kMax>
+__global__ void __launch_bounds__(kMaxThreads, 1)
+    normKernel(const __grid_constant__ AllReduceArgs a, const __grid_constant__ NormArgs e) {
+  CallContext ctx;
+  beginCall(a, &ctx);
+  if (static_cast<int>(blockIdx.x) < activeBlocks(a)) Schedule::template run<T, kMax>(a, e, ctx);
+  endCall(a, ctx);
+}
+
+template <class Schedule>
+KernelSet makeNormKernelSet() {
+  auto k = [](auto* fn) { return reinterpret_cast<const void*>(fn); };
+  return KernelSet{{{k(&normKernel<Schedule, float, 8>), k(&normKernel<Schedule, float, 16>)},
+                    {k(&normKernel<Schedule, F16Tag, 8>), k(&normKernel<Schedule, F16Tag, 16>)},
+                    {k(&normKernel<Schedule, Bf16Tag, 8>), k(&normKernel<Schedule, Bf16Tag, 16>)}}};
+}
+
 }  // namespace kernels
 }  // namespace tpar
 
