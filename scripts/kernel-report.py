@@ -51,10 +51,12 @@ def demangle(names):
     return dict(zip(names, r.stdout.splitlines()))
 
 
-# Schedule instantiation (allReduceKernel<Schedule, T, kMax>) -> algorithm name.
+# Schedule instantiation (allReduceKernel or normKernel<Schedule, T, kMax>) -> algorithm name.
 SCHEDULES = [
     (r"CrossIslands", "hier"),
     (r"AllRanks, true", "staged"),
+    (r"OneShotNorm<[^<>]*SentinelBox", "oneshot+norm"),
+    (r"OneShotNorm<[^<>]*LineBox", "oneshot-pull+norm"),
     (r"OneShot<[^<>]*SentinelBox", "oneshot"),
     (r"OneShot<[^<>]*LineBox", "oneshot-pull"),
     (r"TwoShot<[^<>]*SentinelBox", "twoshot"),

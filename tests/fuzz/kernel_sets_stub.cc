@@ -5,8 +5,13 @@
 namespace tpar {
 namespace kernels {
 
-extern const KernelSet oneShotKernels{}, oneShotPullKernels{}, twoShotKernels{},
-    twoShotLLKernels{}, twoShotPullKernels{}, pipelinedKernels{}, stagedKernels{}, hierKernels{};
+// One per line of the algorithm list, plain and fused.
+#define TPAR_STUB_SET_(Key, pub, name, alias, set) extern const KernelSet set{};
+#define TPAR_STUB_FUSED_SET_(Key, plain, name, set) extern const KernelSet set{};
+TPAR_KERNEL_ALGORITHMS(TPAR_STUB_SET_)
+TPAR_FUSED_ALGORITHMS(TPAR_STUB_FUSED_SET_)
+#undef TPAR_STUB_SET_
+#undef TPAR_STUB_FUSED_SET_
 
 }  // namespace kernels
 }  // namespace tpar

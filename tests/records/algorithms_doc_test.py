@@ -136,7 +136,9 @@ class WorkedExampleBuilds(unittest.TestCase):
             f.write('#include "kernels/launch.h"\nnamespace tpar { namespace kernels {\n'
                     'static char fake;\n#define S(K, p, n, a, set) extern const KernelSet set '
                     '__attribute__((weak)) = {{{&fake, &fake}, {&fake, &fake}, {&fake, &fake}}};\n'
-                    'TPAR_KERNEL_ALGORITHMS(S)\n}}\n')
+                    '#define F(K, p, n, set) extern const KernelSet set __attribute__((weak)) = '
+                    '{{{&fake, &fake}, {&fake, &fake}, {&fake, &fake}}};\n'
+                    'TPAR_KERNEL_ALGORITHMS(S)\nTPAR_FUSED_ALGORITHMS(F)\n}}\n')
         exe = os.path.join(self.dir, "check")
         r = self.cxx("-DEXAMPLE_KEY=" + ids["key"], "-DEXAMPLE_PUB=" + ids["pub"],
                      '-DEXAMPLE_NAME="%s"' % ids["name"], "-DEXAMPLE_SET=" + ids["set"],

@@ -94,6 +94,18 @@ TEST(AlgorithmRegistry, RowsNameScheduleProtocolDirectionAndEveryKernel) {
         EXPECT_NE(nullptr, a.kernels->get(static_cast<tparDataType_t>(d), wide)) << a.name;
     EXPECT_EQ(nullptr, a.kernels->get(static_cast<tparDataType_t>(tparNumDataTypes), false));
   }
+  // And the fused variants' (base/algorithm_list.h), each behind its plain algorithm.
+  size_t fused = 0;
+  for (const Algorithm& a : algorithms()) {
+    const FusedAlgorithm* f = fusedAlgorithmOf(a.id);
+    if (f == nullptr) continue;
+    ++fused;
+    EXPECT_EQ(a.id, f->plain) << f->name;
+    EXPECT_GE(static_cast<int>(f->id), kNumKernelAlgos) << f->name;
+    ASSERT_NE(nullptr, f->kernels) << f->name;
+    EXPECT_TRUE(sets.insert(f->kernels).second) << f->name << " shares another's kernels";
+  }
+  EXPECT_EQ(static_cast<size_t>(kNumFusedAlgos), fused);
   EXPECT_EQ(sets.size(), allKernelSets().size());
 }
 
