@@ -47,13 +47,14 @@ bool overlaps(const void* a, const void* b, size_t bytes) {
 }  // namespace
 
 tparResult_t tpar::checkAllReduceArgs(tparComm* comm, const void* sendbuff, void* recvbuff,
-                                      size_t count, tparDataType_t datatype, tparRedOp_t op) {
-  if (static_cast<int>(datatype) < 0 || datatype >= tparNumDataTypes) {
+                                      size_t count, const tparDataType_t& datatype,
+                                      const tparRedOp_t& op) {
+  if (enumValue(datatype) < 0 || enumValue(datatype) >= tparNumDataTypes) {
     return setError(tparInvalidArgument, "datatype %d is not a tparDataType_t",
-                    static_cast<int>(datatype));
+                    enumValue(datatype));
   }
-  if (static_cast<int>(op) < 0 || op >= tparNumOps) {
-    return setError(tparInvalidArgument, "op %d is not a tparRedOp_t", static_cast<int>(op));
+  if (enumValue(op) < 0 || enumValue(op) >= tparNumOps) {
+    return setError(tparInvalidArgument, "op %d is not a tparRedOp_t", enumValue(op));
   }
   const uint32_t async = reinterpret_cast<volatile uint32_t*>(&comm->host_state->error)[0];
   if (async != 0) {
@@ -117,7 +118,8 @@ tparResult_t checkStream(tparComm* comm, cudaStream_t stream) {
 // tparAllReduceAddRmsNorm's checks (tpar.h), each naming the argument; tparSuccess when the
 // call may go on.
 tparResult_t checkAddRmsNormArgs(tparComm* comm, const void* input,
-                                 const tparAddRmsNormArgs_t* args, tparDataType_t datatype) {
+                                 const tparAddRmsNormArgs_t* args,
+                                 const tparDataType_t& datatype) {
   if (args == nullptr) return setError(tparInvalidArgument, "args is NULL");
   if (args->size != sizeof(tparAddRmsNormArgs_t)) {
     return setError(tparInvalidArgument,
@@ -126,7 +128,8 @@ tparResult_t checkAddRmsNormArgs(tparComm* comm, const void* input,
                     args->size, sizeof(tparAddRmsNormArgs_t));
   }
   // The checks of a plain all-reduce of the same bytes: datatype, an earlier failure.
-  TPAR_TRY(checkAllReduceArgs(comm, input, args->out, 0, datatype, tparSum));
+  const tparRedOp_t sum = tparSum;
+  TPAR_TRY(checkAllReduceArgs(comm, input, args->out, 0, datatype, sum));
   if (args->tokens == 0) return tparSuccess;
   if (args->hidden == 0 || args->hidden % 8 != 0 || args->hidden > 16384) {
     return setError(tparInvalidArgument,
@@ -406,9 +409,9 @@ tparResult_t tparCommSelectAlgorithmForType(tparComm_t comm, size_t bytes,
                                             tparDataType_t datatype, tparAlgo_t* algo) {
   return guarded([&] {
     TPAR_TRY(checkComm(comm));
-    if (static_cast<int>(datatype) < 0 || datatype >= tparNumDataTypes) {
+    if (enumValue(datatype) < 0 || enumValue(datatype) >= tparNumDataTypes) {
       return finish(comm, setError(tparInvalidArgument, "datatype %d is not a tparDataType_t",
-                                   static_cast<int>(datatype)));
+                                   enumValue(datatype)));
     }
     if (algo == nullptr) return finish(comm, setError(tparInvalidArgument, "algo is NULL"));
     const Plan plan = planFor(comm, bytes, datatype);
