@@ -403,6 +403,20 @@ void prepareCalls(tparComm* comm) {
   for (int r = 0; r < comm->nranks; ++r) args.hier_rank[r] = comm->hier_rank[r];
 }
 
+namespace {
+
+bool vecAligned(const void* p) { return reinterpret_cast<uintptr_t>(p) % kernels::kVecBytes == 0; }
+
+// A launch that failed: peers may already wait for this kernel, so the group is out of step for
+// good, and every later call must say so.
+tparResult_t launchFailed(tparComm* comm, cudaError_t err, const char* what) {
+  const tparResult_t result = cudaFailure(err, what, __FILE__, __LINE__);
+  if (comm->host_state->error == 0) comm->host_state->error = tparUnhandledCudaError;
+  return result;
+}
+
+}  // namespace
+
 void prepareAllReduce(const tparComm* comm, size_t count, tparDataType_t dtype, tparRedOp_t op,
                       CallLaunch* out) {
   CallLaunch& c = *out;
@@ -441,8 +455,7 @@ int setPiece(const tparComm* comm, CallLaunch* call, const void* send, void* rec
   args.send = static_cast<const char*>(send) + done * c.esize;
   args.recv = static_cast<char*>(recv) + done * c.esize;
   args.count = n;
-  args.vec_aligned = (reinterpret_cast<uintptr_t>(args.send) % kernels::kVecBytes == 0) &&
-                     (reinterpret_cast<uintptr_t>(args.recv) % kernels::kVecBytes == 0);
+  args.vec_aligned = vecAligned(args.send) && vecAligned(args.recv);
   // Always the same grid (NOTE [epochs and parity]); the block size follows the work.
   const int active = args.active_blocks > 0 ? std::min(args.active_blocks, comm->max_blocks)
                                             : comm->max_blocks;
@@ -475,9 +488,7 @@ tparResult_t allReduce(tparComm* comm, const void* send, void* recv, size_t coun
     cudaError_t err = launchAllReduce(call.fn, call.args, comm->max_blocks, threads,
                                                comm->launch_overlap, stream);
     if (err != cudaSuccess) {
-      result = cudaFailure(err, "launching the all-reduce kernel", __FILE__, __LINE__);
-      // Peers may already wait for this kernel: the group is out of step for good.
-      if (comm->host_state->error == 0) comm->host_state->error = tparUnhandledCudaError;
+      result = launchFailed(comm, err, "launching the all-reduce kernel");
       break;
     }
   }
@@ -522,9 +533,6 @@ tparResult_t allReduceAddRmsNorm(tparComm* comm, const void* input, void* residu
   const uint64_t row_vecs = row_bytes / kernels::kVecBytes;
   const int threads = static_cast<int>(std::min<uint64_t>(
       comm->threads, std::max<uint64_t>(64, (row_vecs + 31) / 32 * 32)));
-  auto aligned16 = [](const void* p) {
-    return reinterpret_cast<uintptr_t>(p) % kernels::kVecBytes == 0;
-  };
   kernels::NormArgs norm{};
   norm.weight = weight;
   norm.hidden = static_cast<uint32_t>(hidden);
@@ -540,17 +548,16 @@ tparResult_t allReduceAddRmsNorm(tparComm* comm, const void* input, void* residu
     args.send = static_cast<const char*>(input) + off;
     args.recv = static_cast<char*>(out) + off;
     args.count = rows * hidden;
-    args.vec_aligned = aligned16(args.send) && aligned16(args.recv);
+    args.vec_aligned = vecAligned(args.send) && vecAligned(args.recv);
     norm.residual = residual != nullptr ? static_cast<char*>(residual) + off : nullptr;
     norm.out = static_cast<char*>(out) + off;
     norm.rows = static_cast<uint32_t>(rows);
-    norm.aligned = aligned16(norm.out) && aligned16(weight) &&
-                   (residual == nullptr || aligned16(norm.residual));
+    norm.aligned = vecAligned(norm.out) && vecAligned(weight) &&
+                   (residual == nullptr || vecAligned(norm.residual));
     const cudaError_t err = launchAllReduceNorm(fn, args, norm, comm->max_blocks, threads,
                                                 comm->launch_overlap, stream);
     if (err != cudaSuccess) {
-      result = cudaFailure(err, "launching the fused all-reduce kernel", __FILE__, __LINE__);
-      if (comm->host_state->error == 0) comm->host_state->error = tparUnhandledCudaError;
+      result = launchFailed(comm, err, "launching the fused all-reduce kernel");
       break;
     }
   }
