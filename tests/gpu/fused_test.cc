@@ -154,38 +154,28 @@ void runCase(VirtualGroup& g, const Case& c, bool graph = false) {
   }
   ASSERT_EQ(cudaSuccess, cudaDeviceSynchronize());
 
-  auto launchAll = [&]() {
-    for (int r = 0; r < n; ++r) {
-      RankBufs& b = bufs[r];
-      tparAddRmsNormArgs_t args = TPAR_ADD_RMS_NORM_ARGS_INITIALIZER;
-      args.tokens = c.tokens;
-      args.hidden = c.hidden;
-      args.weight = b.weight;
-      args.eps = eps;
-      args.out = c.place == Place::kInputIsOut ? b.input : b.out;
-      args.residual = !c.residual ? nullptr
-                      : c.place == Place::kInputIsResidual ? b.input
-                                                           : b.residual;
-      ASSERT_EQ(tparSuccess, tparAllReduceAddRmsNorm(b.input, &args, c.dtype, g.comm(r),
-                                                     g.stream(r)))
-          << tparGetLastError(g.comm(r));
-    }
+  // Rank r's arguments: out and residual where the case puts them.
+  auto argsOf = [&](int r) {
+    RankBufs& b = bufs[r];
+    tparAddRmsNormArgs_t args = TPAR_ADD_RMS_NORM_ARGS_INITIALIZER;
+    args.tokens = c.tokens;
+    args.hidden = c.hidden;
+    args.weight = b.weight;
+    args.eps = eps;
+    args.out = c.place == Place::kInputIsOut ? b.input : b.out;
+    args.residual = !c.residual ? nullptr
+                    : c.place == Place::kInputIsResidual ? b.input
+                                                         : b.residual;
+    return args;
   };
   if (graph) {
     // One graph per rank, captured in turn, replayed together.
     std::vector<cudaGraphExec_t> execs(n);
     for (int r = 0; r < n; ++r) {
-      RankBufs& b = bufs[r];
-      tparAddRmsNormArgs_t args = TPAR_ADD_RMS_NORM_ARGS_INITIALIZER;
-      args.tokens = c.tokens;
-      args.hidden = c.hidden;
-      args.weight = b.weight;
-      args.eps = eps;
-      args.out = b.out;
-      args.residual = b.residual;
+      const tparAddRmsNormArgs_t args = argsOf(r);
       cudaGraph_t gr;
       ASSERT_EQ(cudaSuccess, cudaStreamBeginCapture(g.stream(r), cudaStreamCaptureModeThreadLocal));
-      ASSERT_EQ(tparSuccess, tparAllReduceAddRmsNorm(b.input, &args, c.dtype, g.comm(r),
+      ASSERT_EQ(tparSuccess, tparAllReduceAddRmsNorm(bufs[r].input, &args, c.dtype, g.comm(r),
                                                      g.stream(r)));
       ASSERT_EQ(cudaSuccess, cudaStreamEndCapture(g.stream(r), &gr));
       ASSERT_EQ(cudaSuccess, cudaGraphInstantiate(&execs[r], gr, 0));
@@ -195,8 +185,12 @@ void runCase(VirtualGroup& g, const Case& c, bool graph = false) {
     for (int r = 0; r < n; ++r) ASSERT_EQ(cudaSuccess, cudaStreamSynchronize(g.stream(r)));
     for (auto e : execs) cudaGraphExecDestroy(e);
   } else {
-    launchAll();
-    if (::testing::Test::HasFatalFailure()) return;
+    for (int r = 0; r < n; ++r) {
+      const tparAddRmsNormArgs_t args = argsOf(r);
+      ASSERT_EQ(tparSuccess, tparAllReduceAddRmsNorm(bufs[r].input, &args, c.dtype, g.comm(r),
+                                                     g.stream(r)))
+          << tparGetLastError(g.comm(r));
+    }
     for (int r = 0; r < n; ++r) ASSERT_EQ(cudaSuccess, cudaStreamSynchronize(g.stream(r)));
   }
   for (int r = 0; r < n; ++r) {
@@ -222,8 +216,9 @@ void runCase(VirtualGroup& g, const Case& c, bool graph = false) {
   for (int r = 1; r < n; ++r) {
     if (c.place != Place::kInputIsResidual) {
       ASSERT_EQ(0, std::memcmp(outs[0].data(), outs[r].data(), elems * es)) << "rank " << r;
-      if (c.residual)
+      if (c.residual) {
         ASSERT_EQ(0, std::memcmp(resids[0].data(), resids[r].data(), elems * es)) << "rank " << r;
+      }
     }
   }
 
