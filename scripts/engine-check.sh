@@ -52,21 +52,13 @@ while [ $# -gt 0 ]; do
   esac
 done
 cd "$(dirname "$0")/.." || exit 2
+# The engines' versions and import dependencies, and the installers (pip_retry, install_into,
+# wheel_of), shared with scripts/engine-fusion-check.sh.
+. scripts/engine-wheels.sh
 py=${py:-${TPAR_PYENV:-build/pyenv}/bin/python}
 shim=${shim:-build/nccl_shim/libtpar_nccl.so}
 work=${work:-build/engine-wheels}
 
-vllm_version=0.33.0
-sglang_version=0.5.23
-# What the engines' import chains need beyond torch (found by importing the modules below with
-# nothing else installed); vLLM's needs the first six. Pinned so that a release upstream cannot
-# change what runs.
-deps=(packaging==26.4 psutil==7.2.2 pyzmq==27.3.0 urllib3==2.8.0 regex==2026.11.19 numpy==2.4.6
-      aiohappyeyeballs==2.7.1 aiohttp==3.14.5 aiosignal==1.4.0 anyio==4.16.0 attrs==26.1.0
-      certifi==2026.10.19.post1 frozenlist==1.8.0 idna==3.20 ipython==9.18.1 msgspec==0.23.0
-      multidict==7.2.1 orjson==3.13.0 pillow==13.0.0 propcache==0.5.4 pybase64==1.5.1
-      pydantic==2.14.4 pydantic_core==2.50.5 pygments==2.21.0 requests==2.34.2
-      starlette==1.10.0 tqdm==4.70.1 traitlets==5.16.1 typing_inspection==0.4.5 yarl==1.25.1)
 # The function the negative control's stub leaves out: torch 2.14 imports it and vLLM requires
 # it on CUDA.
 control_missing=ncclCommResume
@@ -360,33 +352,6 @@ engine() {  # engine KEY DIR VARIABLE LIB: checks 3 and 4 for one loader, LIB in
   exports "$4" >"$exported"
   env -u LD_PRELOAD PYTHONPATH="$2:$work/deps" "$3=$4" \
     "$py" "$helper" engine "$1" "$4" "$nccl_code" "$exported"
-}
-
-pip_retry() {  # pip_retry PYTHON ARGS...: pip, tried three times (a dropped download)
-  local p=$1 attempt
-  shift
-  for attempt in 1 2 3; do
-    "$p" -m pip --disable-pip-version-check -q "$@" --retries 10 --timeout 60 && return 0
-    [ $attempt = 3 ] || sleep 20
-  done
-  return 1
-}
-install_into() {  # install_into DIR STAMP PIP_ARGS...: pip install --target DIR, once per STAMP
-  local dir=$1 stamp=$2
-  shift 2
-  [ -f "$dir/.engine-check" ] && [ "$(cat "$dir/.engine-check")" = "$stamp" ] && return 0
-  rm -rf "$dir"
-  pip_retry "$py" install --no-deps --no-compile --target "$dir" "$@" || return 1
-  echo "$stamp" >"$dir/.engine-check"
-}
-wheel_of() {  # wheel_of NAME VERSION: the wheel's path, downloaded into WORKDIR/wheels if needed
-  local w
-  for w in "${TPAR_ENGINE_WHEELS:-/nonexistent}/$1-$2-"*.whl "$work/wheels/$1-$2-"*.whl; do
-    [ -f "$w" ] && { echo "$w"; return 0; }
-  done
-  pip_retry "$py" download --no-deps --only-binary=:all: -d "$work/wheels" "$1==$2" >&2 ||
-    return 1
-  ls "$work/wheels/$1-$2-"*.whl 2>/dev/null | head -n 1
 }
 
 # 1, 2: the torch of the engines' venv.

@@ -18,7 +18,9 @@
 #              PyTorch, vLLM's and SGLang's NCCL loaders (scripts/engine-check.sh: uses that
 #              environment's torch, downloads the engines' wheels into $BUILD_DIR/engine-wheels;
 #              also installs torch 2.11 into $BUILD_DIR/pyenv-torch211 for its import checks,
-#              TPAR_TEST_TORCH211=0 to leave that out).
+#              TPAR_TEST_TORCH211=0 to leave that out), TPAR_TEST_ENGINE_FUSION=0 to skip
+#              vLLM's and SGLang's all-reduce + RMSNorm fusion with tpar's plugin
+#              (scripts/engine-fusion-check.sh: the same wheels, more import dependencies).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/deps.sh
@@ -117,6 +119,19 @@ else
   fi
   tier "shim vs engines" bash scripts/engine-check.sh --shim "$build/nccl_shim/libtpar_nccl.so" \
     --work "$build/engine-wheels" "${older[@]}"
+fi
+
+if [ "${TPAR_TEST_ENGINE_FUSION:-1}" = 0 ]; then
+  off "engine fusion" "TPAR_TEST_ENGINE_FUSION=0"
+elif [ ! -x "${TPAR_PYENV:-build/pyenv}/bin/python" ]; then
+  off "engine fusion" "no venv with torch at ${TPAR_PYENV:-build/pyenv}: the python tier makes it"
+else
+  echo "== vLLM's and SGLang's all-reduce + RMSNorm fusion with tpar's plugin (no GPU)"
+  tier "engine fusion" bash scripts/engine-fusion-check.sh --work "$build/engine-wheels" \
+    --junit-dir "$reports"
+  for e in vllm sglang; do
+    summary_args+=(--pytest "engine fusion, $e=$reports/engine-fusion-$e.xml")
+  done
 fi
 
 echo "== every test (CTest)"

@@ -269,28 +269,32 @@ TPAR_API tparResult_t tparAllReduce(const void* sendbuff, void* recvbuff, size_t
 /*
  * Fused all-reduce + residual add + RMSNorm (docs/FUSED.md): for each of `tokens` rows of
  * `hidden` elements of `input` (datatype `datatype`), the sum over all ranks, as tparAllReduce
- * with tparSum gives it; then, with a residual, residual += sum (in place); then
- * out = rmsnorm(residual, or the sum without one) * weight with `eps`:
- *   r = residual + sum (fp32, rounded into residual);  inv = 1 / sqrt(mean(r^2) + eps);
+ * with tparSum gives it; then r = residual + sum (or the sum alone without a residual), written
+ * to residual_out, or back into residual when residual_out is NULL; then
+ * out = rmsnorm(r) * weight with `eps`:
+ *   r = round(residual + sum) (added in fp32);  inv = 1 / sqrt(mean(r^2) + eps);
  *   out = round(round(r * inv) * weight)
  * in the order of the serving engines' add + RMSNorm kernels, so that the result is that of
  * tparAllReduce followed by their kernel. One kernel per call (larger calls split by whole
- * rows); every rank gets the same bits. `hidden` is a multiple of 8 up to 16384; `input` may be
- * `residual` or `out`, but `out` may not be `residual`. The buffers are device memory of the
- * communicator's GPU aligned to their elements (16 bytes is faster). Every rank must issue the
- * same sequence of calls with the same tokens, hidden and datatype (a mismatch is reported as
- * tparInvalidUsage, asynchronously). tokens == 0 is a no-op.
+ * rows); every rank gets the same bits. `hidden` is a multiple of 8 up to 16384. `input` may be
+ * `residual`, `residual_out` or `out`, and `residual_out` may be `residual`; no other two
+ * buffers may overlap. Without a residual, residual_out (if given) receives the plain sum. The
+ * buffers are device memory of the communicator's GPU aligned to their elements (16 bytes is
+ * faster). Every rank must issue the same sequence of calls with the same tokens, hidden and
+ * datatype (a mismatch is reported as tparInvalidUsage, asynchronously). tokens == 0 is a no-op.
  */
 typedef struct {
   size_t size;        /* sizeof(tparAddRmsNormArgs_t); TPAR_ADD_RMS_NORM_ARGS_INITIALIZER sets it */
   size_t tokens;      /* rows */
   size_t hidden;      /* elements per row */
-  void* residual;     /* [tokens, hidden], updated in place; NULL: no residual */
+  void* residual;     /* [tokens, hidden] read; updated in place unless residual_out; NULL: none */
   const void* weight; /* [hidden] */
   void* out;          /* [tokens, hidden] */
   float eps;
+  void* residual_out; /* [tokens, hidden] receives r; NULL: r goes back into residual (if any) */
 } tparAddRmsNormArgs_t;
-#define TPAR_ADD_RMS_NORM_ARGS_INITIALIZER {sizeof(tparAddRmsNormArgs_t), 0, 0, NULL, NULL, NULL, 1e-6f}
+#define TPAR_ADD_RMS_NORM_ARGS_INITIALIZER \
+  {sizeof(tparAddRmsNormArgs_t), 0, 0, NULL, NULL, NULL, 1e-6f, NULL}
 
 TPAR_API tparResult_t tparAllReduceAddRmsNorm(const void* input, const tparAddRmsNormArgs_t* args,
                                               tparDataType_t datatype, tparComm_t comm,

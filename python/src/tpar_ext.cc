@@ -229,6 +229,25 @@ NB_MODULE(_C, m) {
                                           reinterpret_cast<cudaStream_t>(stream)));
   });
 
+  // The fused all-reduce + residual add + RMSNorm, as hot as all_reduce: pointers as integers
+  // (0: none), the argument block filled here.
+  m.def("all_reduce_add_rms_norm",
+        [](uintptr_t comm, uintptr_t input, uintptr_t residual, uintptr_t weight, uintptr_t out,
+           uintptr_t residual_out, uint64_t tokens, uint64_t hidden, float eps, int dtype,
+           uintptr_t stream) {
+          tparAddRmsNormArgs_t args = TPAR_ADD_RMS_NORM_ARGS_INITIALIZER;
+          args.tokens = tokens;
+          args.hidden = hidden;
+          args.residual = reinterpret_cast<void*>(residual);
+          args.weight = reinterpret_cast<const void*>(weight);
+          args.out = reinterpret_cast<void*>(out);
+          args.eps = eps;
+          args.residual_out = reinterpret_cast<void*>(residual_out);
+          return static_cast<int>(tparAllReduceAddRmsNorm(
+              reinterpret_cast<const void*>(input), &args, static_cast<tparDataType_t>(dtype),
+              asComm(comm), reinterpret_cast<cudaStream_t>(stream)));
+        });
+
   // Host cost of the C call on its own, for the Python-overhead measurement: `calls` calls of
   // tparAllReduce back to back from C++, timed with a steady clock. Returns (result of the last
   // call, nanoseconds in all).

@@ -300,6 +300,55 @@ class Communicator:
             raise_for(rc, handle)
         return out
 
+    def all_reduce_add_rms_norm(self, input, weight, eps: float = 1e-6, residual=None, *,
+                                out=None, residual_out=None):
+        """All-reduce (sum) of `input` over the ranks, then the residual add and RMSNorm in the
+        same kernel (tparAllReduceAddRmsNorm, docs/FUSED.md):
+
+            r = residual + sum(input)  (the sum alone without a residual)
+            out = rmsnorm(r) * weight  with eps
+
+        `input` is [..., hidden] (float16, bfloat16 or float32; hidden a multiple of 8 up to
+        16384), `weight` [hidden] of the same dtype, `residual` like `input` or None. r goes to
+        `residual_out` when given, else back into `residual` (in place). `out` defaults to a new
+        tensor; it may be `input`. Returns (out, r's tensor: residual_out, else residual, else
+        None). Every rank gets bitwise-identical values."""
+        if self._is_compiling():
+            return self._fused_compiled(input, weight, eps, residual, out, residual_out)
+        handle = self._handle
+        if not handle:
+            raise TparError(Result.INVALID_USAGE, "the communicator is closed")
+        code, tokens, hidden = _check_fused(input, weight, residual, out, residual_out,
+                                            self._index)
+        if out is None:
+            out = _torch().empty_like(input, memory_format=_torch().contiguous_format)
+        eps = _check_eps(eps)
+        rc = _C.all_reduce_add_rms_norm(
+            handle, input.data_ptr(), 0 if residual is None else residual.data_ptr(),
+            weight.data_ptr(), out.data_ptr(),
+            0 if residual_out is None else residual_out.data_ptr(), tokens, hidden, eps, code,
+            self._stream(self._index))
+        if rc:
+            raise_for(rc, handle)
+        return out, (residual_out if residual_out is not None else residual)
+
+    def _fused_compiled(self, input, weight, eps, residual, out, residual_out):
+        # Under torch.compile: the functional op, its results copied where the caller asked, so
+        # the traced program has the eager method's effects.
+        from . import ops
+
+        y, r = ops.all_reduce_add_rms_norm(input, weight, eps, residual, self)
+        if out is not None:
+            out.copy_(y)
+            y = out
+        if residual_out is not None:
+            residual_out.copy_(r)
+            return y, residual_out
+        if residual is not None:
+            residual.copy_(r)
+            return y, residual
+        return y, None
+
     # ---- state ------------------------------------------------------------------------------
 
     def kernel_count(self) -> int:
@@ -422,6 +471,63 @@ def _check_out(tensor, out) -> None:
         raise TparArgumentError(f"out is on {out.device}, tensor on {tensor.device}")
     if not out.is_contiguous():
         raise TparArgumentError("out is not contiguous")
+
+
+def _check_eps(eps) -> float:
+    if isinstance(eps, bool) or not isinstance(eps, (int, float)):
+        raise TparArgumentError(f"eps must be a number, not {type(eps).__name__}")
+    eps = float(eps)
+    if not (eps >= 0.0) or eps == float("inf"):
+        raise TparArgumentError(f"eps {eps} is not a finite value >= 0")
+    return eps
+
+
+def _check_fused(input, weight, residual, out, residual_out, device_index: Optional[int]):
+    """(dtype code, tokens, hidden) of a fused call, after every check that names an argument
+    (the library checks again; these come first so that the names are the caller's)."""
+    code = dtype_code(getattr(input, "dtype", None))
+    if code is None:
+        _refuse(input, "input")
+    _refuse_layout(input, "input")
+    if input.dim() < 1:
+        raise TparArgumentError("input is a scalar; it must be [..., hidden]")
+    hidden = input.shape[-1]
+    tokens = input.numel() // hidden if hidden else 0
+    if hidden % 8 != 0 or not 8 <= hidden <= 16384:
+        raise TparArgumentError(f"input has hidden size {hidden} (its last dimension); it must "
+                                "be a multiple of 8 in 8..16384")
+    if not input.is_contiguous():
+        raise TparArgumentError("input is not contiguous")
+    if device_index is not None and input.get_device() != device_index:
+        raise TparArgumentError(f"input is on {input.device}, the communicator on "
+                                f"cuda:{device_index}")
+    if dtype_code(getattr(weight, "dtype", None)) is None:
+        _refuse(weight, "weight")
+    _refuse_layout(weight, "weight")
+    if weight.dtype != input.dtype:
+        raise TparArgumentError(f"weight has dtype {weight.dtype}, input {input.dtype}")
+    if tuple(weight.shape) != (hidden,):
+        raise TparArgumentError(f"weight has shape {tuple(weight.shape)}, not ({hidden},)")
+    if not weight.is_contiguous():
+        raise TparArgumentError("weight is not contiguous")
+    if weight.get_device() != input.get_device():
+        raise TparArgumentError(f"weight is on {weight.device}, input on {input.device}")
+    for name, t in (("residual", residual), ("out", out), ("residual_out", residual_out)):
+        if t is None:
+            continue
+        if dtype_code(getattr(t, "dtype", None)) is None:
+            _refuse(t, name)
+        _refuse_layout(t, name)
+        if t.dtype != input.dtype:
+            raise TparArgumentError(f"{name} has dtype {t.dtype}, input {input.dtype}")
+        if t.shape != input.shape:
+            raise TparArgumentError(f"{name} has shape {tuple(t.shape)}, input "
+                                    f"{tuple(input.shape)}")
+        if not t.is_contiguous():
+            raise TparArgumentError(f"{name} is not contiguous")
+        if t.get_device() != input.get_device():
+            raise TparArgumentError(f"{name} is on {t.device}, input on {input.device}")
+    return code, tokens, hidden
 
 
 def _nccl_pointer(nccl, device_index: int) -> int:

@@ -153,11 +153,14 @@ tparResult_t checkAddRmsNormArgs(tparComm* comm, const void* input,
   const Buf bufs[] = {{"input", input, bytes},
                       {"args->out", args->out, bytes},
                       {"args->weight", args->weight, args->hidden * esize},
-                      {"args->residual", args->residual, bytes}};
-  for (size_t i = 0; i < 4; ++i) {
+                      {"args->residual", args->residual, bytes},
+                      {"args->residual_out", args->residual_out, bytes}};
+  constexpr size_t kInput = 0, kWeight = 2, kResidual = 3, kResidualOut = 4;  // bufs[] order
+  constexpr size_t kBufs = sizeof(bufs) / sizeof(bufs[0]);
+  for (size_t i = 0; i < kBufs; ++i) {
     const Buf& b = bufs[i];
     if (b.p == nullptr) {
-      if (i == 3) continue;  // no residual
+      if (i == kResidual || i == kResidualOut) continue;  // both optional
       return setError(tparInvalidArgument, "%s is NULL", b.name);
     }
     if (reinterpret_cast<uintptr_t>(b.p) % esize != 0) {
@@ -165,18 +168,26 @@ tparResult_t checkAddRmsNormArgs(tparComm* comm, const void* input,
                       b.name, b.p, esize);
     }
   }
-  // The input may be the residual or the output (each vector is read before it is written);
-  // other overlaps, and out on the residual, would read values the call already replaced.
-  for (size_t i = 0; i < 4; ++i) {
-    for (size_t j = i + 1; j < 4; ++j) {
+  // Identical pointers that the kernel allows: every vector of the input, the residual and
+  // residual_out is read by the thread that later writes its outputs, before it writes them.
+  // Any other overlap would read values the call already replaced (or write the weight).
+  auto same_allowed = [&](size_t i, size_t j) {
+    if (i == kInput) return j != kWeight;
+    return i == kResidual && j == kResidualOut;
+  };
+  for (size_t i = 0; i < kBufs; ++i) {
+    for (size_t j = i + 1; j < kBufs; ++j) {
       const Buf& a = bufs[i];
       const Buf& b = bufs[j];
       if (a.p == nullptr || b.p == nullptr) continue;
-      const bool input_alias = i == 0 && j != 2 && a.p == b.p;
       const uintptr_t x = reinterpret_cast<uintptr_t>(a.p), y = reinterpret_cast<uintptr_t>(b.p);
-      if (!input_alias && x < y + b.bytes && y < x + a.bytes) {
+      if (!(a.p == b.p && same_allowed(i, j)) && x < y + b.bytes && y < x + a.bytes) {
         return setError(tparInvalidArgument, "%s and %s overlap%s", a.name, b.name,
-                        i == 0 ? " (only the input may be the residual or the output)" : "");
+                        i == kInput ? " (the input may only be the residual, residual_out or the "
+                                      "output)"
+                        : i == kResidual && j == kResidualOut
+                            ? " (residual_out may only be the residual itself)"
+                            : "");
       }
     }
   }
@@ -353,8 +364,7 @@ tparResult_t tparAllReduceAddRmsNorm(const void* input, const tparAddRmsNormArgs
     const tparResult_t on_device = checkStream(comm, stream);
     if (on_device != tparSuccess) return bad(on_device);
     logAllReduce(comm, input, args->out, args->tokens * args->hidden, datatype, tparSum, stream);
-    return bad(allReduceAddRmsNorm(comm, input, args->residual, args->weight, args->out,
-                                   args->tokens, args->hidden, args->eps, datatype, stream));
+    return bad(allReduceAddRmsNorm(comm, input, *args, datatype, stream));
   });
 }
 

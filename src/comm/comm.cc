@@ -496,9 +496,10 @@ tparResult_t allReduce(tparComm* comm, const void* send, void* recv, size_t coun
   return result;
 }
 
-tparResult_t allReduceAddRmsNorm(tparComm* comm, const void* input, void* residual,
-                                 const void* weight, void* out, size_t tokens, size_t hidden,
-                                 float eps, tparDataType_t dtype, cudaStream_t stream) {
+tparResult_t allReduceAddRmsNorm(tparComm* comm, const void* input,
+                                 const tparAddRmsNormArgs_t& a, tparDataType_t dtype,
+                                 cudaStream_t stream) {
+  const size_t tokens = a.tokens, hidden = a.hidden;
   // One-shot in the mailbox of the transport (push into GPU memory, publish in host memory):
   // every rank reduces whole rows, so the norm needs no extra hand-off (docs/FUSED.md).
   const kernels::Algo plain = comm->host_transport ? kernels::Algo::kOneShotPull
@@ -534,9 +535,9 @@ tparResult_t allReduceAddRmsNorm(tparComm* comm, const void* input, void* residu
   const int threads = static_cast<int>(std::min<uint64_t>(
       comm->threads, std::max<uint64_t>(64, (row_vecs + 31) / 32 * 32)));
   kernels::NormArgs norm{};
-  norm.weight = weight;
+  norm.weight = a.weight;
   norm.hidden = static_cast<uint32_t>(hidden);
-  norm.eps = eps;
+  norm.eps = a.eps;
 
   int prev = -1;
   TPAR_CUDA_TRY(cudaGetDevice(&prev));
@@ -545,15 +546,18 @@ tparResult_t allReduceAddRmsNorm(tparComm* comm, const void* input, void* residu
   for (uint64_t done = 0; done < tokens; done += rows_per_launch) {
     const uint64_t rows = std::min<uint64_t>(rows_per_launch, tokens - done);
     const uint64_t off = done * row_bytes;
+    auto at = [off](void* p) { return p != nullptr ? static_cast<char*>(p) + off : nullptr; };
     args.send = static_cast<const char*>(input) + off;
-    args.recv = static_cast<char*>(out) + off;
+    args.recv = at(a.out);
     args.count = rows * hidden;
     args.vec_aligned = vecAligned(args.send) && vecAligned(args.recv);
-    norm.residual = residual != nullptr ? static_cast<char*>(residual) + off : nullptr;
-    norm.out = static_cast<char*>(out) + off;
+    norm.residual = at(a.residual);
+    norm.residual_out = at(a.residual_out);
+    norm.out = at(a.out);
     norm.rows = static_cast<uint32_t>(rows);
-    norm.aligned = vecAligned(norm.out) && vecAligned(weight) &&
-                   (residual == nullptr || vecAligned(norm.residual));
+    norm.aligned = vecAligned(norm.out) && vecAligned(a.weight) &&
+                   (norm.residual == nullptr || vecAligned(norm.residual)) &&
+                   (norm.residual_out == nullptr || vecAligned(norm.residual_out));
     const cudaError_t err = launchAllReduceNorm(fn, args, norm, comm->max_blocks, threads,
                                                 comm->launch_overlap, stream);
     if (err != cudaSuccess) {

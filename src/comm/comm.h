@@ -143,10 +143,10 @@ tparResult_t allReduce(tparComm* comm, const void* send, void* recv, size_t coun
 
 // The fused all-reduce + residual add + RMSNorm after argument checks (docs/FUSED.md): the
 // one-shot of the communicator's transport with the norm in its kernel, split by whole rows.
-// `hidden` elements per row; fails with tparInvalidArgument when one row does not fit a launch.
-tparResult_t allReduceAddRmsNorm(tparComm* comm, const void* input, void* residual,
-                                 const void* weight, void* out, size_t tokens, size_t hidden,
-                                 float eps, tparDataType_t dtype, cudaStream_t stream);
+// `a.hidden` elements per row; fails with tparInvalidArgument when one row does not fit a launch.
+tparResult_t allReduceAddRmsNorm(tparComm* comm, const void* input,
+                                 const tparAddRmsNormArgs_t& a, tparDataType_t dtype,
+                                 cudaStream_t stream);
 
 }  // namespace tpar
 

@@ -136,7 +136,8 @@ struct AllReduceArgs {
 // launch's `rows` rows of `hidden` elements (the input's datatype). A CUDA graph captures it by
 // value with the launch, like AllReduceArgs.
 struct NormArgs {
-  void* residual;        // [rows, hidden]: residual += reduced, in place; null: none
+  void* residual;        // [rows, hidden]: read; r = residual + reduced; null: none (r = reduced)
+  void* residual_out;    // [rows, hidden]: receives r; null: r goes into residual (or nowhere)
   const void* weight;    // [hidden]
   void* out;             // [rows, hidden]: the normalized rows
   uint32_t hidden;       // elements per row, a multiple of the elements of a vector

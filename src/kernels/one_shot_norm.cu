@@ -1,8 +1,8 @@
 // One-shot all-reduce + residual add + RMSNorm (docs/FUSED.md): every rank pushes (or
 // publishes) its input as one-shot does, then reduces whole rows, one block per row in turn, and
 // normalizes them itself, so no extra byte crosses a link. The arithmetic is the unfused
-// sequence's: the sum rounded to the datatype, z = residual + sum in fp32 and rounded into the
-// residual, the mean of z^2 from the fp32 values, and y = round(round(r * inv) * w) from the
+// sequence's: the sum rounded to the datatype, z = residual + sum in fp32 and rounded into r
+// (residual_out, or the residual in place), the mean of z^2 from the fp32 values, and y = round(round(r * inv) * w) from the
 // rounded r (docs/FUSED.md, "What a call computes").
 #include "kernels/prims/mailbox.cuh"
 #include "kernels/prims/schedule.h"
@@ -73,7 +73,11 @@ struct OneShotNorm {
 
     // Rows in turn over the blocks; a row's vectors over the block's threads. A thread that
     // gives up keeps taking part in the block's barriers (bad), and the block leaves together.
-    void* keep = e.residual != nullptr ? e.residual : e.out;  // where r waits for its norm
+    // Where r is kept (and waits for its norm): residual_out, else the residual in place, else
+    // the output, which the norm then overwrites.
+    void* keep = e.residual_out != nullptr ? e.residual_out
+                 : e.residual != nullptr   ? e.residual
+                                           : e.out;
     bool bad = false;
     for (uint64_t row = blockIdx.x; row < e.rows; row += grid) {
       float squares = 0;

@@ -72,21 +72,24 @@ std::vector<float> loadAs(tparDataType_t dt, const std::vector<uint8_t>& bytes) 
   return v;
 }
 
-enum class Place { kOutOfPlace, kInputIsOut, kInputIsResidual };
+enum class Place { kOutOfPlace, kInputIsOut, kInputIsResidual, kInputIsResidualOut };
 
 struct Case {
   size_t tokens, hidden;
   tparDataType_t dtype;
   bool residual;
   Place place;
+  bool residual_out = false;  // r to a buffer of its own (the input with kInputIsResidualOut)
 };
 
 std::string describe(const Case& c) {
   return std::to_string(c.tokens) + "x" + std::to_string(c.hidden) + " " +
          tparDataTypeName(c.dtype) + (c.residual ? " residual" : " no residual") +
          (c.place == Place::kInputIsOut        ? " input=out"
-          : c.place == Place::kInputIsResidual ? " input=residual"
-                                               : "");
+          : c.place == Place::kInputIsResidual    ? " input=residual"
+          : c.place == Place::kInputIsResidualOut ? " input=residual_out"
+                                                  : "") +
+         (c.residual_out ? " residual_out" : "");
 }
 
 // Device buffers of one rank.
@@ -95,8 +98,9 @@ struct RankBufs {
   void* residual = nullptr;
   void* out = nullptr;
   void* weight = nullptr;
+  void* residual_out = nullptr;
   ~RankBufs() {
-    for (void* p : {input, residual, out, weight})
+    for (void* p : {input, residual, out, weight, residual_out})
       if (p != nullptr) cudaFree(p);
   }
 };
@@ -137,6 +141,10 @@ void runCase(VirtualGroup& g, const Case& c, bool graph = false) {
     if (c.residual && c.place != Place::kInputIsResidual) {
       ASSERT_EQ(cudaSuccess, cudaMalloc(&b.residual, elems * es));
     }
+    if (c.residual_out && c.place != Place::kInputIsResidualOut) {
+      ASSERT_EQ(cudaSuccess, cudaMalloc(&b.residual_out, elems * es));
+      ASSERT_EQ(cudaSuccess, poison(b.residual_out, elems * es, nullptr));
+    }
   }
   // The residual is the same on every rank (it is replicated in tensor parallelism); with
   // input = residual each rank's input is its residual, so the ranks' residuals differ: the
@@ -166,6 +174,9 @@ void runCase(VirtualGroup& g, const Case& c, bool graph = false) {
     args.residual = !c.residual ? nullptr
                     : c.place == Place::kInputIsResidual ? b.input
                                                          : b.residual;
+    args.residual_out = !c.residual_out ? nullptr
+                        : c.place == Place::kInputIsResidualOut ? b.input
+                                                                : b.residual_out;
     return args;
   };
   if (graph) {
@@ -199,6 +210,12 @@ void runCase(VirtualGroup& g, const Case& c, bool graph = false) {
     ASSERT_EQ(tparSuccess, async) << "rank " << r;
   }
 
+  // Where r went: residual_out, else the residual in place; nowhere without either.
+  const bool has_r = c.residual || c.residual_out;
+  auto rBuffer = [&](RankBufs& b) -> void* {
+    if (c.residual_out) return c.place == Place::kInputIsResidualOut ? b.input : b.residual_out;
+    return c.place == Place::kInputIsResidual ? b.input : b.residual;
+  };
   // Every rank the same bits.
   std::vector<std::vector<uint8_t>> outs(n), resids(n);
   for (int r = 0; r < n; ++r) {
@@ -206,17 +223,24 @@ void runCase(VirtualGroup& g, const Case& c, bool graph = false) {
     outs[r].resize(elems * es);
     ASSERT_EQ(cudaSuccess, cudaMemcpy(outs[r].data(), c.place == Place::kInputIsOut ? b.input : b.out,
                                       elems * es, cudaMemcpyDeviceToHost));
-    if (c.residual) {
+    if (has_r) {
       resids[r].resize(elems * es);
-      ASSERT_EQ(cudaSuccess, cudaMemcpy(resids[r].data(),
-                                        c.place == Place::kInputIsResidual ? b.input : b.residual,
-                                        elems * es, cudaMemcpyDeviceToHost));
+      ASSERT_EQ(cudaSuccess,
+                cudaMemcpy(resids[r].data(), rBuffer(b), elems * es, cudaMemcpyDeviceToHost));
+    }
+    // With residual_out the residual is only read: its bytes are the ones stored.
+    if (c.residual && c.residual_out && c.place != Place::kInputIsResidual) {
+      std::vector<uint8_t> kept(elems * es);
+      ASSERT_EQ(cudaSuccess, cudaMemcpy(kept.data(), b.residual, elems * es,
+                                        cudaMemcpyDeviceToHost));
+      ASSERT_EQ(0, std::memcmp(kept.data(), rbytes.data(), elems * es))
+          << "rank " << r << ": the residual changed although residual_out was given";
     }
   }
   for (int r = 1; r < n; ++r) {
     if (c.place != Place::kInputIsResidual) {
       ASSERT_EQ(0, std::memcmp(outs[0].data(), outs[r].data(), elems * es)) << "rank " << r;
-      if (c.residual) {
+      if (has_r) {
         ASSERT_EQ(0, std::memcmp(resids[0].data(), resids[r].data(), elems * es)) << "rank " << r;
       }
     }
@@ -225,7 +249,7 @@ void runCase(VirtualGroup& g, const Case& c, bool graph = false) {
   // Against the float64 sequence, rank 0's view, row by row.
   const double u = unitRoundoff(c.dtype), e = std::ldexp(1.0, -24);
   const std::vector<float> y = loadAs(c.dtype, outs[0]);
-  const std::vector<float> rgot = c.residual ? loadAs(c.dtype, resids[0]) : std::vector<float>();
+  const std::vector<float> rgot = has_r ? loadAs(c.dtype, resids[0]) : std::vector<float>();
   size_t bad = 0;
   for (size_t t = 0; t < c.tokens && bad < 5; ++t) {
     std::vector<std::vector<float>> rows(n);
@@ -252,7 +276,8 @@ void runCase(VirtualGroup& g, const Case& c, bool graph = false) {
                       << ", bound " << ybound;
         if (++bad >= 5) break;
       }
-      if (c.residual && c.place != Place::kInputIsResidual && std::fabs(rgot[k] - z) > 2 * R) {
+      const bool r_checked = has_r && (c.residual_out || c.place != Place::kInputIsResidual);
+      if (r_checked && std::fabs(rgot[k] - z) > 2 * R) {
         ADD_FAILURE() << "residual[" << t << "," << i << "] = " << rgot[k] << ", float64 " << z
                       << ", bound " << 2 * R;
         if (++bad >= 5) break;
@@ -289,6 +314,11 @@ TEST_P(FusedAddRmsNorm, EveryShapeMatchesTheFloat64SequenceAndRanksAgree) {
   runCase(g, {8, 4096, tparBfloat16, true, Place::kInputIsOut});
   runCase(g, {8, 4096, tparBfloat16, false, Place::kInputIsOut});
   runCase(g, {8, 4096, tparBfloat16, true, Place::kInputIsResidual});
+  // residual_out: the residual only read; without a residual it receives the plain sum.
+  runCase(g, {8, 4096, tparBfloat16, true, Place::kOutOfPlace, true});
+  runCase(g, {8, 4096, tparBfloat16, false, Place::kOutOfPlace, true});
+  runCase(g, {8, 4096, tparBfloat16, true, Place::kInputIsResidualOut, true});
+  runCase(g, {8, 4096, tparBfloat16, true, Place::kInputIsResidual, true});
   runCase(g, {8, 24, tparBfloat16, true, Place::kOutOfPlace});  // rows shorter than a warp
   // More rows than one launch carries: split by whole rows.
   runCase(g, {1200, 4096, tparBfloat16, true, Place::kOutOfPlace});
@@ -320,7 +350,23 @@ TEST(FusedAddRmsNormArguments, BadArgumentsAreNamedAndNothingIsWritten) {
   ASSERT_EQ(cudaSuccess, cudaMalloc(&b.input, 4 * tokens * hidden * 2));
   ASSERT_EQ(cudaSuccess, cudaMalloc(&b.weight, hidden * 2));
   ASSERT_EQ(cudaSuccess, cudaMalloc(&b.out, tokens * hidden * 2));
-  ASSERT_EQ(cudaSuccess, cudaMalloc(&b.residual, tokens * hidden * 2));
+  ASSERT_EQ(cudaSuccess, cudaMalloc(&b.residual, 2 * tokens * hidden * 2));
+  ASSERT_EQ(cudaSuccess, cudaMalloc(&b.residual_out, tokens * hidden * 2));
+  // Every buffer a call could write, poisoned: a refused call leaves these bytes as they are.
+  struct Watched {
+    void* p;
+    size_t bytes;
+  };
+  const Watched watched[] = {{b.input, 4 * tokens * hidden * 2},
+                             {b.out, tokens * hidden * 2},
+                             {b.residual, 2 * tokens * hidden * 2},
+                             {b.residual_out, tokens * hidden * 2}};
+  std::vector<std::vector<uint8_t>> before;
+  for (const Watched& w : watched) {
+    ASSERT_EQ(cudaSuccess, poison(w.p, w.bytes, nullptr));
+    before.emplace_back(w.bytes);
+    ASSERT_EQ(cudaSuccess, cudaMemcpy(before.back().data(), w.p, w.bytes, cudaMemcpyDeviceToHost));
+  }
   auto good = [&] {
     tparAddRmsNormArgs_t a = TPAR_ADD_RMS_NORM_ARGS_INITIALIZER;
     a.tokens = tokens;
@@ -370,7 +416,25 @@ TEST(FusedAddRmsNormArguments, BadArgumentsAreNamedAndNothingIsWritten) {
   a = good();
   a.out = static_cast<char*>(b.input) + 2;  // inside the input, not equal to it
   expectBad(b.input, &a, tparBfloat16, "overlap");
-  // No call ran: the communicator is healthy and a good call works.
+  a = good();
+  a.residual_out = b.out;
+  expectBad(b.input, &a, tparBfloat16, "args->out and args->residual_out overlap");
+  a = good();
+  a.residual_out = static_cast<char*>(b.residual) + 2;  // inside the residual, not equal to it
+  expectBad(b.input, &a, tparBfloat16, "residual_out may only be the residual itself");
+  a = good();
+  a.residual_out = static_cast<char*>(b.residual_out) + 1;
+  expectBad(b.input, &a, tparBfloat16, "args->residual_out");
+  a = good();
+  a.residual_out = b.weight;
+  expectBad(b.input, &a, tparBfloat16, "args->weight and args->residual_out overlap");
+  // No call ran: nothing was written, the communicator is healthy and a good call works.
+  ASSERT_EQ(cudaSuccess, cudaDeviceSynchronize());
+  for (size_t i = 0; i < before.size(); ++i) {
+    std::vector<uint8_t> now(watched[i].bytes);
+    ASSERT_EQ(cudaSuccess, cudaMemcpy(now.data(), watched[i].p, now.size(), cudaMemcpyDeviceToHost));
+    EXPECT_EQ(0, std::memcmp(before[i].data(), now.data(), now.size())) << "buffer " << i;
+  }
   tparResult_t async = tparSuccess;
   ASSERT_EQ(tparSuccess, tparCommGetAsyncError(g.comm(0), &async));
   EXPECT_EQ(tparSuccess, async);

@@ -566,7 +566,8 @@ def test_the_close_line_counts_eager_and_captured_calls(monkeypatch, caplog):
     assert comm.closed and a.disabled
     text = [r.getMessage() for r in caplog.records if r.name == "sglang.tpar"][0]
     assert f"closed: {2 + replays} all-reduce kernels ran on the GPU, graph replays included" in text
-    assert "3 all-reduces called from Python, 1 of them captured" in text
+    assert ("3 all-reduces called from Python (0 fused with the residual add and RMSNorm), 1 of "
+            "them captured") in text
 
 
 @pytest.mark.gpu

@@ -138,3 +138,104 @@ def test_wrong_device_tensor_is_refused_before_gpu_work():
     assert torch.equal(x, before)
     for c in comms:
         c.close()
+
+
+# ---- the fused all-reduce + residual add + RMSNorm ------------------------------------------
+
+
+def fused_inputs(nranks, tokens, hidden, dtype):
+    import os
+
+    g = torch.Generator(device="cuda").manual_seed(int.from_bytes(os.urandom(4), "little"))
+    xs = [fresh(tokens * hidden, dtype, "cuda", g).view(tokens, hidden) for _ in range(nranks)]
+    residual = (4 * fresh(tokens * hidden, torch.float32, "cuda", g)).to(dtype).view(tokens, hidden)
+    weight = (1 + 0.25 * fresh(hidden, torch.float32, "cuda", g)).to(dtype)
+    return xs, residual, weight
+
+
+def fused_reference(xs, residual, weight, eps):
+    """(out in float64, r exactly): s as the plain all-reduce rounds it, r = round(float(residual)
+    + float(s)), out = r / sqrt(mean(z^2) + eps) * weight from the unrounded z."""
+    s = reference(xs, "sum")
+    z = s.float() + (residual.float() if residual is not None else 0)
+    r = z.to(s.dtype)
+    inv = torch.rsqrt(z.double().pow(2).mean(-1, keepdim=True) + eps)
+    return r.double() * inv * weight.double(), r
+
+
+@pytest.mark.parametrize("with_residual", [True, False])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_fused_call_matches_the_reference_and_ranks_agree(virtual4, with_residual, dtype):
+    tokens, hidden, eps = 8, 4096, 1e-6
+    xs, residual, weight = fused_inputs(len(virtual4), tokens, hidden, dtype)
+    want_out, want_r = fused_reference(xs, residual if with_residual else None, weight, eps)
+    saved = [x.clone() for x in xs]
+    residuals = [residual.clone() if with_residual else None for _ in virtual4]
+    outs = [poisoned_like(x) for x in xs]
+    r_outs = [poisoned_like(x) for x in xs]
+    streams = [torch.cuda.Stream() for _ in virtual4]
+    torch.cuda.synchronize()
+    for c, x, res, y, r, s in zip(virtual4, xs, residuals, outs, r_outs, streams):
+        with torch.cuda.stream(s):
+            got = c.all_reduce_add_rms_norm(x, weight, eps, res, out=y, residual_out=r)
+            assert got[0] is y and got[1] is r
+    torch.cuda.synchronize()
+    for rank in range(len(virtual4)):
+        assert same_bits(outs[rank], outs[0]) and same_bits(r_outs[rank], r_outs[0]), rank
+        assert same_bits(xs[rank], saved[rank]), "the input changed"
+        if with_residual:
+            assert same_bits(residuals[rank], residual), "residual_out given: residual written"
+    assert same_bits(r_outs[0], want_r)
+    # out = round(round(r * inv) * w): two roundings of the datatype (u each, relative to out),
+    # and inv from an fp32 sum of `hidden` squares (at most hidden * 2^-24 relative); one u more
+    # of slack for fp32's own rounding of the products.
+    u = 2.0 ** -8 if dtype == torch.bfloat16 else 2.0 ** -11
+    err = (outs[0].double() - want_out).abs()
+    bound = (3 * u + hidden * 2.0 ** -24) * want_out.abs()
+    assert bool((err <= bound).all()), f"max error {err.max().item()}"
+
+
+def test_fused_functional_op_in_a_graph_and_in_place_residual(virtual4):
+    tokens, hidden, eps = 3, 7168, 1e-5
+    comms = virtual4[:4]
+    xs, residual, weight = fused_inputs(len(comms), tokens, hidden, torch.bfloat16)
+    want_out, want_r = fused_reference(xs, residual, weight, eps)
+    streams = [torch.cuda.Stream() for _ in comms]
+    graphs = [torch.cuda.CUDAGraph() for _ in comms]
+    results = [None] * len(comms)
+    torch.cuda.synchronize()
+    for i, (c, x, s, gr) in enumerate(zip(comms, xs, streams, graphs)):
+        with torch.cuda.graph(gr, stream=s):
+            results[i] = torch.ops.tpar.all_reduce_add_rms_norm(x, weight, eps, residual, c.handle)
+    for gr, s in zip(graphs, streams):
+        with torch.cuda.stream(s):
+            gr.replay()
+    torch.cuda.synchronize()
+    for out, r in results:
+        assert same_bits(r, want_r) and same_bits(out, results[0][0])
+    # The mutating op writes r back into each rank's residual.
+    residuals = [residual.clone() for _ in comms]
+    outs = [torch.empty_like(x) for x in xs]
+    for c, x, res, y, s in zip(comms, xs, residuals, outs, streams):
+        with torch.cuda.stream(s):
+            torch.ops.tpar.all_reduce_add_rms_norm_(x, weight, eps, res, y, c.handle)
+    torch.cuda.synchronize()
+    for res, y in zip(residuals, outs):
+        assert same_bits(res, want_r) and same_bits(y, results[0][0])
+
+
+def test_fused_bad_arguments_are_named_before_gpu_work(virtual4):
+    c = virtual4[0]
+    x = torch.zeros(2, 12, dtype=torch.bfloat16, device="cuda")
+    with pytest.raises(tpar.TparArgumentError, match="hidden size 12"):
+        c.all_reduce_add_rms_norm(x, torch.zeros(12, dtype=torch.bfloat16, device="cuda"))
+    x = torch.zeros(2, 64, dtype=torch.bfloat16, device="cuda")
+    with pytest.raises(tpar.TparArgumentError, match="weight has dtype"):
+        c.all_reduce_add_rms_norm(x, torch.zeros(64, device="cuda"))
+    with pytest.raises(tpar.TparArgumentError, match="residual_out has shape"):
+        c.all_reduce_add_rms_norm(x, torch.zeros(64, dtype=torch.bfloat16, device="cuda"),
+                                  residual_out=torch.zeros(3, 64, dtype=torch.bfloat16,
+                                                           device="cuda"))
+    with pytest.raises(tpar.TparArgumentError, match="eps"):
+        c.all_reduce_add_rms_norm(x, torch.zeros(64, dtype=torch.bfloat16, device="cuda"),
+                                  eps=float("nan"))

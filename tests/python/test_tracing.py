@@ -1,6 +1,8 @@
 """The torch ops trace without a GPU: torch.compile(fullgraph=True), make_fx and FakeTensorMode
-see tpar::all_reduce (functional) and tpar::all_reduce_ (mutating) through their fake
-implementations, and a Communicator method called inside a compiled function becomes the op."""
+see tpar::all_reduce (functional) and tpar::all_reduce_ (mutating), and the fused
+tpar::all_reduce_add_rms_norm / tpar::all_reduce_add_rms_norm_ pair, through their fake
+implementations (which refuse what the eager call refuses), and a Communicator method called
+inside a compiled function becomes the op."""
 import pytest
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
@@ -87,3 +89,100 @@ def test_communicator_method_inside_compile_becomes_the_ops():
     assert out.shape == (4, 8)
     names = targets(seen[0])
     assert names.count("tpar.all_reduce_") == 1 and names.count("tpar.all_reduce") == 1
+
+
+# ---- the fused all-reduce + residual add + RMSNorm ------------------------------------------
+
+
+def fused_layer(x, w, residual):
+    out, r = torch.ops.tpar.all_reduce_add_rms_norm(x, w, 1e-6, residual, HANDLE)
+    out2 = torch.empty_like(out)
+    torch.ops.tpar.all_reduce_add_rms_norm_(out, w, 1e-5, r, out2, HANDLE)
+    return out2, r
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+def test_compile_fullgraph_keeps_both_fused_ops(dtype):
+    seen = []
+
+    def backend(gm, inputs):
+        seen.append(gm)
+        return gm.forward
+
+    f = torch.compile(fused_layer, fullgraph=True, backend=backend)
+    x = torch.randn(3, 64, dtype=dtype, device="meta")
+    out, r = f(x, torch.randn(64, dtype=dtype, device="meta"), torch.randn_like(x))
+    assert out.shape == r.shape == (3, 64) and out.dtype == r.dtype == dtype
+    names = targets(seen[0])
+    assert "tpar.all_reduce_add_rms_norm" in names and "tpar.all_reduce_add_rms_norm_" in names
+
+
+def test_aot_autograd_functionalizes_the_mutating_fused_op():
+    f = torch.compile(fused_layer, fullgraph=True, backend="aot_eager")
+    x = torch.randn(2, 16, dtype=torch.bfloat16, device="meta")
+    out, r = f(x, torch.randn(16, dtype=torch.bfloat16, device="meta"), torch.randn_like(x))
+    assert out.shape == (2, 16) and r.shape == (2, 16)
+
+
+def test_make_fx_records_the_fused_overloads_without_a_residual():
+    def f(x, w):
+        return torch.ops.tpar.all_reduce_add_rms_norm(x, w, 1e-6, None, HANDLE)
+
+    gm = make_fx(f, tracing_mode="fake")(torch.randn(4, 8), torch.randn(8))
+    assert "tpar.all_reduce_add_rms_norm.default" in targets(gm)
+
+
+@pytest.mark.parametrize("case, words", [
+    ("hidden not a multiple of 8", "hidden size 12"),
+    ("hidden above 16384", "hidden size 16392"),
+    ("weight of another dtype", "weight has dtype"),
+    ("weight of another size", "weight has shape"),
+    ("residual of another shape", "residual has shape"),
+    ("integer input", "input has dtype"),
+    ("negative eps", "eps"),
+])
+def test_fused_fake_refuses_what_eager_refuses(case, words):
+    dt, hidden, eps = torch.bfloat16, 64, 1e-6
+    x_dtype, w_dtype, w_size, r_shape = dt, dt, hidden, None
+    if case == "hidden not a multiple of 8":
+        hidden = w_size = 12
+    elif case == "hidden above 16384":
+        hidden = w_size = 16392
+    elif case == "weight of another dtype":
+        w_dtype = torch.float32
+    elif case == "weight of another size":
+        w_size = hidden * 2
+    elif case == "residual of another shape":
+        r_shape = (3, hidden)
+    elif case == "integer input":
+        x_dtype = torch.int32
+    elif case == "negative eps":
+        eps = -1.0
+    x = torch.empty(2, hidden, dtype=x_dtype, device="meta")
+    w = torch.empty(w_size, dtype=w_dtype, device="meta")
+    residual = torch.empty(r_shape, dtype=dt, device="meta") if r_shape else None
+    with pytest.raises(tpar.TparArgumentError, match=words):
+        torch.ops.tpar.all_reduce_add_rms_norm(x, w, eps, residual, HANDLE)
+
+
+def test_communicator_fused_method_inside_compile_becomes_the_op():
+    comm = Communicator.__new__(Communicator)
+    comm._adopt(HANDLE, 0, 2, 0)
+    seen = []
+
+    def backend(gm, inputs):
+        seen.append(gm)
+        return gm.forward
+
+    def f(x, w, residual):
+        y, r = comm.all_reduce_add_rms_norm(x * 2, w, 1e-6, residual)
+        return y + 1, r
+
+    try:
+        x = torch.randn(4, 8, device="meta")
+        y, r = torch.compile(f, fullgraph=True, backend=backend)(x, torch.randn(8, device="meta"),
+                                                                 torch.randn_like(x))
+    finally:
+        comm._release()
+    assert y.shape == (4, 8) and r.shape == (4, 8)
+    assert targets(seen[0]).count("tpar.all_reduce_add_rms_norm") == 1

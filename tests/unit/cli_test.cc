@@ -174,6 +174,36 @@ TEST(BenchArgs, HostCostTakesItsBatchAndRefusesWhatItCannotMeasure) {
   }
 }
 
+TEST(BenchArgs, FusedTakesItsShapesAndRefusesWhatItCannotMeasure) {
+  const BenchOptions d = parsed("");
+  EXPECT_FALSE(d.fused);
+  const BenchOptions f = parsed("--fused");
+  EXPECT_TRUE(f.fused);
+  EXPECT_EQ((std::vector<size_t>{4096, 7168, 8192}), f.fused_hidden);
+  EXPECT_EQ((std::vector<size_t>{1, 8, 64}), f.fused_tokens);
+  const BenchOptions g = parsed("--fused --hidden 16384,24 --tokens 3,1200 -d half");
+  EXPECT_EQ((std::vector<size_t>{16384, 24}), g.fused_hidden);
+  EXPECT_EQ((std::vector<size_t>{3, 1200}), g.fused_tokens);
+  EXPECT_EQ((std::vector<tparDataType_t>{tparFloat16}), g.dtypes);
+  const std::pair<const char*, const char*> bad[] = {
+      {"--fused --hidden 12", "--hidden"},      // not a multiple of 8
+      {"--fused --hidden 16392", "--hidden"},   // above 16384
+      {"--fused --hidden 0", "--hidden"},
+      {"--fused --tokens 0", "--tokens"},
+      {"--fused --tokens 65537", "--tokens"},
+      {"--hidden 4096", "need --fused"},
+      {"--tokens 8", "need --fused"},
+      {"--fused --procs", "--procs"},
+      {"--fused --host-cost", "--host-cost"},
+      {"--fused -d all", "one datatype"},
+  };
+  for (const auto& [line, says] : bad) {
+    BenchOptions o;
+    const std::string err = parseBenchArgs(words(line), &o);
+    EXPECT_NE(std::string::npos, err.find(says)) << line << ": '" << err << "'";
+  }
+}
+
 TEST(BenchArgs, TparLongOptionsStillWork) {
   BenchOptions o = parsed(
       "--backends tpar,nccl:shm,tpar:twoshot --ranks 2,8 --sizes 12K,112K,4096 --json "

@@ -308,6 +308,7 @@ class EngineAllReduce:
         self.mnnvl_lamport_ag_multicast_ptr = 0
         self._IS_CAPTURING = False
         self.calls = 0  # all-reduces run from Python, captured ones included
+        self.fused_calls = 0  # of those, the fused all-reduce + residual add + RMSNorm calls
         self.captured = 0  # of those, the ones captured into a CUDA graph
         self.failed = False
         self.rank, self.world_size = 0, 0
@@ -322,11 +323,39 @@ class EngineAllReduce:
         if self.disabled:
             return False
         self.check_async_error()
-        if dtype_code(inp.dtype) is None:
+        return self._fits(inp)
+
+    def _fits(self, inp) -> bool:
+        """Whether the all-reduce of `inp` goes to tpar, from the tensor's metadata alone."""
+        if self.disabled or dtype_code(inp.dtype) is None:
             return False
         nbytes = inp.numel() * inp.element_size()
         fits = nbytes <= self.max_size if self.max_size_inclusive else nbytes < self.max_size
         return 0 < nbytes and fits and inp.is_contiguous()
+
+    def fits_fused(self, inp, weight, residual=None) -> bool:
+        """Whether the fused all-reduce + residual add + RMSNorm of `inp` goes to tpar, from
+        the tensors' metadata alone (no call into the library, so a compiler can trace it): the
+        all-reduce's bytes as for a plain call, and a shape tparAllReduceAddRmsNorm takes
+        (contiguous, hidden a multiple of 8 up to 16384, weight [hidden] and residual like the
+        input, of its dtype). The same answer on every rank for the same shapes."""
+        if not self._fits(inp) or inp.dim() < 1:
+            return False
+        hidden = inp.shape[-1]
+        if hidden % 8 != 0 or not 8 <= hidden <= 16384:
+            return False
+        if (weight.dtype != inp.dtype or tuple(weight.shape) != (hidden,)
+                or not weight.is_contiguous()):
+            return False
+        return residual is None or (residual.dtype == inp.dtype and residual.shape == inp.shape
+                                    and residual.is_contiguous())
+
+    def takes_fused(self, inp, weight, residual=None) -> bool:
+        """fits_fused, after the check for an error the kernels recorded (as should_custom_ar)."""
+        if self.disabled:
+            return False
+        self.check_async_error()
+        return self.fits_fused(inp, weight, residual)
 
     def custom_all_reduce(self, inp):
         """The reduced values in a new tensor, or None where NCCL should take the call."""
@@ -344,6 +373,19 @@ class EngineAllReduce:
         if self._IS_CAPTURING and torch.cuda.is_current_stream_capturing():
             self.captured += 1
         return out
+
+    def all_reduce_add_rms_norm(self, inp, weight, eps: float, residual=None):
+        """(out, r) in new tensors: r = residual + the sum over the group (the sum without a
+        residual), out = rmsnorm(r) * weight; `residual` is only read."""
+        import torch
+
+        r = torch.empty_like(inp)
+        out, _ = self.comm.all_reduce_add_rms_norm(inp, weight, eps, residual, residual_out=r)
+        self.calls += 1
+        self.fused_calls += 1
+        if self._IS_CAPTURING and torch.cuda.is_current_stream_capturing():
+            self.captured += 1
+        return out, r
 
     def check_async_error(self) -> None:
         """Raises TparError when a kernel of this communicator recorded an error: a peer that
@@ -403,8 +445,9 @@ class EngineAllReduce:
                 kernels = "an unknown number of (%s)" % e
             getattr(self, "log", logger).info(
                 "tpar: %s custom all-reduce closed: %s all-reduce kernels ran on the GPU, graph "
-                "replays included; %d all-reduces called from Python, %d of them captured into "
-                "CUDA graphs", self.engine, kernels, self.calls, self.captured)
+                "replays included; %d all-reduces called from Python (%d fused with the "
+                "residual add and RMSNorm), %d of them captured into CUDA graphs", self.engine,
+                kernels, self.calls, self.fused_calls, self.captured)
             comm.close()
 
     def __del__(self):

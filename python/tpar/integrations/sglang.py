@@ -9,6 +9,8 @@ TPAR_ENGINE_PLUGIN=1 and keeps SGLang's in :data:`original_dispatch`. The replac
 for the group (collectively: every rank of the group calls it): on a group whose GPUs are all
 joined by NVLink it returns what SGLang's own dispatcher returns for the same arguments, so
 SGLang builds its own class exactly as without the plugin; otherwise :class:`SglangAllReduce`.
+SGLang's all-reduce + residual + RMSNorm fusion ends in tpar's fused kernel for the groups tpar
+serves (:mod:`.sglang_fusion`).
 """
 from __future__ import annotations
 
@@ -62,3 +64,6 @@ def register() -> None:
     original_dispatch = current
     module.dispatch_custom_allreduce = dispatch_custom_allreduce
     logger.info("tpar: SGLang's custom all-reduce is tpar (TPAR_ENGINE_PLUGIN=1)")
+    from . import sglang_fusion
+
+    sglang_fusion.install()

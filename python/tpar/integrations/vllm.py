@@ -9,7 +9,8 @@ before its communicators are built) points that name at :class:`VllmAllReduce` w
 TPAR_ENGINE_PLUGIN=1, and keeps vLLM's class in :data:`original_class`: on a group whose GPUs
 are all joined by NVLink, constructing VllmAllReduce returns vLLM's own object, built from the
 same arguments. vLLM tries FlashInfer's all-reduce before the custom one; the plugin turns that off
-unless VLLM_ALLREDUCE_USE_FLASHINFER is set explicitly.
+unless VLLM_ALLREDUCE_USE_FLASHINFER is set explicitly. The all-reduce + RMSNorm fusion of vLLM's
+compiler ends in tpar's fused kernel for the groups tpar serves (:mod:`.vllm_fusion`).
 """
 from __future__ import annotations
 
@@ -53,3 +54,6 @@ def register() -> None:
     module.CustomAllreduce = VllmAllReduce
     os.environ.setdefault("VLLM_ALLREDUCE_USE_FLASHINFER", "0")
     logger.info("tpar: vLLM's custom all-reduce is tpar (TPAR_ENGINE_PLUGIN=1)")
+    from . import vllm_fusion
+
+    vllm_fusion.install()

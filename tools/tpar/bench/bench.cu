@@ -353,6 +353,7 @@ int runBench(const BenchOptions& opt) {
   const int ngpus = static_cast<int>(gpus.size());
   if (opt.worker_rank >= 0) return runBenchWorker(opt, ngpus);
   if (opt.host_cost) return runHostCost(opt, gpus);
+  if (opt.fused) return runFusedBench(opt);
   const std::vector<int> rank_counts = benchRankCounts(opt, ngpus);
   const std::vector<std::string> backends =
       opt.backends.empty() ? defaultBackends(ngpus) : opt.backends;

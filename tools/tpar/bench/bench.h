@@ -64,6 +64,12 @@ struct BenchOptions {
   bool host_cost = false;
   int host_cost_batch = 200;      // --host-cost-batch: calls timed per hold
   int host_cost_batches = 50;     // --host-cost-batches: holds per size
+  // --fused: instead of the table, the fused all-reduce + residual add + RMSNorm against
+  // tpar's all-reduce, that all-reduce then a separate norm kernel, and NCCL then that kernel,
+  // for every --hidden x --tokens (bench_fused.cu).
+  bool fused = false;
+  std::vector<size_t> fused_hidden = {4096, 7168, 8192};  // --hidden
+  std::vector<size_t> fused_tokens = {1, 8, 64};          // --tokens
   std::string rows_path;          // internal: a child writes its rows here
   int worker_rank = -1;           // internal: this process is rank worker_rank of worker_world
   int worker_world = 0;
@@ -90,6 +96,9 @@ bool usesGraph(const BenchOptions& opt, size_t bytes);
 // parsed into `opt`; the returned function, called once parsing is over, checks what they
 // mean together and returns "" or the error text.
 std::function<std::string()> addBenchOptions(CLI::App* app, BenchOptions* opt);
+
+// `tpar bench --fused` (bench_fused.cu): the process's exit code.
+int runFusedBench(const BenchOptions& opt);
 
 // Parses `tpar bench` arguments (argv without the program and subcommand names) into `opt`.
 // Returns "" or the error text. Used by the unit tests.

@@ -248,6 +248,31 @@ void registerOptions(CLI::App* app, BenchOptions* opt, Accepted* given,
                   "--host-cost: holds per size; the median and minimum over them are reported")
       ->check(CLI::Range(1, 100000))
       ->capture_default_str();
+  app->add_flag("--fused", opt->fused,
+                "instead of the table: the fused all-reduce + residual add + RMSNorm against "
+                "tpar's all-reduce of the same bytes, that all-reduce then a separate norm "
+                "kernel, and NCCL then that kernel (one rank per GPU), per --hidden x --tokens; "
+                "the fused outputs are checked against the unfused sequence's first");
+  auto sizeList = [opt, setError](const char* name, std::vector<size_t>* out, int64_t most,
+                                  int64_t multiple) {
+    return [=](const std::string& v) {
+      out->clear();
+      setError(parseList(name, v, [&](const std::string& item) {
+        int64_t k = 0;
+        if (!tpar::parseInt(item, &k) || k < 1 || k > most || k % multiple != 0) return false;
+        out->push_back(static_cast<size_t>(k));
+        return true;
+      }));
+    };
+  };
+  app->add_option_function<std::string>("--hidden",
+                                         sizeList("--hidden", &opt->fused_hidden, 16384, 8),
+                                         "--fused: hidden sizes, multiples of 8 up to 16384")
+      ->default_str("4096,7168,8192");
+  app->add_option_function<std::string>("--tokens",
+                                         sizeList("--tokens", &opt->fused_tokens, 65536, 1),
+                                         "--fused: tokens (rows) per call, up to 65536")
+      ->default_str("1,8,64");
   app->add_option("--rows-json", opt->rows_path, "internal: rows of a child run")->group("");
   app->add_option("--worker-rank", opt->worker_rank, "internal")->group("");
   app->add_option("--worker-world", opt->worker_world, "internal")->group("");
@@ -269,6 +294,13 @@ std::string finish(const CLI::App& app, const Accepted& given, BenchOptions* opt
     return "--host-cost-batch and --host-cost-batches need --host-cost";
   if (opt->host_cost && opt->procs)
     return "--host-cost measures one thread driving every rank; --procs is not supported with it";
+  if ((has("--hidden") || has("--tokens")) && !opt->fused)
+    return "--hidden and --tokens need --fused";
+  if (opt->fused && (opt->procs || opt->host_cost))
+    return "--fused runs every rank from one thread; --procs and --host-cost are not "
+           "supported with it";
+  if (opt->fused && opt->dtypes.size() != 1)
+    return "--fused measures one datatype: give -d float, half or bfloat16";
   if (has("--ranks") && (has("--nthreads") || has("--ngpus")))
     return "--ranks and -t/-g both give the rank count: use one of them";
   if (opt->stream_null != 0)

@@ -107,6 +107,18 @@ class TparBackend : public Backend {
     }
     return err;
   }
+  std::string allReduceAddRmsNorm(const std::vector<const void*>& input,
+                                  const std::vector<tparAddRmsNormArgs_t>& args,
+                                  tparDataType_t dtype,
+                                  const std::vector<cudaStream_t>& streams) override {
+    for (size_t r = 0; r < comms_.size(); ++r) {
+      if (tparAllReduceAddRmsNorm(input[r], &args[r], dtype, comms_[r], streams[r]) !=
+          tparSuccess) {
+        return std::string("tparAllReduceAddRmsNorm: ") + tparGetLastError(comms_[r]);
+      }
+    }
+    return "";
+  }
   std::string asyncError() override {
     for (size_t r = 0; r < comms_.size(); ++r) {
       tparResult_t e = tparSuccess;

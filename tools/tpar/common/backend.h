@@ -26,6 +26,14 @@ class Backend {
                                 const std::vector<void*>& recv, size_t count,
                                 tparDataType_t dtype, tparRedOp_t op,
                                 const std::vector<cudaStream_t>& streams) = 0;
+  // Enqueues one fused all-reduce + residual add + RMSNorm on every rank (rank r: input[r],
+  // args[r], streams[r]); "" or why not (backends without a fused call say so).
+  virtual std::string allReduceAddRmsNorm(const std::vector<const void*>& input,
+                                          const std::vector<tparAddRmsNormArgs_t>& args,
+                                          tparDataType_t dtype,
+                                          const std::vector<cudaStream_t>& streams) {
+    return name() + " has no fused all-reduce + RMSNorm";
+  }
   // Registers each rank's buffers (bufs[r] of `bytes`) with the backend until it is destroyed
   // (nccl-tests' -R 1). tpar needs no registration: "" without doing anything.
   virtual std::string registerBuffers(const std::vector<std::vector<void*>>& bufs, size_t bytes) {
