@@ -9,7 +9,7 @@ target to the branch, counted once where loops nest). Kernels are keyed by
 (algorithm, element type, rank variant) so that two trees with different kernel names can be
 compared:
 
-  scripts/kernel-report.py TREE [--arch 90] [--json OUT]
+  scripts/kernel-report.py TREE [--arch 90] [--only FILE.cu]... [--json OUT]
   scripts/kernel-report.py --compare OLD.json NEW.json     # table old / new / difference
 
 An algorithm is the .cu file's name for the old layout (one_shot.cu ...) and the registry name
@@ -122,9 +122,14 @@ def parse_sass(text):
     return out
 
 
-def report(tree, arch):
+def report(tree, arch, only=()):
     kdir = os.path.join(tree, "src", "kernels")
     files = sorted(f for f in os.listdir(kdir) if f.endswith(".cu") and f != "launch.cu")
+    if only:
+        missing = sorted(set(only) - set(files))
+        if missing:
+            sys.exit(f"--only: no {', '.join(missing)} in {kdir}")
+        files = [f for f in files if f in only]
     rows = {}
     with tempfile.TemporaryDirectory() as tmp:
         for f in files:
@@ -194,6 +199,7 @@ def main():
     ap.add_argument("tree", nargs="?")
     ap.add_argument("--arch", default="90")
     ap.add_argument("--json")
+    ap.add_argument("--only", action="append", default=[], help="this kernel file only (repeat)")
     ap.add_argument("--compare", nargs=2, metavar=("OLD", "NEW"))
     ap.add_argument("--alias", action="append", default=[], help="NEW=OLD algorithm name")
     a = ap.parse_args()
@@ -205,7 +211,7 @@ def main():
         return
     if not a.tree:
         ap.error("TREE or --compare")
-    rows = report(a.tree, a.arch)
+    rows = report(a.tree, a.arch, a.only)
     if a.json:
         with open(a.json, "w") as f:
             json.dump(rows, f, indent=1, sort_keys=True)

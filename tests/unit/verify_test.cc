@@ -205,6 +205,26 @@ TEST(VerifyArgs, BadOptionsAreRejectedWithTheirName) {
   }
 }
 
+TEST(VerifyArgs, FusedNeedsAShapeTheFusedCallTakesAndATparBackend) {
+  EXPECT_FALSE(parseOk({}).fused);
+  const VerifyConfig cfg = parseOk({"--model", "kimi-k2", "--fused"});
+  EXPECT_TRUE(cfg.fused);
+  EXPECT_EQ(7168, cfg.shape.hidden);
+  const struct {
+    std::vector<std::string> args;
+    const char* mentions;
+  } bad[] = {
+      {{"--fused", "--hidden", "16392", "--ranks", "8"}, "--hidden 16392"},  // above 16384
+      {{"--fused", "--hidden", "7172", "--ranks", "4"}, "--hidden 7172"},    // not a multiple of 8
+      {{"--fused", "--backends", "nccl"}, "no tpar backend"},
+  };
+  for (const auto& b : bad) {
+    VerifyConfig c;
+    const std::string err = parseVerifyArgs(b.args, 8, &c);
+    EXPECT_NE(std::string::npos, err.find(b.mentions)) << b.args[1] << ": " << err;
+  }
+}
+
 TEST(VerifyArgs, DefaultTpThatDoesNotDivideSaysItWasTheDefault) {
   VerifyConfig cfg;
   const std::string err = parseVerifyArgs({}, 3, &cfg);  // 3 GPUs, hidden 7168

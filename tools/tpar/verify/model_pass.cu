@@ -323,10 +323,48 @@ std::string ModelPass::enqueueAllReduce(Backend* ar, bool after_compute) {
   return e.empty() ? "" : ar->name() + ": " + e;
 }
 
+std::string ModelPass::enqueueFused(Backend* ar, bool after_compute) {
+  if (gated_ && after_compute) {
+    for (size_t r = 0; r < ranks_.size(); ++r) {
+      PASS_CUDA(cudaSetDevice(ranks_[r].dev));
+      PASS_CUDA(gate_.launch(static_cast<int>(r), ranks_[r].stream));
+    }
+  }
+  std::vector<const void*> input;
+  std::vector<tparAddRmsNormArgs_t> args;
+  std::vector<cudaStream_t> streams;
+  for (Rank& rk : ranks_) {
+    input.push_back(rk.partial);
+    tparAddRmsNormArgs_t a = TPAR_ADD_RMS_NORM_ARGS_INITIALIZER;
+    a.tokens = static_cast<size_t>(shape_.tokens);
+    a.hidden = static_cast<size_t>(shape_.hidden);
+    a.residual = rk.x;
+    a.weight = rk.gamma;
+    a.out = rk.normed;
+    a.eps = kRmsEps;
+    args.push_back(a);
+    streams.push_back(rk.stream);
+  }
+  std::string e = ar->allReduceAddRmsNorm(input, args, tparBfloat16, streams);
+  return e.empty() ? "" : ar->name() + ": " + e;
+}
+
 std::string ModelPass::enqueue(PassKind kind, Backend* ar) {
-  const bool compute = kind != PassKind::kAllReduceOnly;
+  if (kind == PassKind::kNormsOnly) {
+    for (int64_t layer = 0; layer < 2 * shape_.layers; ++layer)
+      for (Rank& rk : ranks_) PASS_TRY(enqueueNorm(rk, rk.partial));
+    return "";
+  }
+  const bool fused = kind == PassKind::kFused || kind == PassKind::kFusedOnly;
+  const bool compute =
+      kind == PassKind::kFull || kind == PassKind::kComputeOnly || kind == PassKind::kFused;
   const bool reduce = kind != PassKind::kComputeOnly;
   if (reduce && ar == nullptr) return "internal: a pass with all-reduces needs a backend";
+  // The all-reduce, or the fused call that also does the norm after it.
+  auto reduceStep = [&]() -> std::string {
+    if (fused) return enqueueFused(ar, compute);
+    return reduce ? enqueueAllReduce(ar, compute) : "";
+  };
   const auto gemms = layerGemms(shape_);
   const int64_t h_shard = shape_.hidden / shape_.tp;
   const int64_t i_shard = shape_.intermediate / shape_.tp;
@@ -343,17 +381,17 @@ std::string ModelPass::enqueue(PassKind kind, Backend* ar) {
                              rk.partial));
       }
     }
-    if (reduce) PASS_TRY(enqueueAllReduce(ar, compute));
+    PASS_TRY(reduceStep());
     if (compute) {
       for (Rank& rk : ranks_) {
-        PASS_TRY(enqueueNorm(rk, normInput(rk)));
+        if (!fused) PASS_TRY(enqueueNorm(rk, normInput(rk)));
         PASS_TRY(enqueueGemm(rk, gemms[1], rk.normed, shape_.hidden, rk.w_gate_up, rk.gate_up));
         PASS_TRY(enqueueSiluMul(rk));
         PASS_TRY(enqueueGemm(rk, gemms[2], rk.act, i_shard, rk.w_down, rk.partial));
       }
     }
-    if (reduce) PASS_TRY(enqueueAllReduce(ar, compute));
-    if (compute)
+    PASS_TRY(reduceStep());
+    if (compute && !fused)
       for (Rank& rk : ranks_) PASS_TRY(enqueueNorm(rk, normInput(rk)));
   }
   return "";

@@ -34,8 +34,14 @@ enum class PassKind {
   kFull,           // the whole pass
   kComputeOnly,    // the same without the all-reduces (each rank adds its own partial sum)
   kAllReduceOnly,  // the 2 x layers all-reduces alone, back to back
+  // tpar verify --fused: the whole pass with each all-reduce + residual add + RMSNorm one
+  // tparAllReduceAddRmsNorm call (the backend's allReduceAddRmsNorm), those calls alone, and
+  // the 2 x layers separate residual add + RMSNorm kernels alone (what the fused pass removes).
+  kFused,
+  kFusedOnly,
+  kNormsOnly,
 };
-constexpr int kNumPassKinds = 3;
+constexpr int kNumPassKinds = 6;
 
 // "" or why `shape` does not fit beside what the devices already hold (ranks share a device
 // when `devs` repeats it).
@@ -100,6 +106,9 @@ class ModelPass {
   std::string enqueueNorm(Rank& rk, const uint16_t* add);
   // `after_compute`: the pass's compute precedes it (the rank gate applies).
   std::string enqueueAllReduce(Backend* ar, bool after_compute);
+  // The fused call in place of the all-reduce and the norm after it: the rank's partial sum
+  // reduced, added into x, normalized into normed.
+  std::string enqueueFused(Backend* ar, bool after_compute);
   std::string enqueueGemm(Rank& rk, const GemmShape& g, const uint16_t* a, int64_t lda,
                           const uint16_t* b, uint16_t* c);
   std::string enqueueSiluMul(Rank& rk);

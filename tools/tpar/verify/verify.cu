@@ -82,21 +82,22 @@ void printShapes(const VerifyConfig& cfg) {
 
 // Everything one backend contributes: the full pass and the all-reduces alone, timed, then one
 // checked replay.
+// `fused`: the pass with the fused call in place of each all-reduce and the norm after it.
 std::string measureBackend(ModelPass& pass, Backend& b, const VerifyConfig& cfg,
-                           BackendResult* res) {
+                           BackendResult* res, bool fused = false) {
   const ModelShape& s = cfg.shape;
-  res->algo = b.chosen(allReduceBytes(s));
+  const PassKind full = fused ? PassKind::kFused : PassKind::kFull;
+  const PassKind alone = fused ? PassKind::kFusedOnly : PassKind::kAllReduceOnly;
+  res->algo = fused ? "fused" : b.chosen(allReduceBytes(s));
   // Eager first: loads kernels and lets the backend make its connections outside a capture.
-  if (std::string e = pass.runEager(PassKind::kFull, &b); !e.empty()) return "eager pass: " + e;
+  if (std::string e = pass.runEager(full, &b); !e.empty()) return "eager pass: " + e;
   if (std::string e = b.asyncError(); !e.empty()) return "eager pass: " + e;
-  if (std::string e = pass.capture(PassKind::kFull, &b); !e.empty()) return "capture: " + e;
-  if (std::string e = pass.capture(PassKind::kAllReduceOnly, &b); !e.empty())
+  if (std::string e = pass.capture(full, &b); !e.empty()) return "capture: " + e;
+  if (std::string e = pass.capture(alone, &b); !e.empty())
     return "capture (all-reduce only): " + e;
-  if (std::string e = pass.time(PassKind::kFull, kWarmupReplays, cfg.iters, &res->pass_samples);
-      !e.empty())
+  if (std::string e = pass.time(full, kWarmupReplays, cfg.iters, &res->pass_samples); !e.empty())
     return "timing: " + e;
-  if (std::string e =
-          pass.time(PassKind::kAllReduceOnly, kWarmupReplays, cfg.iters, &res->ar_only_samples);
+  if (std::string e = pass.time(alone, kWarmupReplays, cfg.iters, &res->ar_only_samples);
       !e.empty())
     return "timing (all-reduce only): " + e;
   if (std::string e = b.asyncError(); !e.empty()) return "after timing: " + e;
@@ -105,7 +106,7 @@ std::string measureBackend(ModelPass& pass, Backend& b, const VerifyConfig& cfg,
 
   // Correctness of what was timed: one more replay with the all-reduce outputs poisoned.
   if (std::string e = pass.poisonAllReduceOutputs(); !e.empty()) return e;
-  if (std::string e = pass.replay(PassKind::kFull); !e.empty()) return "checked replay: " + e;
+  if (std::string e = pass.replay(full); !e.empty()) return "checked replay: " + e;
   if (std::string e = b.asyncError(); !e.empty()) return "checked replay: " + e;
   std::vector<uint16_t> x0, n0, x, n;
   if (std::string e = pass.finalState(0, &x0, &n0); !e.empty()) return e;
@@ -119,8 +120,10 @@ std::string measureBackend(ModelPass& pass, Backend& b, const VerifyConfig& cfg,
   return "";
 }
 
-BackendResult runBackend(ModelPass& pass, const std::string& name, const std::vector<int>& devs,
-                         bool virtual_ranks, const VerifyConfig& cfg) {
+// The backend's result, and with --fused for a tpar backend its fused pass's as a second row.
+std::vector<BackendResult> runBackend(ModelPass& pass, const std::string& name,
+                                      const std::vector<int>& devs, bool virtual_ranks,
+                                      const VerifyConfig& cfg) {
   BackendResult res;
   res.name = name;
   std::string why;
@@ -128,24 +131,39 @@ BackendResult runBackend(ModelPass& pass, const std::string& name, const std::ve
   if (!b) {
     res.status = "skipped";  // e.g. no NCCL library on this machine
     res.reason = why;
-    return res;
+    return {res};
   }
   why = b->init(devs);
   if (!why.empty()) {
     // NCCL refuses two ranks on one device: on one GPU it cannot run at all.
     res.status = virtual_ranks && !isTpar(name) ? "skipped" : "failed";
     res.reason = why;
-    return res;
+    return {res};
   }
-  why = measureBackend(pass, *b, cfg, &res);
-  pass.dropGraphs();  // they refer to this backend's buffers
-  if (!why.empty()) {
-    res.status = "failed";
-    res.reason = why;
-    return res;
+  std::vector<BackendResult> out;
+  for (bool fused : {false, true}) {
+    if (fused && !(cfg.fused && isTpar(name))) break;
+    BackendResult r;
+    r.name = fused ? name + "+fused" : name;
+    why = measureBackend(pass, *b, cfg, &r, fused);
+    pass.dropGraphs();  // they refer to this backend's buffers
+    r.status = why.empty() ? "ok" : "failed";
+    r.reason = why;
+    out.push_back(r);
   }
-  res.status = "ok";
-  return res;
+  return out;
+}
+
+// --fused: each fused row against its backend's unfused row, and the separate norms it removes.
+nlohmann::json fusedJson(const BackendResult& fused, const BackendResult& plain, double norms_ms) {
+  const double saved = plain.pass_ms - fused.pass_ms;
+  return {{"backend", fused.name},
+          {"baseline", plain.name},
+          {"pass_ms", fused.pass_ms},
+          {"unfused_pass_ms", plain.pass_ms},
+          {"pass_shorter_by_ms", saved},
+          {"separate_norms_ms", norms_ms},
+          {"shorter_by_at_least_the_norms", saved >= norms_ms}};
 }
 
 std::string agreementText(const BackendResult& r) {
@@ -263,6 +281,11 @@ int runVerify(const VerifyArgs& args, const std::string& command_line) {
       "  ranks_agree  final hidden state of every rank bitwise equal to rank 0's\n",
       static_cast<long long>(allReducesPerPass(s)), kProjectionFormula, cfg.accept_len,
       cfg.draft_ms);
+  if (cfg.fused)
+    std::printf(
+        "  <backend>+fused  the pass with tparAllReduceAddRmsNorm in place of each all-reduce\n"
+        "             and the residual add + RMSNorm after it (ar_only: those calls alone; its\n"
+        "             norm rounds as the engines' kernels do, so its final state is its own)\n");
   std::fflush(stdout);
 
   if (std::string e = checkDeviceMemory(s, devs); !e.empty()) return fail(e);
@@ -280,12 +303,39 @@ int runVerify(const VerifyArgs& args, const std::string& command_line) {
     return fail("timing the compute-only pass: " + e);
   pass.dropGraphs();
   const double compute_ms = medianOf(compute_samples);
+  // --fused: the separate residual add + RMSNorm kernels alone (what a fused pass removes).
+  std::vector<double> norms_samples;
+  double norms_ms = 0;
+  if (cfg.fused) {
+    if (std::string e = pass.capture(PassKind::kNormsOnly, nullptr); !e.empty())
+      return fail("capturing the norms-only pass: " + e);
+    if (std::string e = pass.time(PassKind::kNormsOnly, kWarmupReplays, cfg.iters, &norms_samples);
+        !e.empty())
+      return fail("timing the norms-only pass: " + e);
+    pass.dropGraphs();
+    norms_ms = medianOf(norms_samples);
+  }
 
   std::vector<BackendResult> results;
   for (const std::string& name : cfg.backends) {
-    results.push_back(runBackend(pass, name, devs, virtual_ranks, cfg));
+    for (BackendResult& r : runBackend(pass, name, devs, virtual_ranks, cfg))
+      results.push_back(std::move(r));
   }
   printTable(results, compute_ms, cfg);
+  std::vector<nlohmann::json> fused_rows;
+  for (const BackendResult& f : results) {
+    if (f.status != "ok" || f.algo != "fused") continue;
+    const std::string base = f.name.substr(0, f.name.size() - std::string("+fused").size());
+    for (const BackendResult& p : results) {
+      if (p.name != base || p.status != "ok") continue;
+      fused_rows.push_back(fusedJson(f, p, norms_ms));
+      std::printf("%s vs %s: pass %.3f -> %.3f ms, %.3f ms shorter; the %lld separate residual "
+                  "add + RMSNorm kernels it removes take %.3f ms alone%s\n",
+                  f.name.c_str(), p.name.c_str(), p.pass_ms, f.pass_ms, p.pass_ms - f.pass_ms,
+                  static_cast<long long>(allReducesPerPass(s)), norms_ms,
+                  p.pass_ms - f.pass_ms >= norms_ms ? " (shorter by at least that)" : "");
+    }
+  }
 
   std::vector<nlohmann::json> ratios;
   const BackendResult* nccl = nullptr;
@@ -335,7 +385,8 @@ int runVerify(const VerifyArgs& args, const std::string& command_line) {
                    {"draft_ms", cfg.draft_ms},
                    {"iters", cfg.iters},
                    {"warmup", kWarmupReplays},
-                   {"backends", cfg.backends}};
+                   {"backends", cfg.backends},
+                   {"fused", cfg.fused}};
     nlohmann::json gemms = nlohmann::json::array();
     for (const GemmShape& g : layerGemms(s))
       gemms.push_back(
@@ -373,6 +424,11 @@ int runVerify(const VerifyArgs& args, const std::string& command_line) {
       j["backends"].push_back(b);
     }
     j["ratios"] = ratios;
+    if (cfg.fused) {
+      j["separate_norms_only_ms"] = norms_ms;
+      j["separate_norms_only_samples_ms"] = norms_samples;
+      j["fused"] = fused_rows;
+    }
     j["ok"] = exit_code == 0;
     j["exit_code"] = exit_code;
     if (std::string e = writeOutputFile(cfg.json_path, j.dump(2) + "\n"); !e.empty())

@@ -49,6 +49,7 @@ struct VerifyArgs {
   int64_t iters = kDefaultIters;
   std::string json_path;
   std::string dtype = "bf16";
+  bool fused = false;
 };
 
 // The transformer the pass models, split over `tp` ranks.
@@ -69,6 +70,9 @@ struct VerifyConfig {
   double draft_ms = 0.0;
   int iters = kDefaultIters;
   std::string json_path;
+  // --fused: every tpar backend also runs the pass with the fused all-reduce + residual add +
+  // RMSNorm in place of each all-reduce and the norm after it ("<backend>+fused").
+  bool fused = false;
 };
 
 // Registers the options of `tpar verify` on `sub`, writing into `args`.

@@ -93,6 +93,10 @@ void addVerifyOptions(CLI::App* sub, VerifyArgs* args) {
   sub->add_option("-J,--json", args->json_path, "write the results as JSON to this file");
   sub->add_option("-d,--datatype,--dtype", args->dtype,
                   "activation and weight type (only bfloat16; default bf16)");
+  sub->add_flag("--fused", args->fused,
+                "every tpar backend also runs the pass with the fused all-reduce + residual add "
+                "+ RMSNorm (tparAllReduceAddRmsNorm) in place of each all-reduce and the norm "
+                "after it, as the row '<backend>+fused'");
 }
 
 std::string resolveVerifyConfig(const VerifyArgs& args, int gpu_count, VerifyConfig* cfg) {
@@ -133,6 +137,15 @@ std::string resolveVerifyConfig(const VerifyArgs& args, int gpu_count, VerifyCon
   if (args.dtype != "bf16" && args.dtype != "bfloat16")
     return "--datatype: only bfloat16 is modelled (got '" + args.dtype + "')";
   if (std::string e = parseBackendList(args.backends, &c.backends); !e.empty()) return e;
+  if (args.fused) {
+    if (s.hidden % 8 != 0 || s.hidden > 16384)
+      return "--fused: --hidden " + std::to_string(s.hidden) +
+             " is not a multiple of 8 up to 16384 (what the fused call takes)";
+    bool any_tpar = false;
+    for (const std::string& b : c.backends) any_tpar |= b.rfind("tpar", 0) == 0;
+    if (!any_tpar) return "--fused: --backends lists no tpar backend to fuse";
+  }
+  c.fused = args.fused;
   c.accept_len = args.accept_len;
   c.draft_ms = args.draft_ms;
   c.iters = static_cast<int>(args.iters);
