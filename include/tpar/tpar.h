@@ -283,6 +283,29 @@ TPAR_API tparResult_t tparAllReduce(const void* sendbuff, void* recvbuff, size_t
  * faster). Every rank must issue the same sequence of calls with the same tokens, hidden and
  * datatype (a mismatch is reported as tparInvalidUsage, asynchronously). tokens == 0 is a no-op.
  */
+/*
+ * A quantized copy of the fused call's `out` for the next GEMM (docs/FUSED.md, "What a call
+ * computes"), from the values `out` holds (rounded to the datatype); float16 and bfloat16 only.
+ *  - Fp8PerToken: FP8 e4m3 (satfinite) with one fp32 scale per row, written to scale[tokens]:
+ *    scale = max(max|y| / 448, 1 / (448 * 512)), q = e4m3(y / scale) (vLLM's per-token FP8).
+ *  - Fp8Static:   FP8 e4m3 with the given per-tensor scale scale[0]: q = e4m3(y / scale).
+ *  - Nvfp4:       e2m1 values, two per byte (the first in the low nibble), with an e4m3 scale
+ *    per 16 values, s = e4m3(g * max|block| / 6), q = e2m1(y * g / s) (0 where s is 0), g the
+ *    global scale given in scale[0]; the block scales go to block_scale in the layout of vLLM's
+ *    scaled_fp4_quant (the swizzled 128 x 4 tiles: scale b of row t at
+ *    ((((t/128 * ceil(hidden/64) + b/4) * 32 + t%32) * 4 + (t%128)/32) * 4) + b%4, rows padded
+ *    to a multiple of 128; the padding is not written). hidden a multiple of 16.
+ * quant_out holds tokens * hidden bytes (FP8) or tokens * hidden / 2 (NVFP4). With a
+ * quantized output `out` may be NULL (then only the quantized copy is written).
+ */
+typedef enum {
+  tparNormQuantNone = 0,
+  tparNormQuantFp8PerToken = 1,
+  tparNormQuantFp8Static = 2,
+  tparNormQuantNvfp4 = 3,
+  tparNumNormQuants = 4
+} tparNormQuant_t;
+
 typedef struct {
   size_t size;        /* sizeof(tparAddRmsNormArgs_t); TPAR_ADD_RMS_NORM_ARGS_INITIALIZER sets it */
   size_t tokens;      /* rows */
@@ -292,9 +315,13 @@ typedef struct {
   void* out;          /* [tokens, hidden] */
   float eps;
   void* residual_out; /* [tokens, hidden] receives r; NULL: r goes back into residual (if any) */
+  int quant;          /* tparNormQuant_t: a quantized copy of out (above); tparNormQuantNone */
+  void* quant_out;    /* the quantized values */
+  float* scale;       /* per-token scales written [tokens], or the given scale [1] */
+  void* block_scale;  /* Nvfp4: the e4m3 block scales (swizzled, see above) */
 } tparAddRmsNormArgs_t;
 #define TPAR_ADD_RMS_NORM_ARGS_INITIALIZER \
-  {sizeof(tparAddRmsNormArgs_t), 0, 0, NULL, NULL, NULL, 1e-6f, NULL}
+  {sizeof(tparAddRmsNormArgs_t), 0, 0, NULL, NULL, NULL, 1e-6f, NULL, 0, NULL, NULL, NULL}
 
 TPAR_API tparResult_t tparAllReduceAddRmsNorm(const void* input, const tparAddRmsNormArgs_t* args,
                                               tparDataType_t datatype, tparComm_t comm,

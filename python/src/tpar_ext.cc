@@ -234,7 +234,8 @@ NB_MODULE(_C, m) {
   m.def("all_reduce_add_rms_norm",
         [](uintptr_t comm, uintptr_t input, uintptr_t residual, uintptr_t weight, uintptr_t out,
            uintptr_t residual_out, uint64_t tokens, uint64_t hidden, float eps, int dtype,
-           uintptr_t stream) {
+           uintptr_t stream, int quant, uintptr_t quant_out, uintptr_t scale,
+           uintptr_t block_scale) {
           tparAddRmsNormArgs_t args = TPAR_ADD_RMS_NORM_ARGS_INITIALIZER;
           args.tokens = tokens;
           args.hidden = hidden;
@@ -243,10 +244,18 @@ NB_MODULE(_C, m) {
           args.out = reinterpret_cast<void*>(out);
           args.eps = eps;
           args.residual_out = reinterpret_cast<void*>(residual_out);
+          args.quant = quant;
+          args.quant_out = reinterpret_cast<void*>(quant_out);
+          args.scale = reinterpret_cast<float*>(scale);
+          args.block_scale = reinterpret_cast<void*>(block_scale);
           return static_cast<int>(tparAllReduceAddRmsNorm(
               reinterpret_cast<const void*>(input), &args, static_cast<tparDataType_t>(dtype),
               asComm(comm), reinterpret_cast<cudaStream_t>(stream)));
-        });
+        },
+        nb::arg("comm"), nb::arg("input"), nb::arg("residual"), nb::arg("weight"), nb::arg("out"),
+        nb::arg("residual_out"), nb::arg("tokens"), nb::arg("hidden"), nb::arg("eps"),
+        nb::arg("dtype"), nb::arg("stream"), nb::arg("quant") = 0, nb::arg("quant_out") = 0,
+        nb::arg("scale") = 0, nb::arg("block_scale") = 0);
 
   // Host cost of the C call on its own, for the Python-overhead measurement: `calls` calls of
   // tparAllReduce back to back from C++, timed with a steady clock. Returns (result of the last

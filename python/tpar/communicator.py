@@ -301,7 +301,8 @@ class Communicator:
         return out
 
     def all_reduce_add_rms_norm(self, input, weight, eps: float = 1e-6, residual=None, *,
-                                out=None, residual_out=None):
+                                out=None, residual_out=None, quant=None, quant_out=None,
+                                scale=None, block_scale=None):
         """All-reduce (sum) of `input` over the ranks, then the residual add and RMSNorm in the
         same kernel (tparAllReduceAddRmsNorm, docs/FUSED.md):
 
@@ -312,22 +313,44 @@ class Communicator:
         16384), `weight` [hidden] of the same dtype, `residual` like `input` or None. r goes to
         `residual_out` when given, else back into `residual` (in place). `out` defaults to a new
         tensor; it may be `input`. Returns (out, r's tensor: residual_out, else residual, else
-        None). Every rank gets bitwise-identical values."""
+        None). Every rank gets bitwise-identical values.
+
+        `quant` adds a quantized copy of out for the next GEMM (float16/bfloat16 inputs; tpar.h,
+        tparNormQuant_t): "fp8_per_token" (e4m3 into `quant_out` [..., hidden] of
+        torch.float8_e4m3fn or uint8, one float32 scale per row written into `scale`
+        [tokens]), "fp8_static" (the given float32 scale `scale` [1]) or "nvfp4" (e2m1 pairs
+        into `quant_out` [..., hidden / 2] uint8, e4m3 block scales into `block_scale` in vLLM's
+        swizzled layout, `scale` [1] the global scale). With `quant`, out=False writes no
+        unquantized out (then r needs `residual` or `residual_out`; the result's out is None)."""
         if self._is_compiling():
+            if quant is not None:
+                raise TparArgumentError("quant: the quantized outputs are not traceable yet; "
+                                        "call all_reduce_add_rms_norm outside torch.compile")
             return self._fused_compiled(input, weight, eps, residual, out, residual_out)
         handle = self._handle
         if not handle:
             raise TparError(Result.INVALID_USAGE, "the communicator is closed")
+        no_out = out is False
+        if no_out:
+            if quant is None:
+                raise TparArgumentError("out=False: without quant there would be no output")
+            if residual is None and residual_out is None:
+                raise TparArgumentError("out=False needs residual or residual_out (r waits "
+                                        "there for its norm)")
+            out = None
         code, tokens, hidden = _check_fused(input, weight, residual, out, residual_out,
                                             self._index)
-        if out is None:
+        q = _check_quant(input, tokens, hidden, quant, quant_out, scale, block_scale)
+        if out is None and not no_out:
             out = _torch().empty_like(input, memory_format=_torch().contiguous_format)
         eps = _check_eps(eps)
         rc = _C.all_reduce_add_rms_norm(
             handle, input.data_ptr(), 0 if residual is None else residual.data_ptr(),
-            weight.data_ptr(), out.data_ptr(),
+            weight.data_ptr(), 0 if out is None else out.data_ptr(),
             0 if residual_out is None else residual_out.data_ptr(), tokens, hidden, eps, code,
-            self._stream(self._index))
+            self._stream(self._index), q, 0 if quant_out is None else quant_out.data_ptr(),
+            0 if scale is None else scale.data_ptr(),
+            0 if block_scale is None else block_scale.data_ptr())
         if rc:
             raise_for(rc, handle)
         return out, (residual_out if residual_out is not None else residual)
@@ -528,6 +551,53 @@ def _check_fused(input, weight, residual, out, residual_out, device_index: Optio
         if t.get_device() != input.get_device():
             raise TparArgumentError(f"{name} is on {t.device}, input on {input.device}")
     return code, tokens, hidden
+
+
+_QUANTS = {"fp8_per_token": 1, "fp8_static": 2, "nvfp4": 3}
+
+
+def _check_quant(input, tokens: int, hidden: int, quant, quant_out, scale, block_scale) -> int:
+    """tparNormQuant_t of `quant` (0: none), after the checks that name the caller's argument."""
+    if quant is None:
+        for name, t in (("quant_out", quant_out), ("scale", scale), ("block_scale", block_scale)):
+            if t is not None:
+                raise TparArgumentError(f"{name} is given without quant")
+        return 0
+    code = _QUANTS.get(quant) if isinstance(quant, str) else None
+    if code is None:
+        raise TparArgumentError(f"quant {quant!r} is not one of {', '.join(_QUANTS)}")
+    torch = _torch()
+    if input.dtype not in (torch.float16, torch.bfloat16):
+        raise TparArgumentError(f"quant {quant!r} needs a float16 or bfloat16 input, not "
+                                f"{input.dtype}")
+    fp4 = quant == "nvfp4"
+    if fp4 and hidden % 16 != 0:
+        raise TparArgumentError(f"quant 'nvfp4' needs a hidden size that is a multiple of 16, "
+                                f"not {hidden}")
+    blocks = hidden // 16
+    need = {"quant_out": tokens * hidden // (2 if fp4 else 1),
+            "scale": 4 * (tokens if quant == "fp8_per_token" else 1)}
+    if fp4:
+        need["block_scale"] = (tokens + 127) // 128 * 128 * ((blocks + 3) // 4) * 4
+    given = {"quant_out": quant_out, "scale": scale, "block_scale": block_scale}
+    for name, t in given.items():
+        if name not in need:
+            if t is not None:
+                raise TparArgumentError(f"{name} is not used by quant {quant!r}")
+            continue
+        if not isinstance(t, torch.Tensor):
+            raise TparArgumentError(f"{name} must be a torch.Tensor for quant {quant!r}")
+        if name == "scale" and t.dtype != torch.float32:
+            raise TparArgumentError(f"scale has dtype {t.dtype}; it must be float32")
+        if not t.is_contiguous():
+            raise TparArgumentError(f"{name} is not contiguous")
+        if t.get_device() != input.get_device():
+            raise TparArgumentError(f"{name} is on {t.device}, input on {input.device}")
+        nbytes = t.numel() * t.element_size()
+        if nbytes < need[name]:
+            raise TparArgumentError(f"{name} holds {nbytes} bytes; quant {quant!r} of "
+                                    f"{tokens} x {hidden} needs {need[name]}")
+    return code
 
 
 def _nccl_pointer(nccl, device_index: int) -> int:

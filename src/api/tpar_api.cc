@@ -145,34 +145,73 @@ tparResult_t checkAddRmsNormArgs(tparComm* comm, const void* input,
                     args->tokens, args->hidden);
   }
   const size_t bytes = args->tokens * args->hidden * esize;
+  const int quant = args->quant;
+  if (quant < 0 || quant >= tparNumNormQuants) {
+    return setError(tparInvalidArgument, "args->quant %d is not a tparNormQuant_t", quant);
+  }
+  const bool fp4 = quant == tparNormQuantNvfp4;
+  if (quant != tparNormQuantNone) {
+    if (datatype != tparFloat16 && datatype != tparBfloat16) {
+      return setError(tparInvalidArgument,
+                      "args->quant %d needs a float16 or bfloat16 datatype, not %s", quant,
+                      tparDataTypeName(datatype));
+    }
+    if (fp4 && args->hidden % 16 != 0) {
+      return setError(tparInvalidArgument,
+                      "args->hidden %zu: NVFP4 output (args->quant) needs a multiple of 16",
+                      args->hidden);
+    }
+  }
+  const size_t blocks = args->hidden / 16;
+  const size_t scale_bytes =
+      quant == tparNormQuantFp8PerToken ? args->tokens * sizeof(float) : sizeof(float);
+  // vLLM's swizzled layout: rows padded to 128, blocks to 4 (tpar.h).
+  const size_t block_scale_bytes = (args->tokens + 127) / 128 * 128 * ((blocks + 3) / 4) * 4;
   struct Buf {
     const char* name;
     const void* p;
     size_t bytes;
+    size_t align;
+    bool required;
   };
-  const Buf bufs[] = {{"input", input, bytes},
-                      {"args->out", args->out, bytes},
-                      {"args->weight", args->weight, args->hidden * esize},
-                      {"args->residual", args->residual, bytes},
-                      {"args->residual_out", args->residual_out, bytes}};
-  constexpr size_t kInput = 0, kWeight = 2, kResidual = 3, kResidualOut = 4;  // bufs[] order
+  const bool quantized = quant != tparNormQuantNone;
+  // r waits for its norm in residual_out, the residual or out: one of them must be there.
+  if (quantized && args->out == nullptr && args->residual == nullptr &&
+      args->residual_out == nullptr) {
+    return setError(tparInvalidArgument,
+                    "args->out is NULL: with a quantized output it may be NULL only when "
+                    "args->residual or args->residual_out is given");
+  }
+  const Buf bufs[] = {
+      {"input", input, bytes, esize, true},
+      {"args->out", args->out, bytes, esize, !quantized},
+      {"args->weight", args->weight, args->hidden * esize, esize, true},
+      {"args->residual", args->residual, bytes, esize, false},
+      {"args->residual_out", args->residual_out, bytes, esize, false},
+      {"args->quant_out", quantized ? args->quant_out : nullptr,
+       fp4 ? bytes / esize / 2 : bytes / esize, 1, quantized},
+      {"args->scale", quantized ? args->scale : nullptr, scale_bytes, sizeof(float), quantized},
+      {"args->block_scale", fp4 ? args->block_scale : nullptr, block_scale_bytes, 1, fp4}};
+  constexpr size_t kInput = 0, kOut = 1, kResidual = 3, kResidualOut = 4;  // bufs[] order
   constexpr size_t kBufs = sizeof(bufs) / sizeof(bufs[0]);
   for (size_t i = 0; i < kBufs; ++i) {
     const Buf& b = bufs[i];
     if (b.p == nullptr) {
-      if (i == kResidual || i == kResidualOut) continue;  // both optional
-      return setError(tparInvalidArgument, "%s is NULL", b.name);
+      if (!b.required) continue;
+      return setError(tparInvalidArgument, "%s is NULL%s", b.name,
+                      i == kOut ? " (it may be NULL only with a quantized output, args->quant)"
+                                : "");
     }
-    if (reinterpret_cast<uintptr_t>(b.p) % esize != 0) {
+    if (reinterpret_cast<uintptr_t>(b.p) % b.align != 0) {
       return setError(tparInvalidArgument, "%s %p is not aligned to its %zu-byte elements",
-                      b.name, b.p, esize);
+                      b.name, b.p, b.align);
     }
   }
   // Identical pointers that the kernel allows: every vector of the input, the residual and
   // residual_out is read by the thread that later writes its outputs, before it writes them.
   // Any other overlap would read values the call already replaced (or write the weight).
   auto same_allowed = [&](size_t i, size_t j) {
-    if (i == kInput) return j != kWeight;
+    if (i == kInput) return j == kOut || j == kResidual || j == kResidualOut;
     return i == kResidual && j == kResidualOut;
   };
   for (size_t i = 0; i < kBufs; ++i) {
@@ -183,8 +222,8 @@ tparResult_t checkAddRmsNormArgs(tparComm* comm, const void* input,
       const uintptr_t x = reinterpret_cast<uintptr_t>(a.p), y = reinterpret_cast<uintptr_t>(b.p);
       if (!(a.p == b.p && same_allowed(i, j)) && x < y + b.bytes && y < x + a.bytes) {
         return setError(tparInvalidArgument, "%s and %s overlap%s", a.name, b.name,
-                        i == kInput ? " (the input may only be the residual, residual_out or the "
-                                      "output)"
+                        i == kInput && j <= kResidualOut
+                            ? " (the input may only be the residual, residual_out or the output)"
                         : i == kResidual && j == kResidualOut
                             ? " (residual_out may only be the residual itself)"
                             : "");

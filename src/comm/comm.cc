@@ -523,7 +523,8 @@ tparResult_t allReduceAddRmsNorm(tparComm* comm, const void* input,
   kernels::AllReduceArgs args = comm->call_template;  // NOTE [call template]
   // The call header carries the fused shape: ranks with another hidden (same count) differ.
   args.meta = makeCallMeta(dtype, tparSum, fused.id,
-                           uint64_t(tokens) * hidden ^ (uint64_t(hidden) << 40),
+                           uint64_t(tokens) * hidden ^ (uint64_t(hidden) << 40) ^
+                               (uint64_t(a.quant) << 56),
                            comm->nccl.comm != nullptr);
   args.op = tparSum;
   args.active_blocks = 0;
@@ -538,6 +539,10 @@ tparResult_t allReduceAddRmsNorm(tparComm* comm, const void* input,
   norm.weight = a.weight;
   norm.hidden = static_cast<uint32_t>(hidden);
   norm.eps = a.eps;
+  norm.quant = a.quant;
+  norm.block_scale = static_cast<uint8_t*>(a.block_scale);
+  // Bytes of one element of the quantized copy, times two (NVFP4: half a byte).
+  const uint64_t q_twice = a.quant == tparNormQuantNvfp4 ? 1 : 2;
 
   int prev = -1;
   TPAR_CUDA_TRY(cudaGetDevice(&prev));
@@ -555,7 +560,16 @@ tparResult_t allReduceAddRmsNorm(tparComm* comm, const void* input,
     norm.residual_out = at(a.residual_out);
     norm.out = at(a.out);
     norm.rows = static_cast<uint32_t>(rows);
-    norm.aligned = vecAligned(norm.out) && vecAligned(a.weight) &&
+    norm.row0 = static_cast<uint32_t>(done);
+    norm.quant_out = a.quant == tparNormQuantNone
+                         ? nullptr
+                         : static_cast<char*>(a.quant_out) + done * hidden * q_twice / 2;
+    norm.scale = a.quant == tparNormQuantFp8PerToken ? a.scale + done : a.scale;
+    // A vector of 16-bit elements quantizes to 8 bytes (FP8) or 4 (NVFP4).
+    norm.quant_aligned =
+        norm.quant_out != nullptr &&
+        reinterpret_cast<uintptr_t>(norm.quant_out) % (a.quant == tparNormQuantNvfp4 ? 4 : 8) == 0;
+    norm.aligned = (norm.out == nullptr || vecAligned(norm.out)) && vecAligned(a.weight) &&
                    (norm.residual == nullptr || vecAligned(norm.residual)) &&
                    (norm.residual_out == nullptr || vecAligned(norm.residual_out));
     const cudaError_t err = launchAllReduceNorm(fn, args, norm, comm->max_blocks, threads,

@@ -144,6 +144,16 @@ struct NormArgs {
   uint32_t rows;         // rows of this launch (count = rows * hidden)
   float eps;
   int aligned;           // residual, weight and out are 16-byte aligned
+  // A quantized copy of out (tparNormQuant_t, tpar.h): values of this launch's rows in
+  // quant_out (FP8: a byte per element; NVFP4: a nibble), scale the per-token scales of these
+  // rows (written) or the given scale (read), block_scale the whole NVFP4 scale tensor, whose
+  // layout needs the call's row index: row0 + the row of this launch.
+  int quant;
+  int quant_aligned;     // quant_out holds a vector's bytes (8 FP8, 4 NVFP4) at aligned offsets
+  void* quant_out;
+  float* scale;
+  uint8_t* block_scale;
+  uint32_t row0;
 };
 
 // The kernels of one schedule: fn[dtype][wide], wide = the 16-rank variant. Each schedule file

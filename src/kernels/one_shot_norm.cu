@@ -2,8 +2,12 @@
 // publishes) its input as one-shot does, then reduces whole rows, one block per row in turn, and
 // normalizes them itself, so no extra byte crosses a link. The arithmetic is the unfused
 // sequence's: the sum rounded to the datatype, z = residual + sum in fp32 and rounded into r
-// (residual_out, or the residual in place), the mean of z^2 from the fp32 values, and y = round(round(r * inv) * w) from the
-// rounded r (docs/FUSED.md, "What a call computes").
+// (residual_out, or the residual in place), the mean of z^2 from the fp32 values, and
+// y = round(round(r * inv) * w) from the rounded r, then y's quantized copy if one is asked for
+// (docs/FUSED.md, "What a call computes").
+#include <cuda_fp4.h>
+#include <cuda_fp8.h>
+
 #include "kernels/prims/mailbox.cuh"
 #include "kernels/prims/schedule.h"
 
@@ -31,6 +35,63 @@ __device__ __forceinline__ float blockSum(float v) {
   const float t = s_total;
   __syncthreads();  // s_warp and s_total are reused by the next row
   return t;
+}
+
+// The block's maximum of one value per thread (as blockSum; max is exact in any order).
+__device__ __forceinline__ float blockMax(float v) {
+  __shared__ float s_warp[kMaxThreads / 32];
+  __shared__ float s_total;
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xFFFFFFFFu, v, o));
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (lane == 0) s_warp[warp] = v;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    float t = 0;
+    for (int i = 0; i < static_cast<int>(blockDim.x + 31) / 32; ++i) t = fmaxf(t, s_warp[i]);
+    s_total = t;
+  }
+  __syncthreads();
+  const float t = s_total;
+  __syncthreads();
+  return t;
+}
+
+// The quantized formats of tpar.h (tparNormQuant_t), element by element: e4m3 with saturation
+// to 448, e2m1 with saturation to 6, both rounding to nearest even.
+__device__ __forceinline__ uint32_t e4m3(float x) {
+  return __nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E4M3);
+}
+__device__ __forceinline__ float e4m3Value(uint32_t b) {
+  const __half_raw h = __nv_cvt_fp8_to_halfraw(static_cast<__nv_fp8_storage_t>(b), __NV_E4M3);
+  return __half2float(__half(h));
+}
+__device__ __forceinline__ uint32_t e2m1(float x) {
+  return __nv_cvt_float_to_fp4(x, __NV_E2M1, cudaRoundNearest) & 0xFu;
+}
+constexpr float kFp8Max = 448.0f;
+constexpr float kFp4Max = 6.0f;
+
+// Stores `n` bytes (8 or 4) of `packed` at `p` + off: one store where aligned, else byte by byte.
+__device__ __forceinline__ void storeBytes(void* p, uint64_t off, uint64_t packed, int n,
+                                           bool aligned) {
+  char* at = static_cast<char*>(p) + off;
+  if (aligned && n == 8) {
+    *reinterpret_cast<uint2*>(at) = make_uint2(static_cast<uint32_t>(packed),
+                                               static_cast<uint32_t>(packed >> 32));
+  } else if (aligned && n == 4) {
+    *reinterpret_cast<uint32_t*>(at) = static_cast<uint32_t>(packed);
+  } else {
+    for (int i = 0; i < n; ++i) at[i] = static_cast<char>((packed >> (8 * i)) & 0xFF);
+  }
+}
+
+// Where block scale `block` of row `row` goes in vLLM's swizzled NVFP4 scale tensor (tpar.h).
+__device__ __forceinline__ uint64_t nvfp4ScaleOffset(uint64_t row, uint64_t block,
+                                                     uint64_t blocks) {
+  const uint64_t k_tiles = (blocks + 3) / 4;
+  const uint64_t m_tile = row / 128, r = row % 128, k_tile = block / 4;
+  return ((((m_tile * k_tiles + k_tile) * 32 + r % 32) * 4 + r / 32) * 4) + block % 4;
 }
 
 template <class Box, bool kPull>
@@ -112,7 +173,8 @@ struct OneShotNorm {
       }
       if (__syncthreads_or(bad)) return;
       const float inv = rsqrtf(blockSum(squares) / static_cast<float>(e.hidden) + e.eps);
-      for (uint64_t c = threadIdx.x; c < row_vecs; c += blockDim.x) {
+      // y of vector c of this row: from r (kept above) and the weight, as the engines round it.
+      auto normed = [&](uint64_t c) {
         const uint64_t v = row * row_vecs + c;
         const Vec r = loadUser<T>(keep, v, a.count, e_aligned);  // this thread's own store
         const Vec wt = loadUser<T>(e.weight, c, e.hidden, e_aligned);
@@ -123,7 +185,70 @@ struct OneShotNorm {
           E::fromFloat(t, i, E::toFloat(r, i) * inv);  // rounded to the datatype first
           E::fromFloat(y, i, E::toFloat(t, i) * E::toFloat(wt, i));
         }
-        storeUser<T>(e.out, v, a.count, e_aligned, y);
+        return y;
+      };
+      const int quant = e.quant;
+      const bool q_aligned = e.quant_aligned != 0;
+      float amax = 0;
+      // A uniform trip count: NVFP4's block of 16 values spans the vectors of two neighbouring
+      // lanes, whose maxima meet by shuffle, so every lane of a warp takes every step.
+      for (uint64_t base = 0; base < row_vecs; base += blockDim.x) {
+        const uint64_t c = base + threadIdx.x;
+        const bool active = c < row_vecs;
+        const uint64_t v = row * row_vecs + c;
+        Vec y{};
+        if (active) {
+          y = normed(c);
+          if (e.out != nullptr) storeUser<T>(e.out, v, a.count, e_aligned, y);
+        }
+        if (quant == tparNormQuantFp8Static) {
+          if (active) {
+            const float s = e.scale[0];
+            uint64_t packed = 0;
+#pragma unroll
+            for (int i = 0; i < kPer; ++i)
+              packed |= uint64_t(e4m3(E::toFloat(y, i) / s)) << (8 * i);
+            storeBytes(e.quant_out, v * kPer, packed, kPer, q_aligned);
+          }
+        } else if (quant == tparNormQuantFp8PerToken) {
+          if (active)
+            for (int i = 0; i < kPer; ++i) amax = fmaxf(amax, fabsf(E::toFloat(y, i)));
+        } else if (quant == tparNormQuantNvfp4) {
+          float vmax = 0;
+          if (active)
+            for (int i = 0; i < kPer; ++i) vmax = fmaxf(vmax, fabsf(E::toFloat(y, i)));
+          vmax = fmaxf(vmax, __shfl_xor_sync(0xFFFFFFFFu, vmax, 1));
+          if (active) {
+            const float g = e.scale[0];
+            const uint32_t s8 = e4m3(fminf(g * (vmax / kFp4Max), kFp8Max));
+            const float sv = e4m3Value(s8);
+            const float mult = sv == 0.0f ? 0.0f : g / sv;
+            uint64_t packed = 0;
+#pragma unroll
+            for (int i = 0; i < kPer; ++i)
+              packed |= uint64_t(e2m1(E::toFloat(y, i) * mult)) << (4 * i);
+            storeBytes(e.quant_out, v * kPer / 2, packed, kPer / 2, q_aligned);
+            if (c % 2 == 0) {
+              e.block_scale[nvfp4ScaleOffset(e.row0 + row, c / 2, e.hidden / 16)] =
+                  static_cast<uint8_t>(s8);
+            }
+          }
+        }
+      }
+      if (quant == tparNormQuantFp8PerToken) {
+        const float s = fmaxf(blockMax(amax) / kFp8Max, 1.0f / (kFp8Max * 512.0f));
+        if (threadIdx.x == 0) e.scale[row] = s;
+        // Without a residual or residual_out, r was kept in out and is y now: read it back.
+        const bool y_in_out = keep == e.out;
+        for (uint64_t c = threadIdx.x; c < row_vecs; c += blockDim.x) {
+          const uint64_t v = row * row_vecs + c;
+          const Vec y = y_in_out ? loadUser<T>(e.out, v, a.count, e_aligned) : normed(c);
+          uint64_t packed = 0;
+#pragma unroll
+          for (int i = 0; i < kPer; ++i)
+            packed |= uint64_t(e4m3(E::toFloat(y, i) / s)) << (8 * i);
+          storeBytes(e.quant_out, v * kPer, packed, kPer, q_aligned);
+        }
       }
     }
   }

@@ -332,6 +332,194 @@ TEST_P(FusedAddRmsNorm, InsideACudaGraph) {
   runCase(g, {8, 7168, tparBfloat16, true, Place::kOutOfPlace}, /*graph=*/true);
 }
 
+// The quantized copy of out (tparNormQuant_t) on every rank of `g`: the call runs twice from the
+// same inputs (the residual only read: residual_out), once with out and once without it. The
+// first call's out is the y the quantizer saw, so the quantized bytes and scales are compared
+// exactly with the reference quantizer of tests/common/fused_reference.h applied to that y; the
+// second call must give the same quantized bytes; every rank the same bytes; NVFP4's block
+// scales at their swizzled places and nothing written in the padding rows.
+void runQuantCase(VirtualGroup& g, size_t tokens, size_t hidden, tparNormQuant_t quant) {
+  SCOPED_TRACE(std::to_string(tokens) + "x" + std::to_string(hidden) + " quant " +
+               std::to_string(quant));
+  const int n = g.size();
+  const size_t elems = tokens * hidden, es = 2;
+  const bool fp4 = quant == tparNormQuantNvfp4;
+  const size_t q_bytes = fp4 ? elems / 2 : elems;
+  const int blocks = static_cast<int>(hidden / 16);
+  const size_t bs_bytes = tpar::ref::nvfp4ScaleBytes(static_cast<int>(tokens), blocks);
+  const size_t scales = quant == tparNormQuantFp8PerToken ? tokens : 1;
+  // The given scale: static FP8 y / scale within e4m3's range; NVFP4's global scale as vLLM
+  // derives it from the tensor's maximum (448 * 6 / max|y|, max|y| about 8 here).
+  const float given = quant == tparNormQuantFp8Static ? 0.02f : 448.0f * 6.0f / 8.0f;
+  std::mt19937 rng(static_cast<uint32_t>(freshSeed()));
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  std::vector<uint8_t> bytes;
+  struct Bufs {
+    void* input = nullptr;
+    void* residual = nullptr;
+    void* residual_out = nullptr;
+    void* out = nullptr;
+    void* weight = nullptr;
+    void* q[2] = {nullptr, nullptr};
+    void* block_scale[2] = {nullptr, nullptr};
+    float* scale[2] = {nullptr, nullptr};
+    ~Bufs() {
+      for (void* p : {input, residual, residual_out, out, weight, q[0], q[1], block_scale[0],
+                      block_scale[1], static_cast<void*>(scale[0]), static_cast<void*>(scale[1])})
+        if (p != nullptr) cudaFree(p);
+    }
+  };
+  std::vector<Bufs> b(n);
+  std::vector<float> res(elems), w(hidden);
+  for (float& x : res) x = roundTo(tparBfloat16, 4.0f * dist(rng));
+  for (float& x : w) x = roundTo(tparBfloat16, 1.0f + 0.25f * dist(rng));
+  for (int r = 0; r < n; ++r) {
+    std::vector<float> in(elems);
+    for (float& x : in) x = roundTo(tparBfloat16, dist(rng));
+    ASSERT_EQ(cudaSuccess, cudaMalloc(&b[r].input, elems * es));
+    storeAs(tparBfloat16, in, &bytes);
+    ASSERT_EQ(cudaSuccess, cudaMemcpy(b[r].input, bytes.data(), elems * es, cudaMemcpyHostToDevice));
+    ASSERT_EQ(cudaSuccess, cudaMalloc(&b[r].residual, elems * es));
+    storeAs(tparBfloat16, res, &bytes);
+    ASSERT_EQ(cudaSuccess, cudaMemcpy(b[r].residual, bytes.data(), elems * es,
+                                      cudaMemcpyHostToDevice));
+    ASSERT_EQ(cudaSuccess, cudaMalloc(&b[r].weight, hidden * es));
+    storeAs(tparBfloat16, w, &bytes);
+    ASSERT_EQ(cudaSuccess, cudaMemcpy(b[r].weight, bytes.data(), hidden * es,
+                                      cudaMemcpyHostToDevice));
+    ASSERT_EQ(cudaSuccess, cudaMalloc(&b[r].residual_out, elems * es));
+    ASSERT_EQ(cudaSuccess, cudaMalloc(&b[r].out, elems * es));
+    ASSERT_EQ(cudaSuccess, poison(b[r].out, elems * es, nullptr));
+    for (int k = 0; k < 2; ++k) {
+      ASSERT_EQ(cudaSuccess, cudaMalloc(&b[r].q[k], q_bytes));
+      ASSERT_EQ(cudaSuccess, cudaMemset(b[r].q[k], 0xEE, q_bytes));
+      ASSERT_EQ(cudaSuccess, cudaMalloc(reinterpret_cast<void**>(&b[r].scale[k]),
+                                        scales * sizeof(float)));
+      if (quant == tparNormQuantFp8PerToken) {
+        ASSERT_EQ(cudaSuccess, poison(b[r].scale[k], scales * sizeof(float), nullptr));
+      } else {
+        ASSERT_EQ(cudaSuccess, cudaMemcpy(b[r].scale[k], &given, sizeof(float),
+                                          cudaMemcpyHostToDevice));
+      }
+      if (fp4) {
+        ASSERT_EQ(cudaSuccess, cudaMalloc(&b[r].block_scale[k], bs_bytes));
+        ASSERT_EQ(cudaSuccess, cudaMemset(b[r].block_scale[k], 0xEE, bs_bytes));
+      }
+    }
+  }
+  ASSERT_EQ(cudaSuccess, cudaDeviceSynchronize());
+  for (int k = 0; k < 2; ++k) {
+    for (int r = 0; r < n; ++r) {
+      tparAddRmsNormArgs_t a = TPAR_ADD_RMS_NORM_ARGS_INITIALIZER;
+      a.tokens = tokens;
+      a.hidden = hidden;
+      a.residual = b[r].residual;
+      a.residual_out = b[r].residual_out;
+      a.weight = b[r].weight;
+      a.out = k == 0 ? b[r].out : nullptr;
+      a.quant = quant;
+      a.quant_out = b[r].q[k];
+      a.scale = b[r].scale[k];
+      a.block_scale = b[r].block_scale[k];
+      ASSERT_EQ(tparSuccess,
+                tparAllReduceAddRmsNorm(b[r].input, &a, tparBfloat16, g.comm(r), g.stream(r)))
+          << tparGetLastError(g.comm(r));
+    }
+    for (int r = 0; r < n; ++r) ASSERT_EQ(cudaSuccess, cudaStreamSynchronize(g.stream(r)));
+  }
+  for (int r = 0; r < n; ++r) {
+    tparResult_t async = tparSuccess;
+    ASSERT_EQ(tparSuccess, tparCommGetAsyncError(g.comm(r), &async));
+    ASSERT_EQ(tparSuccess, async) << "rank " << r;
+  }
+  auto fetch = [](const void* p, size_t n_bytes) {
+    std::vector<uint8_t> v(n_bytes);
+    EXPECT_EQ(cudaSuccess, cudaMemcpy(v.data(), p, n_bytes, cudaMemcpyDeviceToHost));
+    return v;
+  };
+  const std::vector<uint8_t> q0 = fetch(b[0].q[0], q_bytes);
+  const std::vector<float> y = loadAs(tparBfloat16, fetch(b[0].out, elems * es));
+  const std::vector<uint8_t> sc0 = fetch(b[0].scale[0], scales * sizeof(float));
+  const std::vector<uint8_t> bs0 = fp4 ? fetch(b[0].block_scale[0], bs_bytes) : std::vector<uint8_t>();
+  for (int r = 0; r < n; ++r) {
+    for (int k = 0; k < 2; ++k) {
+      if (r == 0 && k == 0) continue;
+      EXPECT_EQ(q0, fetch(b[r].q[k], q_bytes)) << "rank " << r << " call " << k;
+      EXPECT_EQ(sc0, fetch(b[r].scale[k], scales * sizeof(float))) << "rank " << r;
+      if (fp4) EXPECT_EQ(bs0, fetch(b[r].block_scale[k], bs_bytes)) << "rank " << r;
+    }
+  }
+  // Against the reference quantizer, row by row, from the y the kernel wrote.
+  size_t bad = 0;
+  for (size_t t = 0; t < tokens && bad < 5; ++t) {
+    const std::vector<float> row(y.begin() + t * hidden, y.begin() + (t + 1) * hidden);
+    const uint8_t* got = q0.data() + t * (fp4 ? hidden / 2 : hidden);
+    if (quant == tparNormQuantFp8PerToken) {
+      const tpar::ref::Fp8Row want = tpar::ref::quantizeFp8Dynamic(row);
+      float scale;
+      std::memcpy(&scale, sc0.data() + t * sizeof(float), sizeof(float));
+      if (scale != want.scale) {
+        ADD_FAILURE() << "row " << t << " scale " << scale << ", reference " << want.scale;
+        ++bad;
+      }
+      if (std::memcmp(got, want.bytes.data(), hidden) != 0) {
+        ADD_FAILURE() << "row " << t << ": FP8 bytes differ from the reference quantizer's";
+        ++bad;
+      }
+    } else if (quant == tparNormQuantFp8Static) {
+      const std::vector<uint8_t> want = tpar::ref::quantizeFp8Static(row, given);
+      if (std::memcmp(got, want.data(), hidden) != 0) {
+        ADD_FAILURE() << "row " << t << ": FP8 bytes differ from the reference quantizer's";
+        ++bad;
+      }
+    } else {
+      const tpar::ref::Fp4Row want = tpar::ref::quantizeNvfp4(row, given);
+      if (std::memcmp(got, want.packed.data(), hidden / 2) != 0) {
+        ADD_FAILURE() << "row " << t << ": NVFP4 values differ from the reference quantizer's";
+        ++bad;
+      }
+      for (int k = 0; k < blocks; ++k) {
+        const size_t at = tpar::ref::nvfp4ScaleOffset(static_cast<int>(t), k, blocks);
+        if (bs0[at] != want.block_scale[k]) {
+          ADD_FAILURE() << "row " << t << " block " << k << " scale " << int(bs0[at])
+                        << ", reference " << int(want.block_scale[k]);
+          ++bad;
+          break;
+        }
+      }
+    }
+  }
+  if (fp4) {
+    // The padding rows (up to a multiple of 128) keep their poison.
+    for (size_t t = tokens; t < (tokens + 127) / 128 * 128; ++t) {
+      for (int k = 0; k < blocks; ++k) {
+        const size_t at = tpar::ref::nvfp4ScaleOffset(static_cast<int>(t), k, blocks);
+        if (bs0[at] != 0xEE) {
+          ADD_FAILURE() << "padding row " << t << " block " << k << " was written";
+          return;
+        }
+      }
+    }
+  }
+}
+
+TEST_P(FusedAddRmsNorm, QuantizedOutputsMatchTheReferenceQuantizer) {
+  TPAR_REQUIRE_GPU();
+  const auto [transport, n] = GetParam();
+  VirtualGroup g;
+  ASSERT_EQ("", g.init(n, fusedConfig(transport)));
+  for (tparNormQuant_t q : {tparNormQuantFp8PerToken, tparNormQuantFp8Static, tparNormQuantNvfp4}) {
+    // 130 rows cross a 128-row tile of the NVFP4 scale layout; 1200 are split over launches.
+    for (size_t tokens : {1, 3, 130}) {
+      for (size_t hidden : {4096, 7168}) {
+        runQuantCase(g, tokens, hidden, q);
+        if (HasFailure()) return;
+      }
+    }
+    runQuantCase(g, 1200, 2048, q);
+  }
+}
+
 std::string paramName(const ::testing::TestParamInfo<Param>& info) {
   return transportLabel(std::get<0>(info.param)) + "_n" + std::to_string(std::get<1>(info.param));
 }
@@ -428,6 +616,29 @@ TEST(FusedAddRmsNormArguments, BadArgumentsAreNamedAndNothingIsWritten) {
   a = good();
   a.residual_out = b.weight;
   expectBad(b.input, &a, tparBfloat16, "args->weight and args->residual_out overlap");
+  a = good();
+  a.quant = 9;
+  expectBad(b.input, &a, tparBfloat16, "args->quant 9");
+  a = good();
+  a.quant = tparNormQuantFp8PerToken;
+  expectBad(b.input, &a, tparBfloat16, "args->quant_out is NULL");
+  a.quant_out = b.residual_out;
+  expectBad(b.input, &a, tparBfloat16, "args->scale is NULL");
+  a.quant = tparNormQuantNvfp4;
+  a.scale = static_cast<float*>(b.residual_out) + 64;
+  expectBad(b.input, &a, tparBfloat16, "args->block_scale is NULL");
+  a = good();
+  a.quant = tparNormQuantFp8Static;
+  a.quant_out = b.residual_out;
+  a.scale = static_cast<float*>(b.residual_out);  // inside quant_out
+  expectBad(b.input, &a, tparBfloat16, "args->quant_out and args->scale overlap");
+  a = good();
+  a.quant = tparNormQuantFp8Static;
+  a.quant_out = b.residual_out;
+  a.scale = static_cast<float*>(b.residual_out) + 64;
+  a.residual = nullptr;
+  a.out = nullptr;
+  expectBad(b.input, &a, tparBfloat16, "args->out is NULL");
   // No call ran: nothing was written, the communicator is healthy and a good call works.
   ASSERT_EQ(cudaSuccess, cudaDeviceSynchronize());
   for (size_t i = 0; i < before.size(); ++i) {

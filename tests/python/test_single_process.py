@@ -239,3 +239,42 @@ def test_fused_bad_arguments_are_named_before_gpu_work(virtual4):
     with pytest.raises(tpar.TparArgumentError, match="eps"):
         c.all_reduce_add_rms_norm(x, torch.zeros(64, dtype=torch.bfloat16, device="cuda"),
                                   eps=float("nan"))
+
+
+def test_fused_fp8_per_token_output_matches_torchs_quantization(virtual4):
+    tokens, hidden, eps = 5, 4096, 1e-6
+    xs, residual, weight = fused_inputs(len(virtual4), tokens, hidden, torch.bfloat16)
+    outs = [poisoned_like(x) for x in xs]
+    r_outs = [poisoned_like(x) for x in xs]
+    qs = [torch.full((tokens, hidden), 0xEE, dtype=torch.uint8, device="cuda") for _ in xs]
+    scales = [torch.full((tokens,), float("nan"), device="cuda") for _ in xs]
+    streams = [torch.cuda.Stream() for _ in virtual4]
+    torch.cuda.synchronize()
+    for c, x, y, r, q, sc, s in zip(virtual4, xs, outs, r_outs, qs, scales, streams):
+        with torch.cuda.stream(s):
+            c.all_reduce_add_rms_norm(x, weight, eps, residual, out=y, residual_out=r,
+                                      quant="fp8_per_token", quant_out=q, scale=sc)
+    torch.cuda.synchronize()
+    y = outs[0].float()
+    want_scale = torch.clamp(y.abs().amax(-1) / 448.0, min=1.0 / (448.0 * 512.0))
+    want_q = (y / want_scale[:, None]).to(torch.float8_e4m3fn).view(torch.uint8)
+    for q, sc in zip(qs, scales):
+        assert torch.equal(sc, want_scale)
+        assert torch.equal(q, want_q)
+
+
+def test_fused_quant_arguments_are_named(virtual4):
+    c = virtual4[0]
+    x = torch.zeros(2, 64, dtype=torch.bfloat16, device="cuda")
+    w = torch.ones(64, dtype=torch.bfloat16, device="cuda")
+    q = torch.zeros(2, 64, dtype=torch.uint8, device="cuda")
+    with pytest.raises(tpar.TparArgumentError, match="quant 'int4'"):
+        c.all_reduce_add_rms_norm(x, w, quant="int4", quant_out=q)
+    with pytest.raises(tpar.TparArgumentError, match="scale must be a torch.Tensor"):
+        c.all_reduce_add_rms_norm(x, w, quant="fp8_static", quant_out=q)
+    with pytest.raises(tpar.TparArgumentError, match="quant_out holds 64 bytes"):
+        c.all_reduce_add_rms_norm(x, w, quant="fp8_per_token", quant_out=q[:1],
+                                  scale=torch.zeros(2, device="cuda"))
+    with pytest.raises(tpar.TparArgumentError, match="out=False needs residual"):
+        c.all_reduce_add_rms_norm(x, w, out=False, quant="fp8_static", quant_out=q,
+                                  scale=torch.ones(1, device="cuda"))
