@@ -26,7 +26,8 @@ while [ $# -gt 0 ]; do
 done
 cd "$(dirname "$0")/.." || exit 2
 . scripts/engine-wheels.sh
-py=${py:-${TPAR_PYENV:-build/pyenv}/bin/python}
+# Absolute, for the tests run from their own directory (a venv's python stays the link it is).
+py=$(abs "${py:-${TPAR_PYENV:-build/pyenv}/bin/python}")
 work=${work:-build/engine-wheels}
 command -v "$py" >/dev/null ||
   { echo "engine-fusion-check: no Python at $py (scripts/python-tests.sh makes the venv)" >&2
