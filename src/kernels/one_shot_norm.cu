@@ -15,20 +15,21 @@ namespace tpar {
 namespace kernels {
 namespace {
 
-// The block's sum of one value per thread, in a fixed order (warps by shuffle, then warp 0 over
-// the warps' sums), so every rank, with the same block size, gets the same bits. Every thread
-// of the block calls it; every thread gets the sum.
-__device__ __forceinline__ float blockSum(float v) {
+// The block's reduction of one value per thread by `op` (sum, max), in a fixed order (warps by
+// shuffle, then thread 0 over the warps' results), so every rank, with the same block size, gets
+// the same bits. Every thread of the block calls it; every thread gets the result.
+template <class Op>
+__device__ __forceinline__ float blockReduce(float v, Op op) {
   __shared__ float s_warp[kMaxThreads / 32];
   __shared__ float s_total;
 #pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xFFFFFFFFu, v, o);
+  for (int o = 16; o > 0; o >>= 1) v = op(v, __shfl_xor_sync(0xFFFFFFFFu, v, o));
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   if (lane == 0) s_warp[warp] = v;
   __syncthreads();
   if (threadIdx.x == 0) {
-    float t = 0;
-    for (int i = 0; i < static_cast<int>(blockDim.x + 31) / 32; ++i) t += s_warp[i];
+    float t = 0;  // the identity of both: the maxima reduced are of absolute values
+    for (int i = 0; i < static_cast<int>(blockDim.x + 31) / 32; ++i) t = op(t, s_warp[i]);
     s_total = t;
   }
   __syncthreads();
@@ -37,24 +38,11 @@ __device__ __forceinline__ float blockSum(float v) {
   return t;
 }
 
-// The block's maximum of one value per thread (as blockSum; max is exact in any order).
+__device__ __forceinline__ float blockSum(float v) {
+  return blockReduce(v, [](float x, float y) { return x + y; });
+}
 __device__ __forceinline__ float blockMax(float v) {
-  __shared__ float s_warp[kMaxThreads / 32];
-  __shared__ float s_total;
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xFFFFFFFFu, v, o));
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  if (lane == 0) s_warp[warp] = v;
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    float t = 0;
-    for (int i = 0; i < static_cast<int>(blockDim.x + 31) / 32; ++i) t = fmaxf(t, s_warp[i]);
-    s_total = t;
-  }
-  __syncthreads();
-  const float t = s_total;
-  __syncthreads();
-  return t;
+  return blockReduce(v, [](float x, float y) { return fmaxf(x, y); });
 }
 
 // The quantized formats of tpar.h (tparNormQuant_t), element by element: e4m3 with saturation

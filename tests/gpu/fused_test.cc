@@ -105,6 +105,15 @@ struct RankBufs {
   }
 };
 
+// Every rank of `g` recorded no error in its kernels.
+void expectNoAsyncError(VirtualGroup& g) {
+  for (int r = 0; r < g.size(); ++r) {
+    tparResult_t async = tparSuccess;
+    ASSERT_EQ(tparSuccess, tparCommGetAsyncError(g.comm(r), &async));
+    ASSERT_EQ(tparSuccess, async) << "rank " << r;
+  }
+}
+
 // Runs `c` on every rank of `g` (fresh random inputs, poisoned outputs; inside a CUDA graph
 // when `graph`) and checks it.
 void runCase(VirtualGroup& g, const Case& c, bool graph = false) {
@@ -204,11 +213,8 @@ void runCase(VirtualGroup& g, const Case& c, bool graph = false) {
     }
     for (int r = 0; r < n; ++r) ASSERT_EQ(cudaSuccess, cudaStreamSynchronize(g.stream(r)));
   }
-  for (int r = 0; r < n; ++r) {
-    tparResult_t async = tparSuccess;
-    ASSERT_EQ(tparSuccess, tparCommGetAsyncError(g.comm(r), &async));
-    ASSERT_EQ(tparSuccess, async) << "rank " << r;
-  }
+  expectNoAsyncError(g);
+  if (::testing::Test::HasFatalFailure()) return;
 
   // Where r went: residual_out, else the residual in place; nowhere without either.
   const bool has_r = c.residual || c.residual_out;
@@ -427,11 +433,8 @@ void runQuantCase(VirtualGroup& g, size_t tokens, size_t hidden, tparNormQuant_t
     }
     for (int r = 0; r < n; ++r) ASSERT_EQ(cudaSuccess, cudaStreamSynchronize(g.stream(r)));
   }
-  for (int r = 0; r < n; ++r) {
-    tparResult_t async = tparSuccess;
-    ASSERT_EQ(tparSuccess, tparCommGetAsyncError(g.comm(r), &async));
-    ASSERT_EQ(tparSuccess, async) << "rank " << r;
-  }
+  expectNoAsyncError(g);
+  if (::testing::Test::HasFatalFailure()) return;
   auto fetch = [](const void* p, size_t n_bytes) {
     std::vector<uint8_t> v(n_bytes);
     EXPECT_EQ(cudaSuccess, cudaMemcpy(v.data(), p, n_bytes, cudaMemcpyDeviceToHost));

@@ -21,17 +21,24 @@ def layer(x, w):
     return torch.relu(y)
 
 
+def capturing():
+    """(the graphs a torch.compile backend was given, that backend): it runs them as they are."""
+    seen = []
+
+    def backend(gm, inputs):
+        seen.append(gm)
+        return gm.forward
+
+    return seen, backend
+
+
 def targets(gm):
     return [str(n.target) for n in gm.graph.nodes if n.op == "call_function"]
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
 def test_compile_fullgraph_keeps_both_ops(dtype):
-    seen = []
-
-    def backend(gm, inputs):
-        seen.append(gm)
-        return gm.forward
+    seen, backend = capturing()
 
     f = torch.compile(layer, fullgraph=True, backend=backend)
     out = f(torch.randn(4, 8, dtype=dtype, device="meta"), torch.randn(8, 16, dtype=dtype, device="meta"))
@@ -70,11 +77,7 @@ def test_fake_implementation_refuses_what_eager_refuses():
 def test_communicator_method_inside_compile_becomes_the_ops():
     comm = Communicator.__new__(Communicator)
     comm._adopt(HANDLE, 0, 2, 0)
-    seen = []
-
-    def backend(gm, inputs):
-        seen.append(gm)
-        return gm.forward
+    seen, backend = capturing()
 
     def f(x):
         y = x * 2
@@ -103,11 +106,7 @@ def fused_layer(x, w, residual):
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
 def test_compile_fullgraph_keeps_both_fused_ops(dtype):
-    seen = []
-
-    def backend(gm, inputs):
-        seen.append(gm)
-        return gm.forward
+    seen, backend = capturing()
 
     f = torch.compile(fused_layer, fullgraph=True, backend=backend)
     x = torch.randn(3, 64, dtype=dtype, device="meta")
@@ -168,11 +167,7 @@ def test_fused_fake_refuses_what_eager_refuses(case, words):
 def test_communicator_fused_method_inside_compile_becomes_the_op():
     comm = Communicator.__new__(Communicator)
     comm._adopt(HANDLE, 0, 2, 0)
-    seen = []
-
-    def backend(gm, inputs):
-        seen.append(gm)
-        return gm.forward
+    seen, backend = capturing()
 
     def f(x, w, residual):
         y, r = comm.all_reduce_add_rms_norm(x * 2, w, 1e-6, residual)
