@@ -3,15 +3,21 @@
 # OUTDIR/summary.json (scripts/summary.py: each step's command, status and counts), the JSON
 # records and logs.tgz.
 #   scripts/gpu-check.sh OUTDIR [--no-tests] [--no-bench] [--no-verify] [--filter GTEST_FILTER]
-#                               [--sanitize] [--soak] [--budget S]
+#                               [--sanitize] [--soak] [--fused] [--python] [--budget S]
 #   --sanitize  compute-sanitizer memcheck, racecheck and synccheck over the one-rank and
 #               multi-process GPU tests (a few minutes; docs/RELIABILITY.md says what they cover)
 #   --soak      1,000,000 graph-replayed all-reduces per transport (disabled in the normal run)
+#   --fused     the fused all-reduce + residual add + RMSNorm: `tpar bench --fused` on both
+#               transports and `tpar verify --model kimi-k2 --fused` at 1, 8 and 64 tokens
+#   --python    build tpar._C in the same tree and run tests/python/test_single_process.py
+#               against it (virtual ranks; python3 with torch and pytest)
 #   --budget S  end within S seconds: steps that no longer fit are "not run" (default: no limit)
 # Only the new checks: scripts/gpu-check.sh OUT --no-tests --no-bench --sanitize --soak
+# The fused call alone: scripts/gpu-check.sh OUT --no-bench --filter '*Fused*' --fused --python
 # Steps (as summary.json names them): build unit-tests gpu-tests sanitize-memcheck
-# sanitize-racecheck sanitize-synccheck soak example bench bench-host doctor tune bench-tuned
-# verify-8 verify-64. Environment: TPAR_COMMIT (the commit recorded; default git HEAD),
+# sanitize-racecheck sanitize-synccheck soak example python bench bench-host doctor tune
+# bench-tuned verify-8 verify-64 bench-fused bench-fused-host verify-fused-1 verify-fused-8
+# verify-fused-64. Environment: TPAR_COMMIT (the commit recorded; default git HEAD),
 # TPAR_MACHINE_KIND (recorded), TPAR_BUILD_DIR (default build-gpu), COMPUTE_SANITIZER, PYTHON
 # (default python3, with matplotlib for the plots).
 set -uo pipefail
@@ -22,6 +28,8 @@ run_bench=1
 run_verify=1
 run_sanitize=0
 run_soak=0
+run_fused=0
+run_python=0
 filter='*'
 budget=0
 while [ $# -gt 0 ]; do
@@ -32,6 +40,8 @@ while [ $# -gt 0 ]; do
     --filter) filter=$2; shift ;;
     --sanitize) run_sanitize=1 ;;
     --soak) run_soak=1 ;;
+    --fused) run_fused=1 ;;
+    --python) run_python=1 ;;
     --budget) budget=$2; shift ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
@@ -48,7 +58,8 @@ run_end=$((budget > 0 ? SECONDS + budget : 0))
 status=0
 commit=${TPAR_COMMIT:-$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)}
 all_steps=(build unit-tests gpu-tests sanitize-memcheck sanitize-racecheck sanitize-synccheck soak
-  example bench bench-host doctor tune bench-tuned verify-8 verify-64)
+  example python bench bench-host doctor tune bench-tuned verify-8 verify-64 bench-fused
+  bench-fused-host verify-fused-1 verify-fused-8 verify-fused-64)
 python3 scripts/summary.py start "$out" --script scripts/gpu-check.sh --commit "$commit" \
   --steps "$(IFS=,; echo "${all_steps[*]}")" || exit 1
 finish() {
@@ -71,6 +82,7 @@ echo "   archs $archs, into $build"
 nccl_inc=$(nccl_include_of "$py")
 shim_args=()
 [ -n "$nccl_inc" ] && shim_args=(-DTPAR_NCCL_INCLUDE_DIR="$nccl_inc")
+[ $run_python = 1 ] && shim_args+=(-DTPAR_BUILD_PYTHON=ON -DPython_EXECUTABLE="$(command -v "$py")")
 step_cmd cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTPAR_CUDA_ARCHS="$archs" \
   -DTPAR_GIT_COMMIT="$commit" "${shim_args[@]}" && step_cmd ninja -C "$build"
 step_end
@@ -148,6 +160,36 @@ if step_begin example 60 5; then
   step_cmd "$build/examples/tpar_example_allreduce"
   cat "$step_log"
   step_end
+fi
+
+# The Python package from this build: its sources with the extension built beside the library
+# (the build tree's RPATH finds libtpar), imported instead of any installed tpar.
+if [ $run_python = 1 ] && step_begin python 300 90; then
+  pkg=$build/pyroot/tpar
+  rm -rf "$build/pyroot" && mkdir -p "$pkg"
+  cp -r python/tpar/. "$pkg"/ && cp "$build"/python/_C*.so "$pkg"/
+  step_cmd env PYTHONPATH="$PWD/$build/pyroot" PYTHONUNBUFFERED=1 "$py" -m pytest -q -rs \
+    -p no:cacheprovider tests/python/test_single_process.py
+  tail -20 "$step_log"
+  step_end --log "pytest:$step_log"
+fi
+
+if [ $run_fused = 1 ]; then
+  for tr in auto host; do
+    name=bench-fused$([ $tr = host ] && echo -host)
+    step_begin "$name" 240 60 || continue
+    step_cmd "$tpar" bench --fused --transport $tr --ranks 8 --hidden 4096,7168,8192 \
+      --tokens 1,8,64 -n 200 -w 20 --json "$out/$name.json"
+    cat "$step_log"
+    step_end --log "bench:$step_log" --record "$name.json"
+  done
+  for t in 1 8 64; do
+    step_begin "verify-fused-$t" 180 40 || continue
+    step_cmd "$tpar" verify --model kimi-k2 --ranks 8 --tokens $t --iters 10 --fused \
+      --json "$out/verify-fused-$t.json"
+    tail -24 "$step_log"
+    step_end --log "checks:$step_log" --record "verify-fused-$t.json"
+  done
 fi
 
 if [ $run_bench = 1 ]; then

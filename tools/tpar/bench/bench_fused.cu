@@ -37,6 +37,9 @@ struct FusedBufs {
   void* residual = nullptr;
   void* out = nullptr;
   void* weight = nullptr;
+  void* quant_out = nullptr;    // FP8 or NVFP4 values
+  float* scale = nullptr;       // per-token scales [tokens] (FP8), the global scale [1] (NVFP4)
+  void* block_scale = nullptr;  // NVFP4's e4m3 block scales, rows padded to 128
 };
 
 struct FusedRow {
@@ -46,6 +49,7 @@ struct FusedRow {
   size_t hidden = 0, tokens = 0;
   double us_ar = 0, us_ar_norm = 0, us_fused = 0, us_norm = 0;
   double us_nccl_norm = -1;  // -1: NCCL did not run
+  double us_fp8 = -1, us_nvfp4 = -1;  // quantized outputs only (out NULL); -1: not measured
   long long mismatched = 0;  // elements of out/residual further than 1 unit apart
 };
 
@@ -110,13 +114,14 @@ class FusedRun {
   FusedRun(const BenchOptions& opt, std::vector<int> devs) : opt_(opt), devs_(std::move(devs)) {}
   ~FusedRun() {
     for (FusedBufs& b : bufs_)
-      for (void* p : {b.input, b.reduced, b.residual, b.out, b.weight})
+      for (void* p : {b.input, b.reduced, b.residual, b.out, b.weight, b.quant_out,
+                      static_cast<void*>(b.scale), b.block_scale})
         if (p != nullptr) cudaFree(p);
     for (void* p : saved_residual_)
       if (p != nullptr) cudaFree(p);
   }
 
-  std::string init(size_t max_elems, size_t max_hidden) {
+  std::string init(size_t max_elems, size_t max_hidden, size_t max_tokens) {
     std::string why;
     tpar_ = makeBackend("tpar", &why, opt_.transport, int64_t(opt_.timeout_s) * 1000);
     if (!tpar_) return why;
@@ -139,6 +144,12 @@ class FusedRun {
         TPAR_CLI_CUDA(cudaMalloc(p, max_elems * es));
       TPAR_CLI_CUDA(cudaMalloc(&saved_residual_[r], max_elems * es));
       TPAR_CLI_CUDA(cudaMalloc(&b.weight, max_hidden * es));
+      // The quantized outputs: one byte per element at most; the scales of every row, the
+      // block scales of rows padded to 128 (vLLM's swizzled layout, docs/FUSED.md).
+      TPAR_CLI_CUDA(cudaMalloc(&b.quant_out, max_elems));
+      TPAR_CLI_CUDA(cudaMalloc(&b.scale, std::max<size_t>(max_tokens, 1) * sizeof(float)));
+      const size_t padded_rows = (max_tokens + 127) / 128 * 128;
+      TPAR_CLI_CUDA(cudaMalloc(&b.block_scale, padded_rows * ((max_hidden / 16 + 3) / 4 * 4)));
     }
     return "";
   }
@@ -200,6 +211,25 @@ class FusedRun {
       return norm();
     };
     auto fused = [&]() { return tpar_->allReduceAddRmsNorm(in, args, dt, rk_.streams); };
+    // The quantized variants as an engine calls them before a quantized GEMM: the quantized
+    // copy and the residual, no unquantized out.
+    auto quantArgs = [&](int quant) {
+      std::vector<tparAddRmsNormArgs_t> q = args;
+      for (size_t r = 0; r < n; ++r) {
+        q[r].out = nullptr;
+        q[r].quant = quant;
+        q[r].quant_out = bufs_[r].quant_out;
+        q[r].scale = bufs_[r].scale;
+        q[r].block_scale = quant == tparNormQuantNvfp4 ? bufs_[r].block_scale : nullptr;
+      }
+      return q;
+    };
+    const std::vector<tparAddRmsNormArgs_t> fp8_args = quantArgs(tparNormQuantFp8PerToken);
+    const std::vector<tparAddRmsNormArgs_t> nvfp4_args = quantArgs(tparNormQuantNvfp4);
+    auto fused_fp8 = [&]() { return tpar_->allReduceAddRmsNorm(in, fp8_args, dt, rk_.streams); };
+    auto fused_nvfp4 = [&]() {
+      return tpar_->allReduceAddRmsNorm(in, nvfp4_args, dt, rk_.streams);
+    };
 
     // The check: the unfused sequence, then the fused call, from the same residual.
     std::vector<std::vector<uint8_t>> want_out(n), want_res(n);
@@ -240,6 +270,25 @@ class FusedRun {
     if (std::string e = timeIt(rk_, opt_.iters, opt_.warmup, graph, fused, &row->us_fused);
         !e.empty())
       return e;
+    if (dt != tparFloat32) {
+      // NVFP4's global scale is an input: 1 keeps the block scales in e4m3's range for these
+      // values (|out| stays well below 6 * 448).
+      const float one = 1.0f;
+      if (std::string e = timeIt(rk_, opt_.iters, opt_.warmup, graph, fused_fp8, &row->us_fp8);
+          !e.empty())
+        return e;
+      if (hidden % 16 == 0) {
+        for (size_t r = 0; r < n; ++r) {
+          TPAR_CLI_CUDA(setDevice(devs_[r]));
+          TPAR_CLI_CUDA(cudaMemcpy(bufs_[r].scale, &one, sizeof(one), cudaMemcpyHostToDevice));
+        }
+        if (std::string e = timeIt(rk_, opt_.iters, opt_.warmup, graph, fused_nvfp4,
+                                   &row->us_nvfp4);
+            !e.empty())
+          return e;
+      }
+      if (std::string e = tpar_->asyncError(); !e.empty()) return e;
+    }
     if (nccl_) {
       auto nccl_norm = [&]() -> std::string {
         if (std::string e = nccl_->allReduce(in, reduced, count, dt, tparSum, rk_.streams);
@@ -257,7 +306,6 @@ class FusedRun {
   }
 
   std::string transport() { return tpar_ ? tpar_->transport() : ""; }
-  bool hasNccl() const { return nccl_ != nullptr; }
 
  private:
   const BenchOptions& opt_;
@@ -281,6 +329,14 @@ nlohmann::json fusedRowJson(const FusedRow& r) {
                       {"fused_over_allreduce", r.us_fused / r.us_ar},
                       {"fused_over_allreduce_then_norm", r.us_fused / r.us_ar_norm},
                       {"mismatched", r.mismatched}};
+  if (r.us_fp8 >= 0) {
+    j["us_fused_fp8"] = r.us_fp8;
+    j["fused_fp8_over_allreduce"] = r.us_fp8 / r.us_ar;
+  }
+  if (r.us_nvfp4 >= 0) {
+    j["us_fused_nvfp4"] = r.us_nvfp4;
+    j["fused_nvfp4_over_allreduce"] = r.us_nvfp4 / r.us_ar;
+  }
   if (r.us_nccl_norm >= 0) {
     j["us_nccl_then_norm"] = r.us_nccl_norm;
     j["fused_over_nccl_then_norm"] = r.us_fused / r.us_nccl_norm;
@@ -311,17 +367,18 @@ int runFusedBench(const BenchOptions& opt) {
   std::printf("# tpar bench --fused: all-reduce (sum, %s) + residual add + RMSNorm, CUDA-graph "
               "replays of %d calls\n#  ar: tpar's all-reduce alone; norm: the separate residual "
               "+ RMSNorm kernel alone;\n#  ar+norm: the two in turn; fused: "
-              "tparAllReduceAddRmsNorm; nccl+norm: NCCL then the same kernel\n",
+              "tparAllReduceAddRmsNorm; nccl+norm: NCCL then the same kernel;\n#  fp8, nvfp4: the fused call "
+              "writing only FP8 per-token / NVFP4 output (and the residual); x/ar: over ar\n",
               ncclTestsTypeName(dt), opt.iters);
-  std::printf("# %5s %6s %6s %9s %9s %9s %9s %9s %12s %12s %8s\n", "ranks", "hidden", "tokens",
-              "ar(us)", "norm(us)", "ar+norm", "fused", "nccl+norm", "fused/ar", "fused/a+n",
-              "wrong");
+  std::printf("# %5s %6s %6s %9s %9s %9s %9s %9s %9s %9s %9s %9s %9s %9s %6s\n", "ranks", "hidden",
+              "tokens", "ar(us)", "norm(us)", "ar+norm", "fused", "fp8", "nvfp4", "nccl+norm",
+              "fused/ar", "fused/a+n", "fp8/ar", "nvfp4/ar", "wrong");
   for (int n : benchRankCounts(opt, ngpus)) {
     const bool virt = n > ngpus;
     std::vector<int> devs(n);
     for (int r = 0; r < n; ++r) devs[r] = virt ? 0 : r;
     FusedRun run(opt, devs);
-    if (std::string e = run.init(max_hidden * max_tokens, max_hidden); !e.empty())
+    if (std::string e = run.init(max_hidden * max_tokens, max_hidden, max_tokens); !e.empty())
       return fail(e);
     for (size_t hidden : opt.fused_hidden) {
       for (size_t tokens : opt.fused_tokens) {
@@ -332,11 +389,19 @@ int runFusedBench(const BenchOptions& opt) {
         row.tokens = tokens;
         row.transport = run.transport();
         if (std::string e = run.measure(hidden, tokens, dt, &row); !e.empty()) return fail(e);
-        char nccl[32] = "-";
-        if (row.us_nccl_norm >= 0) std::snprintf(nccl, sizeof(nccl), "%9.2f", row.us_nccl_norm);
-        std::printf("  %5d %6zu %6zu %9.2f %9.2f %9.2f %9.2f %9s %12.3f %12.3f %8lld\n", n, hidden,
-                    tokens, row.us_ar, row.us_norm, row.us_ar_norm, row.us_fused, nccl,
-                    row.us_fused / row.us_ar, row.us_fused / row.us_ar_norm, row.mismatched);
+        auto cell = [](double v, double scale_by) {
+          char s[32] = "-";
+          if (v >= 0) std::snprintf(s, sizeof(s), "%.*f", scale_by > 0 ? 3 : 2,
+                                    scale_by > 0 ? v / scale_by : v);
+          return std::string(s);
+        };
+        std::printf("  %5d %6zu %6zu %9.2f %9.2f %9.2f %9.2f %9s %9s %9s %9.3f %9.3f %9s %9s "
+                    "%6lld\n",
+                    n, hidden, tokens, row.us_ar, row.us_norm, row.us_ar_norm, row.us_fused,
+                    cell(row.us_fp8, 0).c_str(), cell(row.us_nvfp4, 0).c_str(),
+                    cell(row.us_nccl_norm, 0).c_str(), row.us_fused / row.us_ar,
+                    row.us_fused / row.us_ar_norm, cell(row.us_fp8, row.us_ar).c_str(),
+                    cell(row.us_nvfp4, row.us_ar).c_str(), row.mismatched);
         std::fflush(stdout);
         rows.push_back(row);
       }
