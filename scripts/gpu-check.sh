@@ -7,8 +7,9 @@
 #   --sanitize  compute-sanitizer memcheck, racecheck and synccheck over the one-rank and
 #               multi-process GPU tests (a few minutes; docs/RELIABILITY.md says what they cover)
 #   --soak      1,000,000 graph-replayed all-reduces per transport (disabled in the normal run)
-#   --fused     the fused all-reduce + residual add + RMSNorm: `tpar bench --fused` on both
-#               transports and `tpar verify --model kimi-k2 --fused` at 1, 8 and 64 tokens
+#   --fused     the fused all-reduce + residual add + RMSNorm: its GPU tests with each path
+#               forced, `tpar bench --fused` on both transports and `tpar verify --model
+#               kimi-k2 --fused` at 1, 8 and 64 tokens
 #   --python    build tpar._C in the same tree and run tests/python/test_single_process.py
 #               against it (virtual ranks; python3 with torch and pytest)
 #   --budget S  end within S seconds: steps that no longer fit are "not run" (default: no limit)
@@ -16,8 +17,8 @@
 # The fused call alone: scripts/gpu-check.sh OUT --no-bench --filter '*Fused*' --fused --python
 # Steps (as summary.json names them): build unit-tests gpu-tests sanitize-memcheck
 # sanitize-racecheck sanitize-synccheck soak example python bench bench-host doctor tune
-# bench-tuned verify-8 verify-64 bench-fused bench-fused-host verify-fused-1 verify-fused-8
-# verify-fused-64. Environment: TPAR_COMMIT (the commit recorded; default git HEAD),
+# bench-tuned verify-8 verify-64 fused-paths bench-fused bench-fused-host verify-fused-1
+# verify-fused-8 verify-fused-64. Environment: TPAR_COMMIT (the commit recorded; default git HEAD),
 # TPAR_MACHINE_KIND (recorded), TPAR_BUILD_DIR (default build-gpu), COMPUTE_SANITIZER, PYTHON
 # (default python3, with matplotlib for the plots).
 set -uo pipefail
@@ -58,8 +59,8 @@ run_end=$((budget > 0 ? SECONDS + budget : 0))
 status=0
 commit=${TPAR_COMMIT:-$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)}
 all_steps=(build unit-tests gpu-tests sanitize-memcheck sanitize-racecheck sanitize-synccheck soak
-  example python bench bench-host doctor tune bench-tuned verify-8 verify-64 bench-fused
-  bench-fused-host verify-fused-1 verify-fused-8 verify-fused-64)
+  example python bench bench-host doctor tune bench-tuned verify-8 verify-64 fused-paths
+  bench-fused bench-fused-host verify-fused-1 verify-fused-8 verify-fused-64)
 python3 scripts/summary.py start "$out" --script scripts/gpu-check.sh --commit "$commit" \
   --steps "$(IFS=,; echo "${all_steps[*]}")" || exit 1
 finish() {
@@ -165,23 +166,39 @@ fi
 # The Python package from this build: its sources with the extension built beside the library
 # (the build tree's RPATH finds libtpar), imported instead of any installed tpar.
 if [ $run_python = 1 ] && step_begin python 300 90; then
-  pkg=$build/pyroot/tpar
-  rm -rf "$build/pyroot" && mkdir -p "$pkg"
-  cp -r python/tpar/. "$pkg"/ && cp "$build"/python/_C*.so "$pkg"/
-  step_cmd env PYTHONPATH="$PWD/$build/pyroot" PYTHONUNBUFFERED=1 "$py" -m pytest -q -rs \
+  pyroot=$(cd "$build" && pwd)/pyroot  # absolute: the build directory may be either
+  rm -rf "$pyroot" && mkdir -p "$pyroot/tpar"
+  cp -r python/tpar/. "$pyroot/tpar"/ && cp "$build"/python/_C*.so "$pyroot/tpar"/
+  step_cmd env PYTHONPATH="$pyroot" PYTHONUNBUFFERED=1 "$py" -m pytest -q -rs \
     -p no:cacheprovider tests/python/test_single_process.py
   tail -20 "$step_log"
   step_end --log "pytest:$step_log"
 fi
 
 if [ $run_fused = 1 ]; then
+  # The fused tests again with every call forced onto one path: one kernel (row groups where
+  # rows are few) and the all-reduce followed by the norm kernel.
+  if step_begin fused-paths 300 150; then
+    for limit in 1G 0; do
+      step_cmd env TPAR_FUSED_ONESHOT_MAX_BYTES=$limit "$build/tests/tpar_gpu_tests" \
+        --gtest_filter='*FusedAddRmsNorm*'
+    done
+    grep -E "^\[  (FAILED|SKIPPED) |tests? ran" "$step_log" | tail -20
+    step_end --log "gtest:$step_log"
+  fi
   for tr in auto host; do
     name=bench-fused$([ $tr = host ] && echo -host)
-    step_begin "$name" 240 60 || continue
+    step_begin "$name" 300 90 || continue
     step_cmd "$tpar" bench --fused --transport $tr --ranks 8 --hidden 4096,7168,8192 \
       --tokens 1,8,64 -n 200 -w 20 --json "$out/$name.json"
+    # The measurement behind TPAR_FUSED_ONESHOT_MAX_BYTES: each path forced, same run.
+    for limit in 1G 0; do
+      step_cmd env TPAR_FUSED_ONESHOT_MAX_BYTES=$limit "$tpar" bench --fused --transport $tr \
+        --ranks 8 --hidden 4096,7168,8192 --tokens 1,8,64 -n 200 -w 20 \
+        --json "$out/logs/$name-limit-$limit.json"
+    done
     cat "$step_log"
-    step_end --log "bench:$step_log" --record "$name.json"
+    step_end --log "fused:$step_log" --record "$name.json"
   done
   for t in 1 8 64; do
     step_begin "verify-fused-$t" 180 40 || continue

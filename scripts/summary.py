@@ -43,6 +43,7 @@ Parsers (each counts lines of a log; several --log options add up):
   bench        `tpar bench` rows (nccl-tests' 13 columns first): a row passes when both #wrong
                columns are 0, fails when either is above 0, is skipped when both are N/A
                (unchecked); each "# skipped ..." line (a backend that could not run) is a skip
+  fused        `tpar bench --fused` rows: a row passes when its last column (wrong) is 0
   symm         scripts/torch_symm_bench.py rows: "... us N wrong" passes at 0, fails above;
                "... skipped: why" is a skip
   checks       verdict lines: "PASS"/"FAIL" alone; "name: PASS (N checks ..., M failures ...)"
@@ -136,6 +137,11 @@ def count_bench(text):
     return count_wrong_columns(text, (8, 12))
 
 
+def count_fused(text):
+    """tpar bench --fused: one wrong column, the last of fifteen."""
+    return count_wrong_columns(text, (14,))
+
+
 def count_rows(text):
     """tpar bench --host-cost: one #wrong column, the tenth."""
     return count_wrong_columns(text, (9,))
@@ -192,7 +198,7 @@ def count_sanitizer(text):
 
 PARSERS = {"gtest": count_gtest, "pytest": count_pytest, "pytest-ranks": count_pytest_ranks,
            "rows": count_rows,
-           "bench": count_bench, "symm": count_symm, "checks": count_checks,
+           "bench": count_bench, "fused": count_fused, "symm": count_symm, "checks": count_checks,
            "sanitizer": count_sanitizer}
 
 

@@ -418,7 +418,7 @@ tparResult_t launchFailed(tparComm* comm, cudaError_t err, const char* what) {
 }  // namespace
 
 void prepareAllReduce(const tparComm* comm, size_t count, tparDataType_t dtype, tparRedOp_t op,
-                      CallLaunch* out) {
+                      CallLaunch* out, uint64_t shape_hash) {
   CallLaunch& c = *out;
   c.esize = elementBytes(dtype);
   const uint64_t bytes = uint64_t(count) * c.esize;
@@ -438,7 +438,8 @@ void prepareAllReduce(const tparComm* comm, size_t count, tparDataType_t dtype, 
 
   kernels::AllReduceArgs& args = c.args;
   args = comm->call_template;  // NOTE [call template]
-  args.meta = makeCallMeta(dtype, op, algo.id, count, comm->nccl.comm != nullptr);
+  args.meta = makeCallMeta(dtype, op, algo.id, uint64_t(count) ^ shape_hash,
+                           comm->nccl.comm != nullptr);
   args.op = op;
   args.active_blocks = c.plan.active_blocks;
   if (algo.max_blocks > 0 && (args.active_blocks <= 0 || args.active_blocks > algo.max_blocks))
@@ -474,9 +475,10 @@ int setPiece(const tparComm* comm, CallLaunch* call, const void* send, void* rec
 }
 
 tparResult_t allReduce(tparComm* comm, const void* send, void* recv, size_t count,
-                       tparDataType_t dtype, tparRedOp_t op, cudaStream_t stream) {
+                       tparDataType_t dtype, tparRedOp_t op, cudaStream_t stream,
+                       uint64_t shape_hash) {
   CallLaunch call;
-  prepareAllReduce(comm, count, dtype, op, &call);
+  prepareAllReduce(comm, count, dtype, op, &call, shape_hash);
   if (call.plan.nccl) return ncclRouteAllReduce(comm, send, recv, count, dtype, op, stream);
 
   int prev = -1;
@@ -494,6 +496,13 @@ tparResult_t allReduce(tparComm* comm, const void* send, void* recv, size_t coun
   }
   if (prev != comm->device) cudaSetDevice(prev);
   return result;
+}
+
+uint64_t fusedOneShotLimit(const tparComm* comm, tparDataType_t dtype) {
+  if (comm->cfg.fused_one_shot_max_bytes >= 0)
+    return static_cast<uint64_t>(comm->cfg.fused_one_shot_max_bytes);
+  return oneShotLimit(dtype, comm->tuner_ctx, comm->has_tuning ? &comm->tuning : nullptr,
+                      comm->cfg.forced_algo, comm->cfg.one_shot_max_bytes);
 }
 
 tparResult_t allReduceAddRmsNorm(tparComm* comm, const void* input,
@@ -520,21 +529,9 @@ tparResult_t allReduceAddRmsNorm(tparComm* comm, const void* input,
                     "bytes; raise maxBytesPerCall)",
                     hidden, (unsigned long long)row_bytes, (unsigned long long)piece);
   }
-  kernels::AllReduceArgs args = comm->call_template;  // NOTE [call template]
   // The call header carries the fused shape: ranks with another hidden (same count) differ.
-  args.meta = makeCallMeta(dtype, tparSum, fused.id,
-                           uint64_t(tokens) * hidden ^ (uint64_t(hidden) << 40) ^
-                               (uint64_t(a.quant) << 56),
-                           comm->nccl.comm != nullptr);
-  args.op = tparSum;
-  args.active_blocks = 0;
-  args.steps = 0;
-  args.pull = 0;
-  const void* fn = fused.kernels->get(dtype, comm->nranks > 8);
-  // A row's vectors over one block's threads.
+  const uint64_t shape_hash = (uint64_t(hidden) << 40) ^ (uint64_t(a.quant) << 56);
   const uint64_t row_vecs = row_bytes / kernels::kVecBytes;
-  const int threads = static_cast<int>(std::min<uint64_t>(
-      comm->threads, std::max<uint64_t>(64, (row_vecs + 31) / 32 * 32)));
   kernels::NormArgs norm{};
   norm.weight = a.weight;
   norm.hidden = static_cast<uint32_t>(hidden);
@@ -543,19 +540,9 @@ tparResult_t allReduceAddRmsNorm(tparComm* comm, const void* input,
   norm.block_scale = static_cast<uint8_t*>(a.block_scale);
   // Bytes of one element of the quantized copy, times two (NVFP4: half a byte).
   const uint64_t q_twice = a.quant == tparNormQuantNvfp4 ? 1 : 2;
-
-  int prev = -1;
-  TPAR_CUDA_TRY(cudaGetDevice(&prev));
-  if (prev != comm->device) TPAR_CUDA_TRY(cudaSetDevice(comm->device));
-  tparResult_t result = tparSuccess;
-  for (uint64_t done = 0; done < tokens; done += rows_per_launch) {
-    const uint64_t rows = std::min<uint64_t>(rows_per_launch, tokens - done);
+  auto rowsAt = [&](uint64_t done, uint64_t rows) {
     const uint64_t off = done * row_bytes;
     auto at = [off](void* p) { return p != nullptr ? static_cast<char*>(p) + off : nullptr; };
-    args.send = static_cast<const char*>(input) + off;
-    args.recv = at(a.out);
-    args.count = rows * hidden;
-    args.vec_aligned = vecAligned(args.send) && vecAligned(args.recv);
     norm.residual = at(a.residual);
     norm.residual_out = at(a.residual_out);
     norm.out = at(a.out);
@@ -572,7 +559,59 @@ tparResult_t allReduceAddRmsNorm(tparComm* comm, const void* input,
     norm.aligned = (norm.out == nullptr || vecAligned(norm.out)) && vecAligned(a.weight) &&
                    (norm.residual == nullptr || vecAligned(norm.residual)) &&
                    (norm.residual_out == nullptr || vecAligned(norm.residual_out));
-    const cudaError_t err = launchAllReduceNorm(fn, args, norm, comm->max_blocks, threads,
+  };
+
+  // Above the fused one-shot limit: the planned all-reduce (two-shot, staged, ... as the plain
+  // call of that size) into a buffer of the caller's that the norm rewrites anyway, then the
+  // norm kernel (docs/FUSED.md, "Where the norm happens"). out never overlaps the residual;
+  // residual_out may be the residual, which must keep its values until the norm reads them.
+  void* sum_at = a.out != nullptr                                        ? a.out
+                 : a.residual_out != nullptr && a.residual_out != a.residual ? a.residual_out
+                                                                          : nullptr;
+  if (sum_at != nullptr && uint64_t(tokens) * row_bytes > fusedOneShotLimit(comm, dtype)) {
+    tparResult_t r = allReduce(comm, input, sum_at, tokens * hidden, dtype, tparSum, stream,
+                               shape_hash);
+    if (r != tparSuccess) return r;
+    rowsAt(0, tokens);
+    norm.group = 1;
+    const int threads = normShapeFor(tokens, row_vecs, 1, comm->threads).threads;
+    const int blocks = static_cast<int>(std::min<uint64_t>(tokens, 1024));
+    const void* fn = kernels::addRmsNormKernels.get(dtype, false);
+    int prev = -1;
+    TPAR_CUDA_TRY(cudaGetDevice(&prev));
+    if (prev != comm->device) TPAR_CUDA_TRY(cudaSetDevice(comm->device));
+    const cudaError_t err = launchAddRmsNorm(fn, norm, sum_at, blocks, threads, stream);
+    if (prev != comm->device) cudaSetDevice(prev);
+    if (err != cudaSuccess) return launchFailed(comm, err, "launching the norm kernel");
+    return tparSuccess;
+  }
+
+  kernels::AllReduceArgs args = comm->call_template;  // NOTE [call template]
+  args.meta = makeCallMeta(dtype, tparSum, fused.id, uint64_t(tokens) * hidden ^ shape_hash,
+                           comm->nccl.comm != nullptr);
+  args.op = tparSum;
+  args.active_blocks = 0;
+  args.steps = 0;
+  args.pull = 0;
+  const void* fn = fused.kernels->get(dtype, comm->nranks > 8);
+
+  int prev = -1;
+  TPAR_CUDA_TRY(cudaGetDevice(&prev));
+  if (prev != comm->device) TPAR_CUDA_TRY(cudaSetDevice(comm->device));
+  tparResult_t result = tparSuccess;
+  for (uint64_t done = 0; done < tokens; done += rows_per_launch) {
+    const uint64_t rows = std::min<uint64_t>(rows_per_launch, tokens - done);
+    const uint64_t off = done * row_bytes;
+    args.send = static_cast<const char*>(input) + off;
+    args.recv = a.out != nullptr ? static_cast<char*>(a.out) + off : nullptr;
+    args.count = rows * hidden;
+    args.vec_aligned = vecAligned(args.send) && (args.recv == nullptr || vecAligned(args.recv));
+    rowsAt(done, rows);
+    // Fewer rows than blocks: row groups (NOTE [row groups]).
+    const NormShape ns = normShapeFor(rows, row_vecs, comm->max_blocks, comm->threads);
+    norm.group = ns.group;
+    norm.slice = ns.slice;
+    const cudaError_t err = launchAllReduceNorm(fn, args, norm, comm->max_blocks, ns.threads,
                                                 comm->launch_overlap, stream);
     if (err != cudaSuccess) {
       result = launchFailed(comm, err, "launching the fused all-reduce kernel");

@@ -130,8 +130,10 @@ struct CallLaunch {
   const void* fn = nullptr;
   kernels::AllReduceArgs args;
 };
+// `shape_hash` goes into the call header's count hash (0 for a plain call): the fused call's
+// composite path passes its row shape, so that ranks disagreeing on it are told apart.
 void prepareAllReduce(const tparComm* comm, size_t count, tparDataType_t dtype, tparRedOp_t op,
-                      CallLaunch* out);
+                      CallLaunch* out, uint64_t shape_hash = 0);
 // Points call->args at the piece that starts at element `done` of the call; returns the
 // piece's threads per block.
 int setPiece(const tparComm* comm, CallLaunch* call, const void* send, void* recv, size_t count,
@@ -139,11 +141,18 @@ int setPiece(const tparComm* comm, CallLaunch* call, const void* send, void* rec
 
 // The whole all-reduce path after argument checks.
 tparResult_t allReduce(tparComm* comm, const void* send, void* recv, size_t count,
-                       tparDataType_t dtype, tparRedOp_t op, cudaStream_t stream);
+                       tparDataType_t dtype, tparRedOp_t op, cudaStream_t stream,
+                       uint64_t shape_hash = 0);
 
-// The fused all-reduce + residual add + RMSNorm after argument checks (docs/FUSED.md): the
-// one-shot of the communicator's transport with the norm in its kernel, split by whole rows.
-// `a.hidden` elements per row; fails with tparInvalidArgument when one row does not fit a launch.
+// The fused all-reduce + residual add + RMSNorm after argument checks (docs/FUSED.md): up to
+// the fused one-shot limit (fusedOneShotLimit), the one-shot of the communicator's transport
+// with the norm in its kernel, split by whole rows; above it, the planned all-reduce into out
+// (or residual_out) and the norm kernel after it. `a.hidden` elements per row; fails with
+// tparInvalidArgument when one row does not fit a launch.
+// Bytes of a fused call up to which it runs as one kernel (TPAR_FUSED_ONESHOT_MAX_BYTES; auto:
+// as far as the plain call runs one-shot under the communicator's plan).
+uint64_t fusedOneShotLimit(const tparComm* comm, tparDataType_t dtype);
+
 tparResult_t allReduceAddRmsNorm(tparComm* comm, const void* input,
                                  const tparAddRmsNormArgs_t& a, tparDataType_t dtype,
                                  cudaStream_t stream);

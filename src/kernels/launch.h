@@ -52,6 +52,7 @@ struct HostState {
 //   [0, kHeaderRegion)               call headers, one 16-byte slot per (parity, sender)
 //                                    (NOTE [call header]); filled with epoch_start - 2
 //   [kStateOffset, ...)              DeviceState: the error word every kernel checks
+//   [kRowPartialsOffset, ...)        the fused kernels' row-group slots (NOTE [row groups])
 //   [kEpochsOffset, kDataOffset)     one epoch word per block index (NOTE [epochs and parity])
 // then two areas, each in two halves selected by the call's epoch parity, so that a rank in
 // epoch e+1 writes one half while a peer still reads epoch e's:
@@ -67,6 +68,11 @@ struct WorkspaceLayout {
   static constexpr uint64_t kHeaderBytes = 16;  // one call header per (parity, sender)
   static constexpr uint64_t kHeaderRegion = 2 * kMaxRanks * kHeaderBytes;
   static constexpr uint64_t kStateOffset = 2048;   // DeviceState
+  // The fused kernels' row groups (NOTE [row groups] in kernels/one_shot_norm.cu): two sets of
+  // 8-byte slots {block total, epoch}, one slot per block of a launch; the tag words start at
+  // epoch_start - 2.
+  static constexpr uint64_t kRowPartialsOffset = 2560;
+  static constexpr uint32_t kRowPartialSlots = 96;
   static constexpr uint64_t kEpochsOffset = 4096;  // uint32_t epoch per block index
   static constexpr uint64_t kDataOffset = kEpochsOffset + 4 * kMaxBlocks;
   // Pull area (NOTE [pull protocol]): the flag lines of two phases (NOTE [flag lines]), then
@@ -154,6 +160,10 @@ struct NormArgs {
   float* scale;
   uint8_t* block_scale;
   uint32_t row0;
+  // Row groups (NOTE [row groups]): `group` blocks share a row, each `slice` vectors of it (even,
+  // for NVFP4's pairs of lanes); group <= 1: one block per row.
+  uint32_t group;
+  uint32_t slice;
 };
 
 // The kernels of one schedule: fn[dtype][wide], wide = the 16-rank variant. Each schedule file
@@ -164,6 +174,11 @@ struct KernelSet {
     return dtype >= 0 && dtype < tparNumDataTypes ? fn[dtype][wide ? 1 : 0] : nullptr;
   }
 };
+
+// The residual add + RMSNorm alone, after a separate all-reduce into a buffer (the fused call's
+// composite path, docs/FUSED.md): addRmsNormKernel(NormArgs, const void* sum), one block per
+// row, the fused kernels' arithmetic.
+extern const KernelSet addRmsNormKernels;
 
 }  // namespace kernels
 }  // namespace tpar

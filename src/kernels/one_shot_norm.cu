@@ -82,27 +82,212 @@ __device__ __forceinline__ uint64_t nvfp4ScaleOffset(uint64_t row, uint64_t bloc
   return ((((m_tile * k_tiles + k_tile) * 32 + r % 32) * 4 + r / 32) * 4) + block % 4;
 }
 
+// NOTE [row groups]
+// A launch with fewer rows than blocks gives each row to a group of `e.group` blocks, each with
+// a slice of `e.slice` vectors of the row (the last one shorter), so that a one-token call still
+// pushes and reduces from the whole grid. The norm needs the row's sum of squares (and, for
+// FP8 per token, its maximum): each block writes its own block total into its slot of the
+// control page (WorkspaceLayout::kRowPartialsOffset), tagged with the call's epoch in the same
+// 8-byte word, and every block of the row polls the group's slots until all carry this epoch,
+// then adds them in slot order: every block of every rank gets the same bits. The host gives
+// groups only when rows * group <= the grid and <= kRowPartialSlots, so each block holds one
+// slice and all of a row's blocks are resident together (every block of a launch is). A slot
+// is rewritten by the next launch, which starts after this one completed (stream order);
+// with the tag in the word itself a reader needs no fence. A block that gives up records the
+// error, which ends its siblings' waits (Waiter).
+__device__ __forceinline__ volatile uint64_t* rowPartials(const AllReduceArgs& a, int set) {
+  char* page = reinterpret_cast<char*>(a.state) - WorkspaceLayout::kStateOffset;
+  return reinterpret_cast<volatile uint64_t*>(page + WorkspaceLayout::kRowPartialsOffset) +
+         set * WorkspaceLayout::kRowPartialSlots;
+}
+
+// The row's total by `op` of its group's block totals (`mine` is this block's, the same on every
+// thread), in slot order, into *total. Every thread of the block calls it; false (the same on
+// every thread) on give-up.
+template <class Op>
+__device__ __forceinline__ bool acrossRow(float mine, uint64_t unit, uint32_t group, int set,
+                                          Op op, const AllReduceArgs& a,
+                                          const CallContext& ctx, Waiter& w, float* total) {
+  if (group <= 1) {
+    *total = mine;
+    return true;
+  }
+  __shared__ float s_part[WorkspaceLayout::kRowPartialSlots];
+  __shared__ uint32_t s_fail;
+  volatile uint64_t* slots = rowPartials(a, set);
+  if (threadIdx.x == 0) {
+    s_fail = 0;
+    slots[unit] = (uint64_t(ctx.epoch) << 32) | __float_as_uint(mine);
+  }
+  __syncthreads();
+  const uint64_t first = unit - unit % group;
+  if (threadIdx.x < group) {
+    uint64_t x = slots[first + threadIdx.x];
+    while (static_cast<uint32_t>(x >> 32) != ctx.epoch) {
+      if (!w.keepWaiting()) {
+        s_fail = 1;
+        break;
+      }
+      x = slots[first + threadIdx.x];
+    }
+    s_part[threadIdx.x] = __uint_as_float(static_cast<uint32_t>(x));
+  }
+  __syncthreads();
+  const bool ok = s_fail == 0;
+  float t = s_part[0];
+  for (uint32_t i = 1; i < group; ++i) t = op(t, s_part[i]);
+  __syncthreads();  // s_part and s_fail are reused by the next exchange
+  *total = t;
+  return ok;
+}
+
+// Everything after the all-reduce for one slice [c0, c1) of a row: sumOf(c, &sum) gives the
+// reduced vector c of the row (false on give-up); then r, its sum of squares, the norm, out
+// and the quantized copy (docs/FUSED.md, "What a call computes"). `across(set, mine, op, &t)`
+// combines the block totals of the row's group (acrossRow; the identity for whole rows).
+// Every thread of the block calls it; false (the same on every thread) on give-up.
+template <typename T, class SumOf, class Across>
+__device__ __forceinline__ bool normSlice(const NormArgs& e, uint64_t row, uint64_t c0,
+                                          uint64_t c1, bool first_of_row, SumOf sumOf,
+                                          Across across) {
+  using E = ElemTraits<T>;
+  constexpr int kPer = E::kPerVec;
+  const uint64_t row_vecs = e.hidden / kPer;
+  const uint64_t count = uint64_t(e.rows) * e.hidden;
+  const bool e_aligned = e.aligned != 0;
+  // Where r is kept (and waits for its norm): residual_out, else the residual in place, else
+  // the output, which the norm then overwrites.
+  void* keep = e.residual_out != nullptr ? e.residual_out
+               : e.residual != nullptr   ? e.residual
+                                         : e.out;
+  bool bad = false;
+  float squares = 0;
+  for (uint64_t c = c0 + threadIdx.x; c < c1 && !bad; c += blockDim.x) {
+    const uint64_t v = row * row_vecs + c;
+    Vec sum;
+    if (!sumOf(c, v, &sum)) {
+      bad = true;
+      break;
+    }
+    Vec r = sum;
+    const Vec res = e.residual != nullptr ? loadUser<T>(e.residual, v, count, e_aligned) : sum;
+#pragma unroll
+    for (int i = 0; i < kPer; ++i) {
+      const float z = e.residual != nullptr ? E::toFloat(res, i) + E::toFloat(sum, i)
+                                            : E::toFloat(sum, i);
+      squares += z * z;
+      E::fromFloat(r, i, z);
+    }
+    storeUser<T>(keep, v, count, e_aligned, r);
+  }
+  if (__syncthreads_or(bad)) return false;
+  float sq;
+  if (!across(0, blockSum(squares), [](float x, float y) { return x + y; }, &sq)) return false;
+  const float inv = rsqrtf(sq / static_cast<float>(e.hidden) + e.eps);
+  // y of vector c of this row: from r (kept above) and the weight, as the engines round it.
+  auto normed = [&](uint64_t c) {
+    const uint64_t v = row * row_vecs + c;
+    const Vec r = loadUser<T>(keep, v, count, e_aligned);  // this thread's own store
+    const Vec wt = loadUser<T>(e.weight, c, e.hidden, e_aligned);
+    Vec y = r;
+#pragma unroll
+    for (int i = 0; i < kPer; ++i) {
+      Vec t = r;
+      E::fromFloat(t, i, E::toFloat(r, i) * inv);  // rounded to the datatype first
+      E::fromFloat(y, i, E::toFloat(t, i) * E::toFloat(wt, i));
+    }
+    return y;
+  };
+  const int quant = e.quant;
+  const bool q_aligned = e.quant_aligned != 0;
+  float amax = 0;
+  // A uniform trip count: NVFP4's block of 16 values spans the vectors of two neighbouring
+  // lanes (c0 is even), whose maxima meet by shuffle, so every lane of a warp takes every step.
+  for (uint64_t base = c0; base < c1; base += blockDim.x) {
+    const uint64_t c = base + threadIdx.x;
+    const bool active = c < c1;
+    const uint64_t v = row * row_vecs + c;
+    Vec y{};
+    if (active) {
+      y = normed(c);
+      if (e.out != nullptr) storeUser<T>(e.out, v, count, e_aligned, y);
+    }
+    if (quant == tparNormQuantFp8Static) {
+      if (active) {
+        const float s = e.scale[0];
+        uint64_t packed = 0;
+#pragma unroll
+        for (int i = 0; i < kPer; ++i) packed |= uint64_t(e4m3(E::toFloat(y, i) / s)) << (8 * i);
+        storeBytes(e.quant_out, v * kPer, packed, kPer, q_aligned);
+      }
+    } else if (quant == tparNormQuantFp8PerToken) {
+      if (active)
+        for (int i = 0; i < kPer; ++i) amax = fmaxf(amax, fabsf(E::toFloat(y, i)));
+    } else if (quant == tparNormQuantNvfp4) {
+      float vmax = 0;
+      if (active)
+        for (int i = 0; i < kPer; ++i) vmax = fmaxf(vmax, fabsf(E::toFloat(y, i)));
+      vmax = fmaxf(vmax, __shfl_xor_sync(0xFFFFFFFFu, vmax, 1));
+      if (active) {
+        const float g = e.scale[0];
+        const uint32_t s8 = e4m3(fminf(g * (vmax / kFp4Max), kFp8Max));
+        const float sv = e4m3Value(s8);
+        const float mult = sv == 0.0f ? 0.0f : g / sv;
+        uint64_t packed = 0;
+#pragma unroll
+        for (int i = 0; i < kPer; ++i) packed |= uint64_t(e2m1(E::toFloat(y, i) * mult)) << (4 * i);
+        storeBytes(e.quant_out, v * kPer / 2, packed, kPer / 2, q_aligned);
+        if (c % 2 == 0) {
+          e.block_scale[nvfp4ScaleOffset(e.row0 + row, c / 2, e.hidden / 16)] =
+              static_cast<uint8_t>(s8);
+        }
+      }
+    }
+  }
+  if (quant == tparNormQuantFp8PerToken) {
+    float m;
+    if (!across(1, blockMax(amax), [](float x, float y) { return fmaxf(x, y); }, &m)) return false;
+    const float s = fmaxf(m / kFp8Max, 1.0f / (kFp8Max * 512.0f));
+    if (threadIdx.x == 0 && first_of_row) e.scale[row] = s;
+    // Without a residual or residual_out, r was kept in out and is y now: read it back.
+    const bool y_in_out = keep == e.out;
+    for (uint64_t c = c0 + threadIdx.x; c < c1; c += blockDim.x) {
+      const uint64_t v = row * row_vecs + c;
+      const Vec y = y_in_out ? loadUser<T>(e.out, v, count, e_aligned) : normed(c);
+      uint64_t packed = 0;
+#pragma unroll
+      for (int i = 0; i < kPer; ++i) packed |= uint64_t(e4m3(E::toFloat(y, i) / s)) << (8 * i);
+      storeBytes(e.quant_out, v * kPer, packed, kPer, q_aligned);
+    }
+  }
+  return true;
+}
+
 template <class Box, bool kPull>
 struct OneShotNorm {
   template <typename T, int kMax>
   __device__ static void run(const AllReduceArgs& a, const NormArgs& e, const CallContext& ctx) {
-    using E = ElemTraits<T>;
-    constexpr int kPer = E::kPerVec;
+    constexpr int kPer = ElemTraits<T>::kPerVec;
     const int n = a.nranks;
     const int me = a.rank;
     const bool aligned = a.vec_aligned != 0;
-    const bool e_aligned = e.aligned != 0;
     const uint64_t vecs = (a.count + kPer - 1) / kPer;
     const uint64_t row_vecs = e.hidden / kPer;
     const Box box(a, ctx);
     char* own = box.area(me);
     const int grid = activeBlocks(a);
+    // Units of work: a whole row, or one slice of a row group (NOTE [row groups]).
+    const uint32_t group = e.group > 1 ? e.group : 1;
+    const uint64_t slice = group > 1 ? e.slice : row_vecs;
+    const uint64_t units = uint64_t(e.rows) * group;
     // The push (or publish) of one-shot, with the vectors given out as the rows are below: the
     // thread that sends a vector is the one that later writes its outputs, so that the input
     // may be the output or the residual (its read precedes its write).
     sendHeaders(a, ctx);
-    for (uint64_t row = blockIdx.x; row < e.rows && !ctx.failed; row += grid) {
-      for (uint64_t c = threadIdx.x; c < row_vecs; c += blockDim.x) {
+    for (uint64_t u = blockIdx.x; u < units && !ctx.failed; u += grid) {
+      const uint64_t row = u / group, c0 = (u % group) * slice;
+      const uint64_t c1 = c0 + slice < row_vecs ? c0 + slice : row_vecs;
+      for (uint64_t c = c0 + threadIdx.x; c < c1; c += blockDim.x) {
         const uint64_t v = row * row_vecs + c;
         const Vec x = IdentityCodec::template encode<Box::kReservesWord>(
             loadUser<T>(a.send, v, a.count, aligned));
@@ -120,18 +305,10 @@ struct OneShotNorm {
     Waiter w(a);
     if (!checkHeaders(a, ctx, w)) return;
 
-    // Rows in turn over the blocks; a row's vectors over the block's threads. A thread that
-    // gives up keeps taking part in the block's barriers (bad), and the block leaves together.
-    // Where r is kept (and waits for its norm): residual_out, else the residual in place, else
-    // the output, which the norm then overwrites.
-    void* keep = e.residual_out != nullptr ? e.residual_out
-                 : e.residual != nullptr   ? e.residual
-                                           : e.out;
-    bool bad = false;
-    for (uint64_t row = blockIdx.x; row < e.rows; row += grid) {
-      float squares = 0;
-      for (uint64_t c = threadIdx.x; c < row_vecs && !bad; c += blockDim.x) {
-        const uint64_t v = row * row_vecs + c;
+    for (uint64_t u = blockIdx.x; u < units; u += grid) {
+      const uint64_t row = u / group, c0 = (u % group) * slice;
+      const uint64_t c1 = c0 + slice < row_vecs ? c0 + slice : row_vecs;
+      auto sumOf = [&](uint64_t, uint64_t v, Vec* sum) {
         auto src = [&](int s) {
           return kPull ? At{box.area(s), v} : At{own, uint64_t(s) * vecs + v};
         };
@@ -142,110 +319,52 @@ struct OneShotNorm {
                   return IdentityCodec::template encode<Box::kReservesWord>(
                       loadUser<T>(a.send, v, a.count, aligned));
                 },
-                RuntimeOp{tparSum}, w, &acc)) {
-          bad = true;
-          break;
-        }
+                RuntimeOp{tparSum}, w, &acc))
+          return false;
         releaseFrom<kMax>(box, n, me, src);
-        const Vec sum = acc.round();  // what the unfused all-reduce would have written
-        Vec r = sum;
-        const Vec res = e.residual != nullptr ? loadUser<T>(e.residual, v, a.count, e_aligned) : sum;
-#pragma unroll
-        for (int i = 0; i < kPer; ++i) {
-          const float z = e.residual != nullptr ? E::toFloat(res, i) + E::toFloat(sum, i)
-                                                : E::toFloat(sum, i);
-          squares += z * z;
-          E::fromFloat(r, i, z);
-        }
-        storeUser<T>(keep, v, a.count, e_aligned, r);
-      }
-      if (__syncthreads_or(bad)) return;
-      const float inv = rsqrtf(blockSum(squares) / static_cast<float>(e.hidden) + e.eps);
-      // y of vector c of this row: from r (kept above) and the weight, as the engines round it.
-      auto normed = [&](uint64_t c) {
-        const uint64_t v = row * row_vecs + c;
-        const Vec r = loadUser<T>(keep, v, a.count, e_aligned);  // this thread's own store
-        const Vec wt = loadUser<T>(e.weight, c, e.hidden, e_aligned);
-        Vec y = r;
-#pragma unroll
-        for (int i = 0; i < kPer; ++i) {
-          Vec t = r;
-          E::fromFloat(t, i, E::toFloat(r, i) * inv);  // rounded to the datatype first
-          E::fromFloat(y, i, E::toFloat(t, i) * E::toFloat(wt, i));
-        }
-        return y;
+        *sum = acc.round();  // what the unfused all-reduce would have written
+        return true;
       };
-      const int quant = e.quant;
-      const bool q_aligned = e.quant_aligned != 0;
-      float amax = 0;
-      // A uniform trip count: NVFP4's block of 16 values spans the vectors of two neighbouring
-      // lanes, whose maxima meet by shuffle, so every lane of a warp takes every step.
-      for (uint64_t base = 0; base < row_vecs; base += blockDim.x) {
-        const uint64_t c = base + threadIdx.x;
-        const bool active = c < row_vecs;
-        const uint64_t v = row * row_vecs + c;
-        Vec y{};
-        if (active) {
-          y = normed(c);
-          if (e.out != nullptr) storeUser<T>(e.out, v, a.count, e_aligned, y);
-        }
-        if (quant == tparNormQuantFp8Static) {
-          if (active) {
-            const float s = e.scale[0];
-            uint64_t packed = 0;
-#pragma unroll
-            for (int i = 0; i < kPer; ++i)
-              packed |= uint64_t(e4m3(E::toFloat(y, i) / s)) << (8 * i);
-            storeBytes(e.quant_out, v * kPer, packed, kPer, q_aligned);
-          }
-        } else if (quant == tparNormQuantFp8PerToken) {
-          if (active)
-            for (int i = 0; i < kPer; ++i) amax = fmaxf(amax, fabsf(E::toFloat(y, i)));
-        } else if (quant == tparNormQuantNvfp4) {
-          float vmax = 0;
-          if (active)
-            for (int i = 0; i < kPer; ++i) vmax = fmaxf(vmax, fabsf(E::toFloat(y, i)));
-          vmax = fmaxf(vmax, __shfl_xor_sync(0xFFFFFFFFu, vmax, 1));
-          if (active) {
-            const float g = e.scale[0];
-            const uint32_t s8 = e4m3(fminf(g * (vmax / kFp4Max), kFp8Max));
-            const float sv = e4m3Value(s8);
-            const float mult = sv == 0.0f ? 0.0f : g / sv;
-            uint64_t packed = 0;
-#pragma unroll
-            for (int i = 0; i < kPer; ++i)
-              packed |= uint64_t(e2m1(E::toFloat(y, i) * mult)) << (4 * i);
-            storeBytes(e.quant_out, v * kPer / 2, packed, kPer / 2, q_aligned);
-            if (c % 2 == 0) {
-              e.block_scale[nvfp4ScaleOffset(e.row0 + row, c / 2, e.hidden / 16)] =
-                  static_cast<uint8_t>(s8);
-            }
-          }
-        }
-      }
-      if (quant == tparNormQuantFp8PerToken) {
-        const float s = fmaxf(blockMax(amax) / kFp8Max, 1.0f / (kFp8Max * 512.0f));
-        if (threadIdx.x == 0) e.scale[row] = s;
-        // Without a residual or residual_out, r was kept in out and is y now: read it back.
-        const bool y_in_out = keep == e.out;
-        for (uint64_t c = threadIdx.x; c < row_vecs; c += blockDim.x) {
-          const uint64_t v = row * row_vecs + c;
-          const Vec y = y_in_out ? loadUser<T>(e.out, v, a.count, e_aligned) : normed(c);
-          uint64_t packed = 0;
-#pragma unroll
-          for (int i = 0; i < kPer; ++i)
-            packed |= uint64_t(e4m3(E::toFloat(y, i) / s)) << (8 * i);
-          storeBytes(e.quant_out, v * kPer, packed, kPer, q_aligned);
-        }
-      }
+      auto across = [&](int set, float mine, auto op, float* total) {
+        return acrossRow(mine, u, group, set, op, a, ctx, w, total);
+      };
+      if (!normSlice<T>(e, row, c0, c1, u % group == 0, sumOf, across)) return;
     }
   }
 };
+
+// The norm after a separate all-reduce (the composite path of docs/FUSED.md, "Where the norm
+// happens"): the reduced rows are in `sum`, one block per row in turn, the arithmetic of the
+// fused kernel (normSlice), so both give the same bits for the same block size.
+template <typename T>
+__global__ void __launch_bounds__(kMaxThreads, 1)
+    addRmsNormKernel(const __grid_constant__ NormArgs e, const void* sum) {
+  const uint64_t row_vecs = e.hidden / ElemTraits<T>::kPerVec;
+  const uint64_t count = uint64_t(e.rows) * e.hidden;
+  for (uint64_t row = blockIdx.x; row < e.rows; row += gridDim.x) {
+    auto sumOf = [&](uint64_t, uint64_t v, Vec* s) {
+      *s = loadUser<T>(sum, v, count, e.aligned != 0);
+      return true;
+    };
+    auto whole = [](int, float mine, auto, float* total) {
+      *total = mine;
+      return true;
+    };
+    normSlice<T>(e, row, 0, row_vecs, true, sumOf, whole);
+  }
+}
 
 }  // namespace
 
 extern const KernelSet oneShotNormKernels = makeNormKernelSet<OneShotNorm<SentinelBox, false>>();
 extern const KernelSet oneShotPullNormKernels = makeNormKernelSet<OneShotNorm<LineBox, true>>();
+// One kernel per datatype (no 16-rank variant: nothing here depends on the rank count).
+extern const KernelSet addRmsNormKernels = {{{reinterpret_cast<const void*>(&addRmsNormKernel<float>),
+                                              reinterpret_cast<const void*>(&addRmsNormKernel<float>)},
+                                             {reinterpret_cast<const void*>(&addRmsNormKernel<F16Tag>),
+                                              reinterpret_cast<const void*>(&addRmsNormKernel<F16Tag>)},
+                                             {reinterpret_cast<const void*>(&addRmsNormKernel<Bf16Tag>),
+                                              reinterpret_cast<const void*>(&addRmsNormKernel<Bf16Tag>)}}};
 
 }  // namespace kernels
 }  // namespace tpar

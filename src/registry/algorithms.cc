@@ -212,6 +212,7 @@ const std::vector<const kernels::KernelSet*>& allKernelSets() {
     std::vector<const kernels::KernelSet*> v;
     for (const Algorithm& a : table()) v.push_back(a.kernels);
     for (const FusedAlgorithm& f : kFused) v.push_back(f.kernels);
+    v.push_back(&kernels::addRmsNormKernels);  // the fused call's composite path
     return v;
   }();
   return sets;

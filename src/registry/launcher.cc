@@ -1,5 +1,7 @@
 #include "registry/launcher.h"
 
+#include <algorithm>
+
 namespace tpar {
 
 uint32_t makeCallMeta(tparDataType_t dtype, tparRedOp_t op, kernels::Algo algo, uint64_t total_count,
@@ -14,6 +16,35 @@ uint32_t makeCallMeta(tparDataType_t dtype, tparRedOp_t op, kernels::Algo algo, 
          (static_cast<uint32_t>(algo) << B::kAlgoShift) |
          (nccl_attached ? 1u << B::kNcclShift : 0u) |
          (static_cast<uint32_t>(h & ((1ull << B::kHashBits) - 1)) << B::kHashShift);
+}
+
+NormShape normShapeFor(uint64_t rows, uint64_t row_vecs, int grid, int max_threads) {
+  NormShape s;
+  auto threadsOf = [max_threads](uint64_t vecs) {
+    const uint64_t t = std::max<uint64_t>(64, (vecs + 31) / 32 * 32);
+    return static_cast<int>(std::min<uint64_t>(t, static_cast<uint64_t>(max_threads)));
+  };
+  // A group's slots: one per block, and a polling thread per block of the group (>= 64 threads).
+  const uint64_t cap = std::min<uint64_t>(std::max(grid, 1),
+                                          kernels::WorkspaceLayout::kRowPartialSlots);
+  uint64_t g = 1;
+  if (rows > 0 && rows * 2 <= cap) {
+    g = std::min<uint64_t>({cap / rows, (row_vecs + kMinNormSliceVecs - 1) / kMinNormSliceVecs,
+                            64});
+  }
+  if (g > 1) {
+    uint64_t slice = (row_vecs + g - 1) / g;
+    slice += slice & 1;  // NVFP4's blocks of 16 span two vectors
+    g = (row_vecs + slice - 1) / slice;
+    if (g > 1) {
+      s.group = static_cast<uint32_t>(g);
+      s.slice = static_cast<uint32_t>(slice);
+      s.threads = threadsOf(slice);
+      return s;
+    }
+  }
+  s.threads = threadsOf(row_vecs);
+  return s;
 }
 
 int threadsFor(uint64_t work, int blocks, int max_threads) {
@@ -67,6 +98,12 @@ cudaError_t forEachKernel(const kernels::KernelSet* const* sets, int nsets, F&& 
       for (const void* fn : per_dtype)
         if (result == cudaSuccess) result = f(fn);
   return result;
+}
+
+cudaError_t launchAddRmsNorm(const void* fn, const kernels::NormArgs& norm, const void* sum,
+                             int blocks, int threads, cudaStream_t stream) {
+  void* params[] = {const_cast<kernels::NormArgs*>(&norm), const_cast<void**>(&sum)};
+  return launch(fn, params, blocks, threads, false, stream);
 }
 
 // NOTE [preload]

@@ -43,6 +43,24 @@ cudaError_t launchAllReduceNorm(const void* fn, const kernels::AllReduceArgs& ar
                                 const kernels::NormArgs& norm, int blocks, int threads,
                                 bool overlap, cudaStream_t stream);
 
+// The norm alone (kernels::addRmsNormKernels) over `norm.rows` rows whose reduced values are in
+// `sum`; launched without programmatic serialization: it starts after the all-reduce before it.
+cudaError_t launchAddRmsNorm(const void* fn, const kernels::NormArgs& norm, const void* sum,
+                             int blocks, int threads, cudaStream_t stream);
+
+// How a fused launch of `rows` rows of `row_vecs` vectors spreads over a grid of `grid` blocks
+// (NOTE [row groups] in kernels/one_shot_norm.cu): with at least twice as many blocks as rows
+// (and slots for them), `group` blocks share a row, each an even `slice` of at least
+// kMinNormSliceVecs vectors; else one block per row. `threads`: one per vector of a block's
+// share, 64 to max_threads.
+struct NormShape {
+  uint32_t group = 1;
+  uint32_t slice = 0;  // vectors per block of a row group (0: whole rows)
+  int threads = 64;
+};
+constexpr uint64_t kMinNormSliceVecs = 64;
+NormShape normShapeFor(uint64_t rows, uint64_t row_vecs, int grid, int max_threads);
+
 // Loads every kernel of `sets` into the current device's context now (NOTE [preload]).
 cudaError_t preloadKernels(const kernels::KernelSet* const* sets, int nsets);
 

@@ -23,6 +23,10 @@ void fillControlPage(uint32_t* page, uint32_t epoch_start) {
   for (int b = 0; b < kernels::kMaxBlocks; ++b) {
     page[WorkspaceLayout::kEpochsOffset / 4 + b] = epoch_start;
   }
+  // Row-group slots: {0.0f, epoch_start - 2}, a tag no live epoch equals (NOTE [row groups]).
+  for (uint32_t i = 0; i < 2 * WorkspaceLayout::kRowPartialSlots; ++i) {
+    page[WorkspaceLayout::kRowPartialsOffset / 4 + 2 * i + 1] = epoch_start - 2;
+  }
 }
 
 void fillPullAreas(uint32_t* words, const WorkspaceLayout& layout, uint32_t epoch_start) {
@@ -59,6 +63,12 @@ tparResult_t allocWorkspace(const WorkspaceLayout& layout, uint32_t epoch_start,
   static_assert(WorkspaceLayout::kStateOffset + sizeof(kernels::DeviceState) <=
                     WorkspaceLayout::kEpochsOffset,
                 "DeviceState overlaps the block epochs");
+  static_assert(WorkspaceLayout::kStateOffset + sizeof(kernels::DeviceState) <=
+                        WorkspaceLayout::kRowPartialsOffset &&
+                    WorkspaceLayout::kRowPartialsOffset +
+                            2 * WorkspaceLayout::kRowPartialSlots * sizeof(uint64_t) <=
+                        WorkspaceLayout::kEpochsOffset,
+                "the row-group slots overlap DeviceState or the block epochs");
   char* ws = nullptr;
   const uint64_t total = control_only ? WorkspaceLayout::kDataOffset : layout.totalBytes();
   TPAR_CUDA_TRY(cudaMalloc(reinterpret_cast<void**>(&ws), total));

@@ -95,6 +95,15 @@ class Parsers(unittest.TestCase):
     def test_bench_rows_by_wrong_columns_and_skipped_backends(self):
         self.assertEqual(summary.count_bench(BENCH_LOG), (1, 1, 2))
 
+    def test_fused_rows_by_their_last_column(self):
+        head = ("# ranks hidden tokens ar(us) norm(us) ar+norm fused fp8 nvfp4 nccl+norm "
+                "fused/ar fused/a+n fp8/ar nvfp4/ar wrong\n")
+        log = (head +
+               "  8 4096 1 5.08 2.51 8.05 7.75 9.23 10.14 - 1.526 0.963 1.817 1.996 0\n"
+               "  8 4096 8 6.45 2.71 9.88 8.54 9.93 - - 1.323 0.865 1.538 - 3\n"
+               "# wrote out.json\n")
+        self.assertEqual(summary.count_fused(log), (1, 1, 0))
+
     def test_symm_rows(self):
         log = ("torch-symm:one_shot         1024       5.00 us 0 wrong\n"
                "torch-symm:two_shot         1024       7.00 us 12 wrong\n"

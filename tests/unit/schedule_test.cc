@@ -1,5 +1,7 @@
 // Host-side plan arithmetic: workspace layout, piece sizes, algorithm choice, call headers.
+#include <algorithm>
 #include <set>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -117,9 +119,60 @@ TEST(LaunchShape, WorkIsSpreadOverEveryBlockWithinThreadBounds) {
   }
 }
 
+// Row groups of the fused kernel (NOTE [row groups]): every vector of a row in exactly one
+// block's slice, slices even, no group wider than the grid, the slots or the polling threads,
+// and every block's share within its threads.
+TEST(LaunchShape, FusedRowGroupsCoverEveryRowOnceWithinTheGridAndSlots) {
+  for (int grid : {1, 7, 18, 32, 200}) {
+    for (uint64_t rows : {1ull, 2ull, 3ull, 8ull, 64ull, 256ull}) {
+      for (uint64_t row_vecs : {1ull, 2ull, 64ull, 256ull, 512ull, 640ull, 896ull, 1024ull, 2048ull}) {
+        for (int max_threads : {64, 512}) {
+          SCOPED_TRACE(testing::Message() << "grid " << grid << " rows " << rows << " row_vecs "
+                                          << row_vecs << " threads " << max_threads);
+          const NormShape s = normShapeFor(rows, row_vecs, grid, max_threads);
+          EXPECT_EQ(0, s.threads % 32);
+          EXPECT_GE(s.threads, 64);
+          EXPECT_LE(s.threads, max_threads);
+          if (s.group <= 1) {
+            // Whole rows: one thread per vector up to the block's size.
+            EXPECT_EQ(std::min<uint64_t>(std::max<uint64_t>(64, (row_vecs + 31) / 32 * 32),
+                                         max_threads),
+                      static_cast<uint64_t>(s.threads));
+            continue;
+          }
+          EXPECT_LE(rows * s.group, static_cast<uint64_t>(grid));
+          EXPECT_LE(rows * s.group, WorkspaceLayout::kRowPartialSlots);
+          EXPECT_LE(s.group, static_cast<uint32_t>(s.threads));  // a polling thread each
+          EXPECT_EQ(0u, s.slice % 2);
+          EXPECT_GE(s.slice, kMinNormSliceVecs);
+          // The slices [k * slice, min((k + 1) * slice, row_vecs)) tile the row, none empty.
+          std::vector<int> seen(row_vecs, 0);
+          for (uint32_t k = 0; k < s.group; ++k) {
+            const uint64_t c0 = uint64_t(k) * s.slice;
+            const uint64_t c1 = std::min<uint64_t>(c0 + s.slice, row_vecs);
+            EXPECT_LT(c0, c1);
+            for (uint64_t c = c0; c < c1; ++c) ++seen[c];
+          }
+          for (uint64_t c = 0; c < row_vecs; ++c) EXPECT_EQ(1, seen[c]) << "vector " << c;
+        }
+      }
+    }
+  }
+  // One token of hidden 8192 (bf16: 1024 vectors) on 18 blocks: 16 blocks of 64 vectors.
+  const NormShape one = normShapeFor(1, 1024, 18, 512);
+  EXPECT_EQ(16u, one.group);
+  EXPECT_EQ(64u, one.slice);
+  EXPECT_EQ(64, one.threads);
+  // As many rows as blocks: whole rows.
+  EXPECT_EQ(1u, normShapeFor(18, 1024, 18, 512).group);
+}
+
 TEST(WorkspaceLayout, ControlWordsPrecedeTheDataAndFitEveryBlock) {
   EXPECT_LE(WorkspaceLayout::kHeaderRegion, WorkspaceLayout::kStateOffset);
   EXPECT_LE(WorkspaceLayout::kStateOffset + sizeof(kernels::DeviceState),
+            WorkspaceLayout::kRowPartialsOffset);
+  EXPECT_LE(WorkspaceLayout::kRowPartialsOffset +
+                2ull * WorkspaceLayout::kRowPartialSlots * sizeof(uint64_t),
             WorkspaceLayout::kEpochsOffset);
   EXPECT_LE(WorkspaceLayout::kEpochsOffset + 4ull * kernels::kMaxBlocks,
             WorkspaceLayout::kDataOffset);
