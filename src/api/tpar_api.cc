@@ -418,8 +418,9 @@ tparResult_t tparCommQuery(tparComm_t comm, tparCommInfo_t* info) {
     out.cudaDevice = comm->device;
     out.transport = comm->transport;
     out.maxBytesPerCall = comm->cfg.max_bytes_per_call;
-    out.deviceMemoryBytes = comm->host_transport ? kernels::WorkspaceLayout::kDataOffset
-                                                 : comm->layout.totalBytes();
+    out.deviceMemoryBytes = (comm->host_transport ? kernels::WorkspaceLayout::kDataOffset
+                                                  : comm->layout.totalBytes()) +
+                            kFusedScratchBytes;
     out.hostMemoryBytes = sizeof(kernels::HostState) + comm->host_region.bytes;
     out.timeoutMs = comm->cfg.timeout_ms;
     out.forcedAlgorithm = comm->cfg.forced_algo;

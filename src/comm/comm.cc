@@ -153,6 +153,11 @@ tparResult_t createLocal(int rank, int nranks, const ResolvedConfig& cfg, int ra
   if (res != tparSuccess) return fail(res);
   comm->device_state = deviceStateOf(comm->workspace);
   comm->block_epochs = blockEpochsOf(comm->workspace);
+  err = cudaMalloc(reinterpret_cast<void**>(&comm->fused_scratch), kFusedScratchBytes);
+  if (err != cudaSuccess) {
+    comm->fused_scratch = nullptr;
+    return fail(cudaFailure(err, "cudaMalloc (the fused call's scratch)", __FILE__, __LINE__));
+  }
   comm->peer_ws[rank] = comm->workspace;
   if (host_transport) {
     res = createRankHostRegion(comm->layout, cfg.epoch_start, device, &comm->host_region);
@@ -184,6 +189,7 @@ void destroyComm(tparComm* comm) {
   cudaDeviceSynchronize();
   for (PeerMapping& m : comm->mappings) unmapPeer(&m);
   freeWorkspace(comm->workspace);
+  if (comm->fused_scratch != nullptr) cudaFree(comm->fused_scratch);
   closeHostRegion(&comm->host_region);
   if (comm->host_state != nullptr) cudaFreeHost(comm->host_state);
   (void)cudaGetLastError();
@@ -501,8 +507,13 @@ tparResult_t allReduce(tparComm* comm, const void* send, void* recv, size_t coun
 uint64_t fusedOneShotLimit(const tparComm* comm, tparDataType_t dtype) {
   if (comm->cfg.fused_one_shot_max_bytes >= 0)
     return static_cast<uint64_t>(comm->cfg.fused_one_shot_max_bytes);
-  return oneShotLimit(dtype, comm->tuner_ctx, comm->has_tuning ? &comm->tuning : nullptr,
-                      comm->cfg.forced_algo, comm->cfg.one_shot_max_bytes);
+  // Four times the plain call's: the one kernel saves the norm's launch and its pass over the
+  // rows, which outweighs one-shot's extra traffic up to about that size (8 virtual ranks on
+  // one H200: one kernel ahead at 128 KiB, behind at 512 KiB; docs/FUSED.md).
+  const uint64_t plain =
+      oneShotLimit(dtype, comm->tuner_ctx, comm->has_tuning ? &comm->tuning : nullptr,
+                   comm->cfg.forced_algo, comm->cfg.one_shot_max_bytes);
+  return plain >= (UINT64_MAX >> 2) ? UINT64_MAX : plain * 4;
 }
 
 tparResult_t allReduceAddRmsNorm(tparComm* comm, const void* input,
@@ -565,24 +576,36 @@ tparResult_t allReduceAddRmsNorm(tparComm* comm, const void* input,
   // call of that size) into a buffer of the caller's that the norm rewrites anyway, then the
   // norm kernel (docs/FUSED.md, "Where the norm happens"). out never overlaps the residual;
   // residual_out may be the residual, which must keep its values until the norm reads them.
-  void* sum_at = a.out != nullptr                                        ? a.out
-                 : a.residual_out != nullptr && a.residual_out != a.residual ? a.residual_out
-                                                                          : nullptr;
-  if (sum_at != nullptr && uint64_t(tokens) * row_bytes > fusedOneShotLimit(comm, dtype)) {
-    tparResult_t r = allReduce(comm, input, sum_at, tokens * hidden, dtype, tparSum, stream,
-                               shape_hash);
-    if (r != tparSuccess) return r;
-    rowsAt(0, tokens);
-    norm.group = 1;
+  // Without such a buffer (a quantized output only, the residual in place) the sum goes
+  // through the communicator's scratch, kFusedScratchBytes of rows at a time.
+  char* sum_at = static_cast<char*>(a.out != nullptr ? a.out
+                                    : a.residual_out != nullptr && a.residual_out != a.residual
+                                        ? a.residual_out
+                                        : nullptr);
+  const bool scratch = sum_at == nullptr;
+  if (uint64_t(tokens) * row_bytes > fusedOneShotLimit(comm, dtype) &&
+      (!scratch || row_bytes <= kFusedScratchBytes)) {
+    const uint64_t rows_per_pass = scratch ? kFusedScratchBytes / row_bytes : tokens;
     const int threads = normShapeFor(tokens, row_vecs, 1, comm->threads).threads;
-    const int blocks = static_cast<int>(std::min<uint64_t>(tokens, 1024));
     const void* fn = kernels::addRmsNormKernels.get(dtype, false);
-    int prev = -1;
-    TPAR_CUDA_TRY(cudaGetDevice(&prev));
-    if (prev != comm->device) TPAR_CUDA_TRY(cudaSetDevice(comm->device));
-    const cudaError_t err = launchAddRmsNorm(fn, norm, sum_at, blocks, threads, stream);
-    if (prev != comm->device) cudaSetDevice(prev);
-    if (err != cudaSuccess) return launchFailed(comm, err, "launching the norm kernel");
+    for (uint64_t done = 0; done < tokens; done += rows_per_pass) {
+      const uint64_t rows = std::min<uint64_t>(rows_per_pass, tokens - done);
+      char* sum = scratch ? comm->fused_scratch : sum_at + done * row_bytes;
+      tparResult_t r = allReduce(comm, static_cast<const char*>(input) + done * row_bytes, sum,
+                                 rows * hidden, dtype, tparSum, stream, shape_hash);
+      if (r != tparSuccess) return r;
+      rowsAt(done, rows);
+      norm.group = 1;
+      norm.aligned = norm.aligned && (!scratch || vecAligned(sum));
+      int prev = -1;
+      TPAR_CUDA_TRY(cudaGetDevice(&prev));
+      if (prev != comm->device) TPAR_CUDA_TRY(cudaSetDevice(comm->device));
+      const cudaError_t err = launchAddRmsNorm(fn, norm, sum,
+                                               static_cast<int>(std::min<uint64_t>(rows, 1024)),
+                                               threads, stream);
+      if (prev != comm->device) cudaSetDevice(prev);
+      if (err != cudaSuccess) return launchFailed(comm, err, "launching the norm kernel");
+    }
     return tparSuccess;
   }
 

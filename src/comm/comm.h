@@ -23,6 +23,9 @@ struct tparComm {
   tpar::ResolvedConfig cfg;
   tpar::kernels::WorkspaceLayout layout{0, 0};
   char* workspace = nullptr;
+  // The fused call's composite path, when the caller gives no buffer the sum can go through
+  // (quantized output only, residual in place): kFusedScratchBytes of device memory.
+  char* fused_scratch = nullptr;
   tpar::kernels::DeviceState* device_state = nullptr;
   uint32_t* block_epochs = nullptr;
   tpar::kernels::HostState* host_state = nullptr;      // host pointer
@@ -149,6 +152,9 @@ tparResult_t allReduce(tparComm* comm, const void* send, void* recv, size_t coun
 // with the norm in its kernel, split by whole rows; above it, the planned all-reduce into out
 // (or residual_out) and the norm kernel after it. `a.hidden` elements per row; fails with
 // tparInvalidArgument when one row does not fit a launch.
+// The fused call's scratch for the sum on its composite path (tparComm::fused_scratch).
+constexpr uint64_t kFusedScratchBytes = 2u << 20;
+
 // Bytes of a fused call up to which it runs as one kernel (TPAR_FUSED_ONESHOT_MAX_BYTES; auto:
 // as far as the plain call runs one-shot under the communicator's plan).
 uint64_t fusedOneShotLimit(const tparComm* comm, tparDataType_t dtype);

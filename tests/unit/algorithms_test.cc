@@ -106,6 +106,10 @@ TEST(AlgorithmRegistry, RowsNameScheduleProtocolDirectionAndEveryKernel) {
     EXPECT_TRUE(sets.insert(f->kernels).second) << f->name << " shares another's kernels";
   }
   EXPECT_EQ(static_cast<size_t>(kNumFusedAlgos), fused);
+  // And the norm kernel of the fused call's composite path: every set once, nothing else.
+  EXPECT_TRUE(sets.insert(&kernels::addRmsNormKernels).second);
+  EXPECT_EQ(sets, std::set<const kernels::KernelSet*>(allKernelSets().begin(),
+                                                      allKernelSets().end()));
   EXPECT_EQ(sets.size(), allKernelSets().size());
 }
 
