@@ -105,9 +105,9 @@ __device__ __forceinline__ volatile uint64_t* rowPartials(const AllReduceArgs& a
 // thread), in slot order, into *total. Every thread of the block calls it; false (the same on
 // every thread) on give-up.
 template <class Op>
-__device__ __forceinline__ bool acrossRow(float mine, uint64_t unit, uint32_t group, int set,
-                                          Op op, const AllReduceArgs& a,
-                                          const CallContext& ctx, Waiter& w, float* total) {
+__device__ __forceinline__ bool acrossRow(float mine, uint32_t unit, uint32_t group, int set, Op op,
+                                       const AllReduceArgs& a, const CallContext& ctx, Waiter& w,
+                                       float* total) {
   if (group <= 1) {
     *total = mine;
     return true;
@@ -120,7 +120,7 @@ __device__ __forceinline__ bool acrossRow(float mine, uint64_t unit, uint32_t gr
     slots[unit] = (uint64_t(ctx.epoch) << 32) | __float_as_uint(mine);
   }
   __syncthreads();
-  const uint64_t first = unit - unit % group;
+  const uint32_t first = unit - unit % group;
   if (threadIdx.x < group) {
     uint64_t x = slots[first + threadIdx.x];
     while (static_cast<uint32_t>(x >> 32) != ctx.epoch) {
@@ -147,12 +147,12 @@ __device__ __forceinline__ bool acrossRow(float mine, uint64_t unit, uint32_t gr
 // combines the block totals of the row's group (acrossRow; the identity for whole rows).
 // Every thread of the block calls it; false (the same on every thread) on give-up.
 template <typename T, class SumOf, class Across>
-__device__ __forceinline__ bool normSlice(const NormArgs& e, uint64_t row, uint64_t c0,
-                                          uint64_t c1, bool first_of_row, SumOf sumOf,
+__device__ __forceinline__ bool normSlice(const NormArgs& e, uint32_t row, uint32_t c0,
+                                          uint32_t c1, bool first_of_row, SumOf sumOf,
                                           Across across) {
   using E = ElemTraits<T>;
   constexpr int kPer = E::kPerVec;
-  const uint64_t row_vecs = e.hidden / kPer;
+  const uint32_t row_vecs = e.hidden / kPer;
   const uint64_t count = uint64_t(e.rows) * e.hidden;
   const bool e_aligned = e.aligned != 0;
   // Where r is kept (and waits for its norm): residual_out, else the residual in place, else
@@ -162,8 +162,11 @@ __device__ __forceinline__ bool normSlice(const NormArgs& e, uint64_t row, uint6
                                          : e.out;
   bool bad = false;
   float squares = 0;
-  for (uint64_t c = c0 + threadIdx.x; c < c1 && !bad; c += blockDim.x) {
-    const uint64_t v = row * row_vecs + c;
+  // r goes to memory and is read back for the norm: holding this thread's r, its residual or
+  // its weight in registers across the waits made the 8-rank pull and 16-rank push variants
+  // spill (ptxas, sm_90).
+  for (uint32_t c = c0 + threadIdx.x; c < c1 && !bad; c += blockDim.x) {
+    const uint64_t v = uint64_t(row) * row_vecs + c;
     Vec sum;
     if (!sumOf(c, v, &sum)) {
       bad = true;
@@ -185,8 +188,8 @@ __device__ __forceinline__ bool normSlice(const NormArgs& e, uint64_t row, uint6
   if (!across(0, blockSum(squares), [](float x, float y) { return x + y; }, &sq)) return false;
   const float inv = rsqrtf(sq / static_cast<float>(e.hidden) + e.eps);
   // y of vector c of this row: from r (kept above) and the weight, as the engines round it.
-  auto normed = [&](uint64_t c) {
-    const uint64_t v = row * row_vecs + c;
+  auto normed = [&](uint32_t c) {
+    const uint64_t v = uint64_t(row) * row_vecs + c;
     const Vec r = loadUser<T>(keep, v, count, e_aligned);  // this thread's own store
     const Vec wt = loadUser<T>(e.weight, c, e.hidden, e_aligned);
     Vec y = r;
@@ -203,10 +206,10 @@ __device__ __forceinline__ bool normSlice(const NormArgs& e, uint64_t row, uint6
   float amax = 0;
   // A uniform trip count: NVFP4's block of 16 values spans the vectors of two neighbouring
   // lanes (c0 is even), whose maxima meet by shuffle, so every lane of a warp takes every step.
-  for (uint64_t base = c0; base < c1; base += blockDim.x) {
-    const uint64_t c = base + threadIdx.x;
+  for (uint32_t base = c0; base < c1; base += blockDim.x) {
+    const uint32_t c = base + threadIdx.x;
     const bool active = c < c1;
-    const uint64_t v = row * row_vecs + c;
+    const uint64_t v = uint64_t(row) * row_vecs + c;
     Vec y{};
     if (active) {
       y = normed(c);
@@ -251,8 +254,8 @@ __device__ __forceinline__ bool normSlice(const NormArgs& e, uint64_t row, uint6
     if (threadIdx.x == 0 && first_of_row) e.scale[row] = s;
     // Without a residual or residual_out, r was kept in out and is y now: read it back.
     const bool y_in_out = keep == e.out;
-    for (uint64_t c = c0 + threadIdx.x; c < c1; c += blockDim.x) {
-      const uint64_t v = row * row_vecs + c;
+    for (uint32_t c = c0 + threadIdx.x; c < c1; c += blockDim.x) {
+      const uint64_t v = uint64_t(row) * row_vecs + c;
       const Vec y = y_in_out ? loadUser<T>(e.out, v, count, e_aligned) : normed(c);
       uint64_t packed = 0;
 #pragma unroll
@@ -272,23 +275,24 @@ struct OneShotNorm {
     const int me = a.rank;
     const bool aligned = a.vec_aligned != 0;
     const uint64_t vecs = (a.count + kPer - 1) / kPer;
-    const uint64_t row_vecs = e.hidden / kPer;
+    const uint32_t row_vecs = e.hidden / kPer;
     const Box box(a, ctx);
     char* own = box.area(me);
     const int grid = activeBlocks(a);
-    // Units of work: a whole row, or one slice of a row group (NOTE [row groups]).
+    // Units of work: a whole row, or one slice of a row group (NOTE [row groups]); rows times
+    // group fits the grid when group > 1, and rows fit 32 bits (NormArgs).
     const uint32_t group = e.group > 1 ? e.group : 1;
-    const uint64_t slice = group > 1 ? e.slice : row_vecs;
-    const uint64_t units = uint64_t(e.rows) * group;
+    const uint32_t slice = group > 1 ? e.slice : row_vecs;
+    const uint32_t units = e.rows * group;
     // The push (or publish) of one-shot, with the vectors given out as the rows are below: the
     // thread that sends a vector is the one that later writes its outputs, so that the input
     // may be the output or the residual (its read precedes its write).
     sendHeaders(a, ctx);
-    for (uint64_t u = blockIdx.x; u < units && !ctx.failed; u += grid) {
-      const uint64_t row = u / group, c0 = (u % group) * slice;
-      const uint64_t c1 = c0 + slice < row_vecs ? c0 + slice : row_vecs;
-      for (uint64_t c = c0 + threadIdx.x; c < c1; c += blockDim.x) {
-        const uint64_t v = row * row_vecs + c;
+    for (uint32_t u = blockIdx.x; u < units && !ctx.failed; u += grid) {
+      const uint32_t row = u / group, c0 = (u % group) * slice;
+      const uint32_t c1 = c0 + slice < row_vecs ? c0 + slice : row_vecs;
+      for (uint32_t c = c0 + threadIdx.x; c < c1; c += blockDim.x) {
+        const uint64_t v = uint64_t(row) * row_vecs + c;
         const Vec x = IdentityCodec::template encode<Box::kReservesWord>(
             loadUser<T>(a.send, v, a.count, aligned));
         if (kPull) {
@@ -305,10 +309,10 @@ struct OneShotNorm {
     Waiter w(a);
     if (!checkHeaders(a, ctx, w)) return;
 
-    for (uint64_t u = blockIdx.x; u < units; u += grid) {
-      const uint64_t row = u / group, c0 = (u % group) * slice;
-      const uint64_t c1 = c0 + slice < row_vecs ? c0 + slice : row_vecs;
-      auto sumOf = [&](uint64_t, uint64_t v, Vec* sum) {
+    for (uint32_t u = blockIdx.x; u < units; u += grid) {
+      const uint32_t row = u / group, c0 = (u % group) * slice;
+      const uint32_t c1 = c0 + slice < row_vecs ? c0 + slice : row_vecs;
+      auto sumOf = [&](uint32_t, uint64_t v, Vec* sum) {
         auto src = [&](int s) {
           return kPull ? At{box.area(s), v} : At{own, uint64_t(s) * vecs + v};
         };
@@ -326,6 +330,10 @@ struct OneShotNorm {
         return true;
       };
       auto across = [&](int set, float mine, auto op, float* total) {
+        if (group <= 1) {
+          *total = mine;
+          return true;
+        }
         return acrossRow(mine, u, group, set, op, a, ctx, w, total);
       };
       if (!normSlice<T>(e, row, c0, c1, u % group == 0, sumOf, across)) return;
@@ -339,10 +347,10 @@ struct OneShotNorm {
 template <typename T>
 __global__ void __launch_bounds__(kMaxThreads, 1)
     addRmsNormKernel(const __grid_constant__ NormArgs e, const void* sum) {
-  const uint64_t row_vecs = e.hidden / ElemTraits<T>::kPerVec;
+  const uint32_t row_vecs = e.hidden / ElemTraits<T>::kPerVec;
   const uint64_t count = uint64_t(e.rows) * e.hidden;
-  for (uint64_t row = blockIdx.x; row < e.rows; row += gridDim.x) {
-    auto sumOf = [&](uint64_t, uint64_t v, Vec* s) {
+  for (uint32_t row = blockIdx.x; row < e.rows; row += gridDim.x) {
+    auto sumOf = [&](uint32_t, uint64_t v, Vec* s) {
       *s = loadUser<T>(sum, v, count, e.aligned != 0);
       return true;
     };
