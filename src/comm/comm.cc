@@ -507,13 +507,20 @@ tparResult_t allReduce(tparComm* comm, const void* send, void* recv, size_t coun
 uint64_t fusedOneShotLimit(const tparComm* comm, tparDataType_t dtype) {
   if (comm->cfg.fused_one_shot_max_bytes >= 0)
     return static_cast<uint64_t>(comm->cfg.fused_one_shot_max_bytes);
-  // Four times the plain call's: the one kernel saves the norm's launch and its pass over the
-  // rows, which outweighs one-shot's extra traffic up to about that size (8 virtual ranks on
-  // one H200: one kernel ahead at 128 KiB, behind at 512 KiB; docs/FUSED.md).
   const uint64_t plain =
       oneShotLimit(dtype, comm->tuner_ctx, comm->has_tuning ? &comm->tuning : nullptr,
                    comm->cfg.forced_algo, comm->cfg.one_shot_max_bytes);
-  return plain >= (UINT64_MAX >> 2) ? UINT64_MAX : plain * 4;
+  // A forced algorithm, and host memory (no measurement of the one kernel beyond the plain
+  // call's one-shot there yet), keep the plain call's limit.
+  if (comm->cfg.forced_algo != tparAlgoAuto || comm->host_transport) return plain;
+  // In GPU memory the one kernel saves the norm's launch and its pass over the rows, which
+  // outweighs one-shot's extra traffic well beyond the plain call's limit. Measured with each
+  // path forced on one H200, virtual ranks (docs/FUSED.md, "Where the norm happens"): one
+  // kernel ahead up to 512 KiB at 2 and 4 ranks, up to 128 KiB at 8; behind at 896 KiB
+  // (2, 4) and 512 KiB (8). Unmeasured group sizes take four times the plain limit.
+  const int n = comm->nranks;
+  const uint64_t measured = n <= 4 ? 512u << 10 : n <= 8 ? 128u << 10 : plain * 4;
+  return std::max(plain, measured);
 }
 
 tparResult_t allReduceAddRmsNorm(tparComm* comm, const void* input,

@@ -156,7 +156,8 @@ tparResult_t allReduce(tparComm* comm, const void* send, void* recv, size_t coun
 constexpr uint64_t kFusedScratchBytes = 2u << 20;
 
 // Bytes of a fused call up to which it runs as one kernel (TPAR_FUSED_ONESHOT_MAX_BYTES; auto:
-// as far as the plain call runs one-shot under the communicator's plan).
+// in GPU memory the measured crossover per group size, at least the plain call's one-shot
+// limit; with a forced algorithm or in host memory the plain call's limit).
 uint64_t fusedOneShotLimit(const tparComm* comm, tparDataType_t dtype);
 
 tparResult_t allReduceAddRmsNorm(tparComm* comm, const void* input,
