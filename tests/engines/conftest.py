@@ -25,20 +25,31 @@ class StandInComm:
         pass
 
     def all_reduce_add_rms_norm(self, inp, weight, eps, residual=None, *, out=None,
-                                residual_out=None):
+                                residual_out=None, quant=None, quant_out=None, scale=None,
+                                block_scale=None):
         self.calls += 1
         s = (2 * inp.double()).to(inp.dtype)  # what the plain all-reduce would have written
         z = s.double() + (residual.double() if residual is not None else 0)
         r = z.to(inp.dtype)
         inv = torch.rsqrt(z.pow(2).mean(-1, keepdim=True) + eps)
         y = ((r.double() * inv).to(inp.dtype).double() * weight.double()).to(inp.dtype)
+        if quant is not None:
+            # Static FP8 only (the NVFP4 path is checked on a GPU): e4m3 of y / scale, saturated.
+            assert quant == "fp8_static" and block_scale is None, quant
+            quant_out.copy_(fp8_static(y, scale))
         if out is None:
             out = torch.empty_like(inp)
-        out.copy_(y)
+        if out is not False:
+            out.copy_(y)
         target = residual_out if residual_out is not None else residual
         if target is not None:
             target.copy_(r)
-        return out, target
+        return (None if out is False else out), target
+
+
+def fp8_static(y, scale):
+    """e4m3 of y / scale (scale a float32 tensor of one element), saturated at 448."""
+    return (y.float() / scale.float().reshape(())).clamp(-448, 448).to(torch.float8_e4m3fn)
 
 
 def stand_in_adapter(max_size=8 << 20):

@@ -51,12 +51,14 @@ from vllm.config.utils import Range  # noqa: E402
 from vllm.distributed import parallel_state, tensor_model_parallel_all_reduce  # noqa: E402
 from vllm.distributed.parallel_state import GroupCoordinator  # noqa: E402
 
-from conftest import stand_in_adapter, unfused_reference  # noqa: E402
+from conftest import fp8_static, stand_in_adapter, unfused_reference  # noqa: E402
 from tpar.integrations import vllm as tpar_vllm  # noqa: E402
 from tpar.integrations import vllm_fusion  # noqa: E402
 
 EPS = 1e-6
 FUSED = "tpar.vllm_all_reduce_add_rms_norm.default"
+FUSED_FP8 = "tpar.vllm_all_reduce_add_rms_norm_fp8.default"
+FUSED_NVFP4 = "tpar.vllm_all_reduce_add_rms_norm_nvfp4.default"
 
 
 class StandInGroup:
@@ -129,16 +131,21 @@ def eager_unfused(group, args):
         del group.use_custom_op_call
 
 
-def traced_and_fused(cfg):
-    """(the post-grad graph of `layer`, the same graph after vLLM's post-grad pass manager)."""
+def traced_and_fused(cfg, fn=None, make_inputs=None):
+    """(the post-grad graph of `fn` (default `layer`), the same graph after vLLM's post-grad
+    pass manager). Traced under `cfg`, as vLLM traces a model: its quant matcher emits the form
+    (custom op or native) the config asks for."""
     import torch._inductor.pattern_matcher as pm
     from torch._subclasses.fake_tensor import FakeTensorMode
     from vllm.compilation.passes.pass_manager import PostGradPassManager
 
-    with FakeTensorMode():
-        fake = inputs(device="cuda")
-        before = pm.fwd_only(layer, fake)
-        after = pm.fwd_only(layer, fake)
+    fn = fn or layer
+    make_inputs = make_inputs or (lambda: inputs(device="cuda"))
+    with set_current_vllm_config(cfg):
+        with FakeTensorMode():
+            fake = make_inputs()
+            before = pm.fwd_only(fn, fake)
+            after = pm.fwd_only(fn, fake)
     manager = PostGradPassManager()
     with set_current_vllm_config(cfg), pass_context(Range(start=1, end=8192)):
         manager.configure(cfg)
@@ -235,3 +242,109 @@ def test_a_call_the_adapter_declines_runs_the_unfused_sequence_exactly(group):
     want = eager_unfused(group, args)
     for g, w in zip(got, want):
         assert torch.equal(g, w)
+
+
+# ---- the quantized patterns: vLLM's static FP8 and NVFP4 ---------------------------------------
+
+
+def fp8_quant():
+    """vLLM's static per-tensor FP8 quantization as its models emit it (its pattern matcher's
+    own object, so the test's graph has the form vLLM's patterns look for)."""
+    from vllm.compilation.passes.fusion.matcher_utils import MatcherQuantFP8
+    from vllm.model_executor.layers.quantization.utils.quant_utils import kFp8StaticTensorSym
+
+    return MatcherQuantFP8(kFp8StaticTensorSym)
+
+
+def fp8_layer(x1, x2, residual, w1, w2, scale):
+    """Two all-reduces, each followed by one of vLLM's norms whose output only feeds the FP8
+    quantization for the next GEMM (a norm output used elsewhere too keeps its own node, and
+    the unquantized pattern takes it)."""
+    quant = fp8_quant()
+    h = tensor_model_parallel_all_reduce(x1)
+    y, r = vllm.ir.ops.fused_add_rms_norm(h, residual, w1, EPS)
+    q1, _ = quant(y, scale)
+    z = tensor_model_parallel_all_reduce(x2)
+    q2, _ = quant(vllm.ir.ops.rms_norm(z, w2, EPS), scale)
+    return q1, r, q2, z
+
+
+def fp8_inputs(device="cpu"):
+    value = 0.002 + int.from_bytes(os.urandom(2), "little") / 65536 * 0.01  # |y| / 448 or so
+    scale = torch.tensor([value], dtype=torch.float32, device=device)
+    return inputs(device=device) + [scale]
+
+
+def test_static_fp8_quantization_after_the_norm_ends_in_tpars_fp8_op(group):
+    before, after, _ = traced_and_fused(make_config(), fp8_layer,
+                                        lambda: fp8_inputs(device="cuda"))
+    names_before = targets(before)
+    assert names_before.count("vllm.all_reduce.default") == 2
+    # vLLM's quantization, native or its custom op as the config asks: every node after the
+    # norms' in the unfused graph.
+    first_norm = min(i for i, n in enumerate(names_before) if n.startswith("vllm_ir."))
+    quant_ops = {n for n in names_before[first_norm:]
+                 if not n.startswith(("vllm.", "vllm_ir.", "<built-in"))} - {"aten.add.Tensor"}
+    assert quant_ops, names_before  # the layer does quantize
+    names = targets(after)
+    assert names.count(FUSED_FP8) == 2, names
+    assert FUSED not in names, names
+    assert not [n for n in names if n.startswith(("vllm.all_reduce", "vllm_ir."))], names
+    assert not [n for n in names if n in quant_ops], names
+
+
+def test_the_fp8_graph_computes_the_unfused_sequence_then_vllms_static_quantization(group):
+    _, after, _ = traced_and_fused(make_config(), fp8_layer, lambda: fp8_inputs(device="cuda"))
+    args = fp8_inputs()
+    adapter = group.device_communicator.ca_comm
+    residual_before = args[2].clone()
+    q1, r, q2, z = after(*args)
+    assert adapter.comm.calls == 2 and adapter.fused_calls == 2
+    assert torch.equal(args[2], residual_before), "the residual input was written"
+    assert q1.dtype == q2.dtype == torch.float8_e4m3fn and q1.shape == args[0].shape
+    y1, r1 = unfused_reference(args[0], args[2], args[3], EPS)
+    assert torch.equal(r, r1)
+    out2, z2 = unfused_reference(args[1], None, args[4], EPS)
+    assert torch.equal(z, z2)
+    scale = args[5]
+    assert torch.equal(q1.view(torch.uint8), fp8_static(y1, scale).view(torch.uint8))
+    assert torch.equal(q2.view(torch.uint8), fp8_static(out2, scale).view(torch.uint8))
+
+
+def nvfp4_layer(x1, x2, residual, w1, w2, g, packed1, scales1, packed2, scales2):
+    """`layer` with each norm's output quantized to NVFP4 by vLLM's scaled_fp4_quant (the
+    functional form its graphs hold after functionalization)."""
+    from torch._higher_order_ops.auto_functionalize import auto_functionalized
+
+    op = torch.ops._C.scaled_fp4_quant.out
+    h = tensor_model_parallel_all_reduce(x1)
+    y, r = vllm.ir.ops.fused_add_rms_norm(h, residual, w1, EPS)
+    a = auto_functionalized(op, input=y, input_scale=g, is_sf_swizzled_layout=True,
+                            output=packed1, output_scale=scales1)
+    z = tensor_model_parallel_all_reduce(x2)
+    b = auto_functionalized(op, input=vllm.ir.ops.rms_norm(z, w2, EPS), input_scale=g,
+                            is_sf_swizzled_layout=True, output=packed2, output_scale=scales2)
+    return a[1], a[2], r, b[1], b[2], z
+
+
+def test_nvfp4_quantization_after_the_norm_ends_in_tpars_nvfp4_op(group):
+    if not hasattr(torch.ops._C, "scaled_fp4_quant"):
+        pytest.skip("this vLLM has no scaled_fp4_quant")
+    tokens, hidden = 5, 64
+
+    def make():
+        def t(*shape, dt):
+            return torch.empty(*shape, dtype=dt, device="cuda")
+
+        return (inputs(tokens, hidden, device="cuda")
+                + [t(1, 1, dt=torch.float32),
+                   t(tokens, hidden // 2, dt=torch.uint8), t(128, 1, dt=torch.int32),
+                   t(tokens, hidden // 2, dt=torch.uint8), t(128, 1, dt=torch.int32)])
+
+    before, after, _ = traced_and_fused(make_config(), nvfp4_layer, make)
+    assert targets(before).count("vllm.all_reduce.default") == 2
+    names = targets(after)
+    assert names.count(FUSED_NVFP4) == 2, names
+    assert FUSED not in names, names
+    assert not [n for n in names if n.startswith(("vllm.all_reduce", "vllm_ir."))], names
+    assert not [n for n in names if "scaled_fp4_quant" in n or "auto_functionalized" in n], names

@@ -387,6 +387,35 @@ class EngineAllReduce:
             self.captured += 1
         return out, r
 
+    def all_reduce_add_rms_norm_quant(self, inp, weight, eps: float, residual, quant: str,
+                                      scale):
+        """(quantized out, r, block scales or None) in new tensors for the next GEMM, without
+        the unquantized out: quant "fp8_static" (float8_e4m3fn like `inp`, `scale` the
+        per-tensor scale) or "nvfp4" (uint8 [..., hidden / 2] and the e4m3 block scales in
+        vLLM's swizzled layout as int32 [rows padded to 128, blocks / 4], padding zero; `scale`
+        the global scale). `residual` is only read."""
+        import torch
+
+        hidden = inp.shape[-1]
+        rows = inp.numel() // hidden
+        r = torch.empty_like(inp)
+        block_scale = None
+        if quant == "nvfp4":
+            q = torch.empty((rows, hidden // 2), dtype=torch.uint8, device=inp.device)
+            blocks = hidden // 16
+            block_scale = torch.zeros(((rows + 127) // 128 * 128, (blocks + 3) // 4),
+                                      dtype=torch.int32, device=inp.device)
+        else:
+            q = torch.empty(inp.shape, dtype=torch.float8_e4m3fn, device=inp.device)
+        self.comm.all_reduce_add_rms_norm(inp, weight, eps, residual, out=False, residual_out=r,
+                                          quant=quant, quant_out=q, scale=scale.reshape(-1),
+                                          block_scale=block_scale)
+        self.calls += 1
+        self.fused_calls += 1
+        if self._IS_CAPTURING and torch.cuda.is_current_stream_capturing():
+            self.captured += 1
+        return q, r, block_scale
+
     def check_async_error(self) -> None:
         """Raises TparError when a kernel of this communicator recorded an error: a peer that
         never arrived within the timeout, ranks that disagreed on a call, an abort. Reads a

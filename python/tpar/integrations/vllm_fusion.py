@@ -5,8 +5,10 @@ vLLM fuses ``tensor_model_parallel_all_reduce`` followed by its RMSNorm IR ops i
 pass ``AllReduceFusionPass`` (``compilation.pass_config.fuse_allreduce_rms``), whose replacement
 is FlashInfer's NVLink kernel. With the plugin on, :func:`install` points vLLM's name
 ``AllReduceFusionPass`` at :class:`TparAllReduceFusionPass`: for a tensor-parallel group that tpar
-serves it registers the same two patterns (with and without a residual) with
-``torch.ops.tpar.vllm_all_reduce_add_rms_norm`` as the replacement; for any other group
+serves it registers the same patterns (with and without a residual) with
+``torch.ops.tpar.vllm_all_reduce_add_rms_norm`` as the replacement, and vLLM's static FP8 and
+NVFP4 quantized patterns with ``torch.ops.tpar.vllm_all_reduce_add_rms_norm_fp8`` and
+``..._nvfp4`` (the quantized copy and r, no unquantized out); for any other group
 (vLLM's own custom all-reduce kept on NVLink, tpar off) it is vLLM's own pass, built from the
 same config. :func:`install` also makes the fusion vLLM's default at -O2 and -O3 wherever
 tensor parallelism runs on CUDA (vLLM's default asks for FlashInfer and sm90/sm100, which tpar
@@ -66,18 +68,88 @@ def vllm_all_reduce_add_rms_norm(input: torch.Tensor, weight: torch.Tensor, eps:
     adapter = _adapter_of(group)
     if adapter is not None and adapter.takes_fused(input, weight, residual):
         return adapter.all_reduce_add_rms_norm(input, weight, eps, residual)
-    import vllm.ir.ops
-
-    reduced = group._all_reduce_out_place(input)
-    if residual is None:
-        return vllm.ir.ops.rms_norm(reduced, weight, eps), reduced
-    out, r = vllm.ir.ops.fused_add_rms_norm(reduced, residual, weight, eps)
+    out, r = _unfused(group, input, weight, eps, residual)
     return out, r
 
 
 @vllm_all_reduce_add_rms_norm.register_fake
 def _fake(input, weight, eps, residual, group_name):
     return torch.empty_like(input), torch.empty_like(input)
+
+
+def _takes_quant(adapter, input, weight, residual, quant: str) -> bool:
+    return (adapter is not None and input.dtype in (torch.float16, torch.bfloat16)
+            and (quant != "nvfp4" or input.shape[-1] % 16 == 0)
+            and adapter.takes_fused(input, weight, residual))
+
+
+def _unfused(group, input, weight, eps, residual):
+    """(y, r) of the group's own all-reduce followed by vLLM's norm ops."""
+    import vllm.ir.ops
+
+    reduced = group._all_reduce_out_place(input)
+    if residual is None:
+        return vllm.ir.ops.rms_norm(reduced, weight, eps), reduced
+    return vllm.ir.ops.fused_add_rms_norm(reduced, residual, weight, eps)
+
+
+@torch.library.custom_op("tpar::vllm_all_reduce_add_rms_norm_fp8", mutates_args=())
+def vllm_all_reduce_add_rms_norm_fp8(input: torch.Tensor, weight: torch.Tensor, eps: float,
+                                     residual: Optional[torch.Tensor], scale: torch.Tensor,
+                                     group_name: str) -> Tuple[torch.Tensor, torch.Tensor]:
+    """(q, r): r as in vllm_all_reduce_add_rms_norm, q = e4m3(rms_norm(r) * weight / scale)
+    (float8_e4m3fn; `scale` vLLM's static per-tensor scale), no unquantized out."""
+    group = _coordinator(group_name)
+    adapter = _adapter_of(group)
+    if _takes_quant(adapter, input, weight, residual, "fp8_static"):
+        q, r, _ = adapter.all_reduce_add_rms_norm_quant(input, weight, eps, residual,
+                                                        "fp8_static", scale)
+        return q, r
+    from vllm import _custom_ops
+
+    y, r = _unfused(group, input, weight, eps, residual)
+    q, _ = _custom_ops.scaled_fp8_quant(y.reshape(-1, y.shape[-1]), scale)
+    return q.view(y.shape), r
+
+
+@vllm_all_reduce_add_rms_norm_fp8.register_fake
+def _fake_fp8(input, weight, eps, residual, scale, group_name):
+    return torch.empty_like(input, dtype=torch.float8_e4m3fn), torch.empty_like(input)
+
+
+def _nvfp4_scale_shape(input) -> Tuple[int, int]:
+    """vLLM's NVFP4 block-scale tensor (int32, 4 e4m3 scales each) for `input`'s rows."""
+    hidden = input.shape[-1]
+    rows = input.numel() // hidden
+    return (rows + 127) // 128 * 128, (hidden // 16 + 3) // 4
+
+
+@torch.library.custom_op("tpar::vllm_all_reduce_add_rms_norm_nvfp4", mutates_args=())
+def vllm_all_reduce_add_rms_norm_nvfp4(input: torch.Tensor, weight: torch.Tensor, eps: float,
+                                       residual: Optional[torch.Tensor],
+                                       global_scale: torch.Tensor, group_name: str
+                                       ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(q, r, block_scale): r as in vllm_all_reduce_add_rms_norm, q and block_scale the NVFP4
+    quantization of rms_norm(r) * weight as vLLM's scaled_fp4_quant lays them out (q uint8
+    [rows, hidden / 2], block_scale int32 in the swizzled layout), no unquantized out."""
+    group = _coordinator(group_name)
+    adapter = _adapter_of(group)
+    if _takes_quant(adapter, input, weight, residual, "nvfp4"):
+        return adapter.all_reduce_add_rms_norm_quant(input, weight, eps, residual, "nvfp4",
+                                                     global_scale)
+    from vllm import _custom_ops
+
+    y, r = _unfused(group, input, weight, eps, residual)
+    q, block_scale = _custom_ops.scaled_fp4_quant(y, global_scale, is_sf_swizzled_layout=True)
+    return q, r, block_scale.view(torch.int32)
+
+
+@vllm_all_reduce_add_rms_norm_nvfp4.register_fake
+def _fake_nvfp4(input, weight, eps, residual, global_scale, group_name):
+    rows = input.numel() // input.shape[-1]
+    q = input.new_empty((rows, input.shape[-1] // 2), dtype=torch.uint8)
+    return q, torch.empty_like(input), input.new_empty(_nvfp4_scale_shape(input),
+                                                       dtype=torch.int32)
 
 
 # ---- the pass -------------------------------------------------------------------------------
@@ -209,7 +281,87 @@ def _define_pass(base):
                         (with_residual_out, with_residual_out_fused, three),
                         (without_residual, without_residual_fused, [empty(5, 16), empty(16)])]
 
+            def quant_patterns(eps):
+                # vLLM's static FP8 and NVFP4 patterns (its own quant matcher and op), ending in
+                # tpar's op that writes only the quantized copy and r.
+                from torch._higher_order_ops.auto_functionalize import auto_functionalized
+                from vllm.compilation.passes.fusion.matcher_utils import MatcherQuantFP8
+                from vllm.model_executor.layers.quantization.utils.quant_utils import (
+                    kFp8StaticTensorSym,
+                )
+
+                fp8 = torch.ops.tpar.vllm_all_reduce_add_rms_norm_fp8.default
+                fp4 = torch.ops.tpar.vllm_all_reduce_add_rms_norm_nvfp4.default
+                quant = MatcherQuantFP8(kFp8StaticTensorSym)
+                _, scale = quant.inputs()
+
+                def fp8_residual(residual, input, weight, scale):
+                    reduced = tensor_model_parallel_all_reduce(input)
+                    y, r = vllm.ir.ops.fused_add_rms_norm(reduced, residual, weight, eps)
+                    q, _ = quant(y, scale)
+                    return q, r
+
+                def fp8_residual_fused(residual, input, weight, scale):
+                    q, r = fp8(input, weight, eps, residual, scale, group_name)
+                    return q, r
+
+                def fp8_first(input, weight, scale):
+                    reduced = tensor_model_parallel_all_reduce(input)
+                    q, _ = quant(vllm.ir.ops.rms_norm(reduced, weight, eps), scale)
+                    return q, reduced
+
+                def fp8_first_fused(input, weight, scale):
+                    q, r = fp8(input, weight, eps, None, scale, group_name)
+                    return q, r
+
+                found = [(fp8_residual, fp8_residual_fused,
+                          [empty(5, 16), empty(5, 16), empty(16), scale]),
+                         (fp8_first, fp8_first_fused, [empty(5, 16), empty(16), scale])]
+                fp4_quant = getattr(torch.ops._C, "scaled_fp4_quant", None)
+                if fp4_quant is None:  # a vLLM built without NVFP4
+                    return found
+
+                def fp4_residual(quant_result, residual, input, output_scale, weight, g):
+                    reduced = tensor_model_parallel_all_reduce(input)
+                    y, r = vllm.ir.ops.fused_add_rms_norm(reduced, residual, weight, eps)
+                    at = auto_functionalized(fp4_quant.out, input=y, input_scale=g,
+                                             is_sf_swizzled_layout=True, output=quant_result,
+                                             output_scale=output_scale)
+                    return at[1], r, at[2]
+
+                def fp4_residual_fused(quant_result, residual, input, output_scale, weight, g):
+                    q, r, block_scale = fp4(input, weight, eps, residual, g, group_name)
+                    return q, r, block_scale
+
+                def fp4_first(input, quant_result, weight, g, output_scale):
+                    reduced = tensor_model_parallel_all_reduce(input)
+                    y = vllm.ir.ops.rms_norm(reduced, weight, eps)
+                    at = auto_functionalized(fp4_quant.out, input=y, input_scale=g,
+                                             is_sf_swizzled_layout=True, output=quant_result,
+                                             output_scale=output_scale)
+                    return at[1], reduced, at[2]
+
+                def fp4_first_fused(input, quant_result, weight, g, output_scale):
+                    q, r, block_scale = fp4(input, weight, eps, None, g, group_name)
+                    return q, r, block_scale
+
+                def tensor(*shape, dt):
+                    return torch.empty(*shape, dtype=dt, device=device)
+
+                packed = tensor(16, 8, dt=torch.uint8)
+                scales = tensor(128, 4, dt=torch.int32)
+                g = tensor(1, 1, dt=torch.float32)
+                found += [(fp4_residual, fp4_residual_fused,
+                           [packed, empty(16, 16), empty(16, 16), scales, empty(16), g]),
+                          (fp4_first, fp4_first_fused,
+                           [empty(16, 16), packed, empty(16), g, scales])]
+                return found
+
             for eps in (1e-5, 1e-6):
+                # The quantized patterns first: each contains an unquantized one.
+                for pattern, replacement, inputs in quant_patterns(eps):
+                    pm.register_replacement(pattern, replacement, inputs, pm.fwd_only,
+                                            self.patterns, extra_check=_dtypes_match)
                 for pattern, replacement, inputs in patterns(eps):
                     pm.register_replacement(pattern, replacement, inputs, pm.fwd_only,
                                             self.patterns, extra_check=_dtypes_match)
