@@ -8,7 +8,7 @@
 #               multi-process GPU tests (a few minutes; docs/RELIABILITY.md says what they cover)
 #   --soak      1,000,000 graph-replayed all-reduces per transport (disabled in the normal run)
 #   --fused     the fused all-reduce + residual add + RMSNorm: its GPU tests with each path
-#               forced, `tpar bench --fused` on both transports and `tpar verify --model
+#               forced (two-shot with the owner's norm too), `tpar bench --fused` on both transports and `tpar verify --model
 #               kimi-k2 --fused` at 1, 8 and 64 tokens
 #   --python    build tpar._C in the same tree and run tests/python/test_single_process.py
 #               against it (virtual ranks; python3 with torch and pytest)
@@ -178,11 +178,14 @@ fi
 if [ $run_fused = 1 ]; then
   # The fused tests again with every call forced onto one path: one kernel (row groups where
   # rows are few) and the all-reduce followed by the norm kernel.
-  if step_begin fused-paths 300 150; then
+  if step_begin fused-paths 400 220; then
     for limit in 1G 0; do
       step_cmd env TPAR_FUSED_ONESHOT_MAX_BYTES=$limit "$build/tests/tpar_gpu_tests" \
         --gtest_filter='*FusedAddRmsNorm*'
     done
+    # And two-shot with the owner's norm wherever it applies (GPU memory, no quantized output).
+    step_cmd env TPAR_FUSED_ONESHOT_MAX_BYTES=0 TPAR_FUSED_TWOSHOT=1 \
+      "$build/tests/tpar_gpu_tests" --gtest_filter='*FusedAddRmsNorm*'
     grep -E "^\[  (FAILED|SKIPPED) |tests? ran" "$step_log" | tail -20
     step_end --log "gtest:$step_log"
   fi
@@ -198,6 +201,11 @@ if [ $run_fused = 1 ]; then
         --ranks $ranks --hidden 4096,7168,8192 --tokens 1,8,64 -n 200 -w 20 \
         --json "$out/logs/$name-limit-$limit.json"
     done
+    if [ $tr = auto ]; then  # two-shot with the owner's norm: GPU memory only
+      step_cmd env TPAR_FUSED_ONESHOT_MAX_BYTES=0 TPAR_FUSED_TWOSHOT=1 "$tpar" bench --fused \
+        --transport $tr --ranks $ranks --hidden 4096,7168,8192 --tokens 1,8,64 -n 200 -w 20 \
+        --json "$out/logs/$name-twoshot.json"
+    fi
     cat "$step_log"
     step_end --log "fused:$step_log" --record "$name.json"
   done

@@ -43,7 +43,8 @@
 //   F(Key, plain Key, "name", kernel set)
 #define TPAR_FUSED_ALGORITHMS(F)                                       \
   F(OneShotNorm, OneShot, "oneshot+norm", oneShotNormKernels)          \
-  F(OneShotPullNorm, OneShotPull, "oneshot-pull+norm", oneShotPullNormKernels)
+  F(OneShotPullNorm, OneShotPull, "oneshot-pull+norm", oneShotPullNormKernels)    \
+  F(TwoShotNorm, TwoShot, "twoshot+norm", twoShotNormKernels)
 
 // The public values that run no tpar kernel: the communicator's choice, and the NCCL
 // communicator attached with tparCommSetNcclComm.

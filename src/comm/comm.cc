@@ -590,8 +590,16 @@ tparResult_t allReduceAddRmsNorm(tparComm* comm, const void* input,
                                         ? a.residual_out
                                         : nullptr);
   const bool scratch = sum_at == nullptr;
-  if (uint64_t(tokens) * row_bytes > fusedOneShotLimit(comm, dtype) &&
-      (!scratch || row_bytes <= kFusedScratchBytes)) {
+  // Two-shot with the row owner's norm (TPAR_FUSED_TWOSHOT; docs/FUSED.md): GPU memory, no
+  // quantized output, above the one-kernel limit. A launch holds the scatter's n chunks of
+  // whole rows and the gathers of r and y: 3 n chunks in one parity's area.
+  const bool above = uint64_t(tokens) * row_bytes > fusedOneShotLimit(comm, dtype);
+  const uint64_t n = static_cast<uint64_t>(comm->nranks);
+  const uint64_t two_shot_rows = n * (comm->layout.data_bytes / (3 * n * row_bytes));
+  const bool two_shot = comm->cfg.fused_two_shot && !comm->host_transport && n > 1 &&
+                        a.out != nullptr && a.quant == tparNormQuantNone && two_shot_rows > 0 &&
+                        above;
+  if (!two_shot && above && (!scratch || row_bytes <= kFusedScratchBytes)) {
     const uint64_t rows_per_pass = scratch ? kFusedScratchBytes / row_bytes : tokens;
     const int threads = normShapeFor(tokens, row_vecs, 1, comm->threads).threads;
     const void* fn = kernels::addRmsNormKernels.get(dtype, false);
@@ -616,21 +624,26 @@ tparResult_t allReduceAddRmsNorm(tparComm* comm, const void* input,
     return tparSuccess;
   }
 
+  // One fused kernel per launch of whole rows: the one-shot of the transport, or two-shot with
+  // the row owner's norm, whose row groups are over each owner's rows (as many on every rank:
+  // the chunk's).
+  const FusedAlgorithm& kernel = two_shot ? *fusedAlgorithmOf(kernels::Algo::kTwoShot) : fused;
+  const uint64_t launch_rows = two_shot ? two_shot_rows : rows_per_launch;
   kernels::AllReduceArgs args = comm->call_template;  // NOTE [call template]
-  args.meta = makeCallMeta(dtype, tparSum, fused.id, uint64_t(tokens) * hidden ^ shape_hash,
+  args.meta = makeCallMeta(dtype, tparSum, kernel.id, uint64_t(tokens) * hidden ^ shape_hash,
                            comm->nccl.comm != nullptr);
   args.op = tparSum;
   args.active_blocks = 0;
   args.steps = 0;
   args.pull = 0;
-  const void* fn = fused.kernels->get(dtype, comm->nranks > 8);
+  const void* fn = kernel.kernels->get(dtype, comm->nranks > 8);
 
   int prev = -1;
   TPAR_CUDA_TRY(cudaGetDevice(&prev));
   if (prev != comm->device) TPAR_CUDA_TRY(cudaSetDevice(comm->device));
   tparResult_t result = tparSuccess;
-  for (uint64_t done = 0; done < tokens; done += rows_per_launch) {
-    const uint64_t rows = std::min<uint64_t>(rows_per_launch, tokens - done);
+  for (uint64_t done = 0; done < tokens; done += launch_rows) {
+    const uint64_t rows = std::min<uint64_t>(launch_rows, tokens - done);
     const uint64_t off = done * row_bytes;
     args.send = static_cast<const char*>(input) + off;
     args.recv = a.out != nullptr ? static_cast<char*>(a.out) + off : nullptr;
@@ -638,7 +651,8 @@ tparResult_t allReduceAddRmsNorm(tparComm* comm, const void* input,
     args.vec_aligned = vecAligned(args.send) && (args.recv == nullptr || vecAligned(args.recv));
     rowsAt(done, rows);
     // Fewer rows than blocks: row groups (NOTE [row groups]).
-    const NormShape ns = normShapeFor(rows, row_vecs, comm->max_blocks, comm->threads);
+    const NormShape ns = normShapeFor(two_shot ? (rows + n - 1) / n : rows, row_vecs,
+                                      comm->max_blocks, comm->threads);
     norm.group = ns.group;
     norm.slice = ns.slice;
     const cudaError_t err = launchAllReduceNorm(fn, args, norm, comm->max_blocks, ns.threads,

@@ -414,6 +414,8 @@ std::string otherValidValue(const EnvVarSpec& spec, int shape_index, int64_t not
     for (std::string item; std::getline(ss, item, '|');) pool.push_back(item);
   }
   pool.push_back("auto");
+  pool.push_back("0");  // booleans
+  pool.push_back("1");
   for (int i = 0; i < 8; ++i) {
     pool.push_back(std::to_string(rng() % 1025));                   // counts
     pool.push_back(std::to_string(32 * (2 + rng() % 15)));          // multiples of 32, 64..512
