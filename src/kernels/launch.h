@@ -68,7 +68,7 @@ struct WorkspaceLayout {
   static constexpr uint64_t kHeaderBytes = 16;  // one call header per (parity, sender)
   static constexpr uint64_t kHeaderRegion = 2 * kMaxRanks * kHeaderBytes;
   static constexpr uint64_t kStateOffset = 2048;   // DeviceState
-  // The fused kernels' row groups (NOTE [row groups] in kernels/one_shot_norm.cu): two sets of
+  // The fused kernels' row groups (NOTE [row groups] in kernels/norm_epilogue.cuh): two sets of
   // 8-byte slots {block total, epoch}, one slot per block of a launch; the tag words start at
   // epoch_start - 2.
   static constexpr uint64_t kRowPartialsOffset = 2560;

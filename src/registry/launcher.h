@@ -49,7 +49,7 @@ cudaError_t launchAddRmsNorm(const void* fn, const kernels::NormArgs& norm, cons
                              int blocks, int threads, cudaStream_t stream);
 
 // How a fused launch of `rows` rows of `row_vecs` vectors spreads over a grid of `grid` blocks
-// (NOTE [row groups] in kernels/one_shot_norm.cu): with at least twice as many blocks as rows
+// (NOTE [row groups] in kernels/norm_epilogue.cuh): with at least twice as many blocks as rows
 // (and slots for them), `group` blocks share a row, each an even `slice` of at least
 // kMinNormSliceVecs vectors; else one block per row. `threads`: one per vector of a block's
 // share, 64 to max_threads.
