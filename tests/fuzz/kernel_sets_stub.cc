@@ -12,6 +12,8 @@ TPAR_KERNEL_ALGORITHMS(TPAR_STUB_SET_)
 TPAR_FUSED_ALGORITHMS(TPAR_STUB_FUSED_SET_)
 #undef TPAR_STUB_SET_
 #undef TPAR_STUB_FUSED_SET_
+// And the fused call's norm kernel (its composite path), not a line of the list.
+extern const KernelSet addRmsNormKernels{};
 
 }  // namespace kernels
 }  // namespace tpar
