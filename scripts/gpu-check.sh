@@ -179,33 +179,35 @@ if [ $run_fused = 1 ]; then
   # The fused tests again with every call forced onto one path: one kernel (row groups where
   # rows are few) and the all-reduce followed by the norm kernel.
   if step_begin fused-paths 400 220; then
-    for limit in 1G 0; do
-      step_cmd env TPAR_FUSED_ONESHOT_MAX_BYTES=$limit "$build/tests/tpar_gpu_tests" \
-        --gtest_filter='*FusedAddRmsNorm*'
+    # One kernel; the all-reduce, then the norm kernel; two-shot with the owner's norm wherever
+    # it applies (GPU memory, no quantized output), the composite path elsewhere.
+    for paths in "1G 1" "0 0" "0 1"; do
+      set -- $paths
+      step_cmd env TPAR_FUSED_ONESHOT_MAX_BYTES=$1 TPAR_FUSED_TWOSHOT=$2 \
+        "$build/tests/tpar_gpu_tests" --gtest_filter='*FusedAddRmsNorm*'
     done
-    # And two-shot with the owner's norm wherever it applies (GPU memory, no quantized output).
-    step_cmd env TPAR_FUSED_ONESHOT_MAX_BYTES=0 TPAR_FUSED_TWOSHOT=1 \
-      "$build/tests/tpar_gpu_tests" --gtest_filter='*FusedAddRmsNorm*'
     grep -E "^\[  (FAILED|SKIPPED) |tests? ran" "$step_log" | tail -20
     step_end --log "gtest:$step_log"
   fi
   for tr in auto host; do
     name=bench-fused$([ $tr = host ] && echo -host)
     step_begin "$name" 300 90 || continue
-    ranks=$([ $tr = host ] && echo 8 || echo 2,4,8)  # host memory: 8 (its slow rows take long)
+    # Host memory: 8 ranks, 1 to 64 tokens (its slow rows take long); GPU memory: the
+    # crossovers between the paths too.
+    ranks=$([ $tr = host ] && echo 8 || echo 2,4,8)
+    tokens=$([ $tr = host ] && echo 1,8,64 || echo 1,8,16,32,64,256)
     step_cmd "$tpar" bench --fused --transport $tr --ranks $ranks --hidden 4096,7168,8192 \
-      --tokens 1,8,64 -n 200 -w 20 --json "$out/$name.json"
-    # The measurement behind TPAR_FUSED_ONESHOT_MAX_BYTES: each path forced, same run.
-    for limit in 1G 0; do
-      step_cmd env TPAR_FUSED_ONESHOT_MAX_BYTES=$limit "$tpar" bench --fused --transport $tr \
-        --ranks $ranks --hidden 4096,7168,8192 --tokens 1,8,64 -n 200 -w 20 \
-        --json "$out/logs/$name-limit-$limit.json"
+      --tokens $tokens -n 200 -w 20 --json "$out/$name.json"
+    # The measurement behind TPAR_FUSED_ONESHOT_MAX_BYTES and TPAR_FUSED_TWOSHOT: each path
+    # forced, same run (limit 1G: one kernel; 0 with two-shot off: the composite path; 0 with
+    # it on: two-shot with the owner's norm, GPU memory only).
+    for paths in "1G 1 limit-1G" "0 0 limit-0" "0 1 twoshot"; do
+      set -- $paths
+      [ $tr = host ] && [ $3 = twoshot ] && continue
+      step_cmd env TPAR_FUSED_ONESHOT_MAX_BYTES=$1 TPAR_FUSED_TWOSHOT=$2 "$tpar" bench --fused \
+        --transport $tr --ranks $ranks --hidden 4096,7168,8192 --tokens $tokens -n 200 -w 20 \
+        --json "$out/logs/$name-$3.json"
     done
-    if [ $tr = auto ]; then  # two-shot with the owner's norm: GPU memory only
-      step_cmd env TPAR_FUSED_ONESHOT_MAX_BYTES=0 TPAR_FUSED_TWOSHOT=1 "$tpar" bench --fused \
-        --transport $tr --ranks $ranks --hidden 4096,7168,8192 --tokens 1,8,64 -n 200 -w 20 \
-        --json "$out/logs/$name-twoshot.json"
-    fi
     cat "$step_log"
     step_end --log "fused:$step_log" --record "$name.json"
   done

@@ -276,7 +276,10 @@ TPAR_API tparResult_t tparAllReduce(const void* sendbuff, void* recvbuff, size_t
  *   out = round(round(r * inv) * weight)
  * in the order of the serving engines' add + RMSNorm kernels, so that the result is that of
  * tparAllReduce followed by their kernel. One kernel per call (larger calls split by whole
- * rows); every rank gets the same bits. `hidden` is a multiple of 8 up to 16384. `input` may be
+ * rows); every rank gets the same bits. The residual is the same on every rank, as tensor
+ * parallelism keeps it: a row may be normalized by one rank for all (two-shot, docs/FUSED.md),
+ * with that rank's residual; where `residual` is `input` each rank adds its own (and the ranks'
+ * results differ). `hidden` is a multiple of 8 up to 16384. `input` may be
  * `residual`, `residual_out` or `out`, and `residual_out` may be `residual`; no other two
  * buffers may overlap. Without a residual, residual_out (if given) receives the plain sum. The
  * buffers are device memory of the communicator's GPU aligned to their elements (16 bytes is

@@ -591,14 +591,17 @@ tparResult_t allReduceAddRmsNorm(tparComm* comm, const void* input,
                                         : nullptr);
   const bool scratch = sum_at == nullptr;
   // Two-shot with the row owner's norm (TPAR_FUSED_TWOSHOT; docs/FUSED.md): GPU memory, no
-  // quantized output, above the one-kernel limit. A launch holds the scatter's n chunks of
-  // whole rows and the gathers of r and y: 3 n chunks in one parity's area.
+  // quantized output, above the one-kernel limit. The owner adds its residual for every rank,
+  // which is right where the residual is replicated (tensor parallelism), not where it is the
+  // input: each rank's residual then differs and each rank adds its own (one-shot or the
+  // composite path). A launch holds the scatter's n chunks of whole rows and the gathers of r
+  // and y: 3 n chunks in one parity's area.
   const bool above = uint64_t(tokens) * row_bytes > fusedOneShotLimit(comm, dtype);
   const uint64_t n = static_cast<uint64_t>(comm->nranks);
   const uint64_t two_shot_rows = n * (comm->layout.data_bytes / (3 * n * row_bytes));
   const bool two_shot = comm->cfg.fused_two_shot && !comm->host_transport && n > 1 &&
                         a.out != nullptr && a.quant == tparNormQuantNone && two_shot_rows > 0 &&
-                        above;
+                        a.residual != input && above;
   if (!two_shot && above && (!scratch || row_bytes <= kFusedScratchBytes)) {
     const uint64_t rows_per_pass = scratch ? kFusedScratchBytes / row_bytes : tokens;
     const int threads = normShapeFor(tokens, row_vecs, 1, comm->threads).threads;
