@@ -523,6 +523,23 @@ uint64_t fusedOneShotLimit(const tparComm* comm, tparDataType_t dtype) {
   return std::max(plain, measured);
 }
 
+bool fusedTwoShotWanted(const tparComm* comm, uint64_t bytes, uint64_t one_kernel_limit) {
+  const auto mode = static_cast<FusedTwoShot>(comm->cfg.fused_two_shot);
+  if (mode != FusedTwoShot::kAuto) return mode == FusedTwoShot::kOn && bytes > one_kernel_limit;
+  // Measured with each path forced on one H200, virtual ranks, 1 to 256 tokens of 4096, 7168
+  // and 8192 (docs/FUSED.md, "Where the norm happens"): two-shot ahead of the all-reduce and
+  // the norm kernel above the one-kernel limit at 4 ranks (512 KiB to 4 MiB), above 512 KiB at
+  // 8 (the composite path ahead from 128 to 512 KiB), and at 2 ranks at 896 KiB and 1 MiB but
+  // not from 2 MiB. Group sizes between take the next measured one's; above 8 ranks, where it
+  // was not measured, the composite path.
+  const int n = comm->nranks;
+  if (bytes <= one_kernel_limit) return false;
+  if (n <= 2) return bytes <= (1u << 20);
+  if (n <= 4) return true;
+  if (n <= 8) return bytes > (512u << 10);
+  return false;
+}
+
 tparResult_t allReduceAddRmsNorm(tparComm* comm, const void* input,
                                  const tparAddRmsNormArgs_t& a, tparDataType_t dtype,
                                  cudaStream_t stream) {
@@ -596,12 +613,14 @@ tparResult_t allReduceAddRmsNorm(tparComm* comm, const void* input,
   // input: each rank's residual then differs and each rank adds its own (one-shot or the
   // composite path). A launch holds the scatter's n chunks of whole rows and the gathers of r
   // and y: 3 n chunks in one parity's area.
-  const bool above = uint64_t(tokens) * row_bytes > fusedOneShotLimit(comm, dtype);
+  const uint64_t bytes = uint64_t(tokens) * row_bytes;
+  const uint64_t one_kernel_limit = fusedOneShotLimit(comm, dtype);
+  const bool above = bytes > one_kernel_limit;
   const uint64_t n = static_cast<uint64_t>(comm->nranks);
   const uint64_t two_shot_rows = n * (comm->layout.data_bytes / (3 * n * row_bytes));
-  const bool two_shot = comm->cfg.fused_two_shot && !comm->host_transport && n > 1 &&
-                        a.out != nullptr && a.quant == tparNormQuantNone && two_shot_rows > 0 &&
-                        a.residual != input && above;
+  const bool two_shot = !comm->host_transport && n > 1 && a.out != nullptr &&
+                        a.quant == tparNormQuantNone && two_shot_rows > 0 &&
+                        a.residual != input && fusedTwoShotWanted(comm, bytes, one_kernel_limit);
   if (!two_shot && above && (!scratch || row_bytes <= kFusedScratchBytes)) {
     const uint64_t rows_per_pass = scratch ? kFusedScratchBytes / row_bytes : tokens;
     const int threads = normShapeFor(tokens, row_vecs, 1, comm->threads).threads;

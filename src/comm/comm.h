@@ -147,11 +147,6 @@ tparResult_t allReduce(tparComm* comm, const void* send, void* recv, size_t coun
                        tparDataType_t dtype, tparRedOp_t op, cudaStream_t stream,
                        uint64_t shape_hash = 0);
 
-// The fused all-reduce + residual add + RMSNorm after argument checks (docs/FUSED.md): up to
-// the fused one-shot limit (fusedOneShotLimit), the one-shot of the communicator's transport
-// with the norm in its kernel, split by whole rows; above it, the planned all-reduce into out
-// (or residual_out) and the norm kernel after it. `a.hidden` elements per row; fails with
-// tparInvalidArgument when one row does not fit a launch.
 // The fused call's scratch for the sum on its composite path (tparComm::fused_scratch).
 constexpr uint64_t kFusedScratchBytes = 2u << 20;
 
@@ -159,6 +154,21 @@ constexpr uint64_t kFusedScratchBytes = 2u << 20;
 // in GPU memory the measured crossover per group size, at least the plain call's one-shot
 // limit; with a forced algorithm or in host memory the plain call's limit).
 uint64_t fusedOneShotLimit(const tparComm* comm, tparDataType_t dtype);
+
+// TPAR_FUSED_TWOSHOT, in the order of its choices.
+enum class FusedTwoShot : int { kAuto = 0, kOff = 1, kOn = 2 };
+
+// Whether a fused call of `bytes` above `one_kernel_limit` that two-shot with the owner's norm
+// can take (GPU memory, no quantized output, the residual not the input) takes it rather than
+// the all-reduce and the norm kernel: TPAR_FUSED_TWOSHOT, auto from the measured window.
+bool fusedTwoShotWanted(const tparComm* comm, uint64_t bytes, uint64_t one_kernel_limit);
+
+// The fused all-reduce + residual add + RMSNorm after argument checks (docs/FUSED.md): up to
+// the fused one-shot limit (fusedOneShotLimit), the one-shot of the communicator's transport
+// with the norm in its kernel, split by whole rows; above it, two-shot with the row owner's
+// norm where it applies and is wanted (fusedTwoShotWanted), else the planned all-reduce into
+// out (or residual_out) and the norm kernel after it. `a.hidden` elements per row; fails with
+// tparInvalidArgument when one row does not fit a launch.
 
 tparResult_t allReduceAddRmsNorm(tparComm* comm, const void* input,
                                  const tparAddRmsNormArgs_t& a, tparDataType_t dtype,

@@ -205,18 +205,9 @@ __device__ __forceinline__ bool normSlice(const NormArgs& e, uint32_t row, uint3
                                          : e.out;
   bool bad = false;
   float squares = 0;
-  // The residual and weight loads come after the peers' data, on the call's critical path:
-  // this thread's vectors are fetched into L1 now, while the peers' data is still on its way.
-  // A prefetch holds no register (holding the residual or the weight in registers across the
-  // waits made the 8-rank pull and 16-rank push variants spill; ptxas, sm_90).
-  for (uint32_t c = c0 + threadIdx.x; c < c1; c += blockDim.x) {
-    const uint64_t v = uint64_t(row) * row_vecs + c;
-    if (e.residual != nullptr) prefetchL1(static_cast<const char*>(e.residual) + v * kVecBytes);
-    prefetchL1(static_cast<const char*>(e.weight) + uint64_t(c) * kVecBytes);
-  }
-  // r of this thread's first vector stays in registers for the norm (the only one in row
-  // groups and in rows of up to blockDim vectors); further ones go to memory and are read back.
-  Vec r_first{};
+  // r goes to memory and is read back for the norm: holding this thread's r, its residual or
+  // its weight in registers across the waits made the 8-rank pull and 16-rank push variants
+  // spill (ptxas, sm_90).
   for (uint32_t c = c0 + threadIdx.x; c < c1 && !bad; c += blockDim.x) {
     const uint64_t v = uint64_t(row) * row_vecs + c;
     Vec sum;
@@ -234,7 +225,6 @@ __device__ __forceinline__ bool normSlice(const NormArgs& e, uint32_t row, uint3
       E::fromFloat(r, i, z);
     }
     storeUser<T>(keep, v, count, e_aligned, r);
-    if (c == c0 + threadIdx.x) r_first = r;
   }
   if (__syncthreads_or(bad)) return false;
   float sq;
@@ -243,8 +233,7 @@ __device__ __forceinline__ bool normSlice(const NormArgs& e, uint32_t row, uint3
   // y of vector c of this row: from r (kept above) and the weight, as the engines round it.
   auto normed = [&](uint32_t c) {
     const uint64_t v = uint64_t(row) * row_vecs + c;
-    const Vec r = c == c0 + threadIdx.x ? r_first
-                                        : loadUser<T>(keep, v, count, e_aligned);  // own store
+    const Vec r = loadUser<T>(keep, v, count, e_aligned);  // this thread's own store
     const Vec wt = loadUser<T>(e.weight, c, e.hidden, e_aligned);
     Vec y = r;
 #pragma unroll

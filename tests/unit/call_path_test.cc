@@ -239,5 +239,48 @@ TEST(TraceGate, FollowsLevelAndSubsystems) {
   EXPECT_FALSE(traceEnabled(kLogColl));
 }
 
+// The fused call's paths by size (docs/FUSED.md, "Where the norm happens"): one kernel up to
+// the measured limit, then two-shot with the owner's norm or the composite path in the windows
+// the forced-path rows measured; TPAR_FUSED_ONESHOT_MAX_BYTES and TPAR_FUSED_TWOSHOT override.
+TEST(FusedPaths, OneKernelLimitFollowsTheGroupSizeAndTheSetting) {
+  for (int n : {2, 4, 8}) {
+    Fake f(n);
+    prepareCalls(f.comm.get());
+    // Above the plain call's one-shot limits (256, 64 and 32 KiB) in GPU memory.
+    const uint64_t limit = fusedOneShotLimit(f.comm.get(), tparBfloat16);
+    EXPECT_EQ(n <= 4 ? 512u << 10 : 128u << 10, limit) << n << " ranks";
+    f.comm->cfg.fused_one_shot_max_bytes = 12345;
+    EXPECT_EQ(12345u, fusedOneShotLimit(f.comm.get(), tparBfloat16)) << n << " ranks";
+  }
+  Fake host(8);
+  host.comm->host_transport = true;
+  prepareCalls(host.comm.get());
+  EXPECT_EQ(defaultOneShotMaxBytes(8), fusedOneShotLimit(host.comm.get(), tparBfloat16));
+}
+
+TEST(FusedPaths, TwoShotTakesTheMeasuredWindowsAndTheSettingOverrides) {
+  const uint64_t KiB = 1024, MiB = 1024 * KiB;
+  struct Want {
+    int n;
+    uint64_t bytes;
+    bool two_shot;
+  };
+  // Above a one-kernel limit of 128 KiB: 2 ranks up to 1 MiB, 4 ranks always, 8 ranks above
+  // 512 KiB, 16 ranks (not measured) never; at or below the limit never.
+  const Want wants[] = {{2, 128 * KiB, false}, {2, 896 * KiB, true},  {2, 1 * MiB, true},
+                        {2, 2 * MiB, false},   {4, 129 * KiB, true},  {4, 4 * MiB, true},
+                        {8, 256 * KiB, false}, {8, 512 * KiB, false}, {8, 896 * KiB, true},
+                        {8, 4 * MiB, true},    {16, 4 * MiB, false}};
+  for (const Want& w : wants) {
+    Fake f(w.n);
+    EXPECT_EQ(w.two_shot, fusedTwoShotWanted(f.comm.get(), w.bytes, 128 * KiB))
+        << w.n << " ranks, " << w.bytes << " bytes";
+    f.comm->cfg.fused_two_shot = static_cast<int>(FusedTwoShot::kOn);
+    EXPECT_EQ(w.bytes > 128 * KiB, fusedTwoShotWanted(f.comm.get(), w.bytes, 128 * KiB));
+    f.comm->cfg.fused_two_shot = static_cast<int>(FusedTwoShot::kOff);
+    EXPECT_FALSE(fusedTwoShotWanted(f.comm.get(), w.bytes, 128 * KiB));
+  }
+}
+
 }  // namespace
 }  // namespace tpar

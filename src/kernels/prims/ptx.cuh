@@ -43,12 +43,6 @@ __device__ __forceinline__ void groupBarrier(int id, int threads) {
   asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
 }
 
-// Fetches the 128-byte line of global address `p` into L1 without waiting for it (a hint: the
-// later load reads whatever memory then holds); `p` must lie in a buffer of the caller.
-__device__ __forceinline__ void prefetchL1(const void* p) {
-  asm volatile("prefetch.global.L1 [%0];" ::"l"(p));
-}
-
 // NOTE [launch overlap]
 // On GPUs with programmatic dependent launch (sm_90+), the host launches with
 // cudaLaunchAttributeProgrammaticStreamSerialization, so a kernel may be scheduled before the
