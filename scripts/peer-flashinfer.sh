@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# FlashInfer's PCIe all-reduce kernels next to tpar, on the GPUs of this machine.
+#
+#   scripts/peer-flashinfer.sh restore MIRROR [COMMIT]
+#       copies include/flashinfer/comm/pcie_ipc_all_reduce.cuh of a FlashInfer git checkout or
+#       mirror (at COMMIT, default the pinned one below) into .peers/flashinfer/ (ignored by git:
+#       a peer's code is never part of this repository); no network needed where it runs.
+#   scripts/peer-flashinfer.sh run BUILD_DIR OUT_JSON [peer_flashinfer options...]
+#       builds tpar with tpar_peer_flashinfer (bench/experiments/peer_flashinfer.cu) against the
+#       restored header in BUILD_DIR and runs it: every candidate of FlashInfer's tuning grid
+#       checked and timed, the best re-timed (--ranks, --sizes, --memory device,host, -n, -w).
+#
+# What it measures and how it is compared: docs/PERFORMANCE.md, "Against FlashInfer's PCIe
+# kernels". Environment: TPAR_CUDA_ARCHS (default: the build's own choice).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+# The FlashInfer commit the comparisons in docs/PERFORMANCE.md were built from.
+pinned=fb28d7242
+dest=.peers/flashinfer
+header=include/flashinfer/comm/pcie_ipc_all_reduce.cuh
+
+usage() {
+  sed -n '2,13p' "$0" >&2
+  exit 2
+}
+
+case "${1:-}" in
+  restore)
+    mirror=${2:?usage: scripts/peer-flashinfer.sh restore MIRROR [COMMIT]}
+    commit=${3:-$pinned}
+    full=$(git --git-dir="$mirror" rev-parse --verify "$commit^{commit}" 2>/dev/null ||
+           git -C "$mirror" rev-parse --verify "$commit^{commit}") ||
+      { echo "peer-flashinfer: $mirror has no commit $commit" >&2; exit 2; }
+    rm -rf "$dest" && mkdir -p "$dest/$(dirname "$header")"
+    { git --git-dir="$mirror" show "$full:$header" 2>/dev/null ||
+      git -C "$mirror" show "$full:$header"; } > "$dest/$header"
+    echo "$full" > "$dest/COMMIT"
+    echo "peer-flashinfer: $dest/$header at ${full:0:12}"
+    ;;
+  run)
+    build=${2:?usage: scripts/peer-flashinfer.sh run BUILD_DIR OUT_JSON [options]}
+    out=${3:?usage: scripts/peer-flashinfer.sh run BUILD_DIR OUT_JSON [options]}
+    shift 3
+    [ -f "$dest/$header" ] && [ -f "$dest/COMMIT" ] ||
+      { echo "peer-flashinfer: no $dest/$header: run 'scripts/peer-flashinfer.sh restore MIRROR' first" >&2; exit 2; }
+    commit=$(cat "$dest/COMMIT")
+    archs=()
+    [ -n "${TPAR_CUDA_ARCHS:-}" ] && archs=(-DTPAR_CUDA_ARCHS="$TPAR_CUDA_ARCHS")
+    cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release "${archs[@]}" \
+      -DTPAR_BUILD_TESTS=OFF -DTPAR_PEER_FLASHINFER_INCLUDE="$PWD/$dest/include" \
+      -DTPAR_PEER_FLASHINFER_COMMIT="${commit:0:12}" > /dev/null
+    cmake --build "$build" --target tpar_peer_flashinfer tpar_cli
+    exe=$(find "$build" -name tpar_peer_flashinfer -type f -perm -u+x | head -1)
+    NCCL_NVLS_ENABLE=0 "$exe" --json "$out" "$@"
+    ;;
+  *) usage ;;
+esac
