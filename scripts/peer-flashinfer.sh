@@ -47,7 +47,7 @@ case "${1:-}" in
     archs=()
     [ -n "${TPAR_CUDA_ARCHS:-}" ] && archs=(-DTPAR_CUDA_ARCHS="$TPAR_CUDA_ARCHS")
     cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release "${archs[@]}" \
-      -DTPAR_BUILD_TESTS=OFF -DTPAR_PEER_FLASHINFER_INCLUDE="$PWD/$dest/include" \
+      -DTPAR_BUILD_TESTS=ON -DTPAR_PEER_FLASHINFER_INCLUDE="$PWD/$dest/include" \
       -DTPAR_PEER_FLASHINFER_COMMIT="${commit:0:12}" > /dev/null
     cmake --build "$build" --target tpar_peer_flashinfer tpar_cli
     exe=$(find "$build" -name tpar_peer_flashinfer -type f -perm -u+x | head -1)
