@@ -11,7 +11,8 @@
 #       checked and timed, the best re-timed (--ranks, --sizes, --memory device,host, -n, -w).
 #
 # What it measures and how it is compared: docs/PERFORMANCE.md, "Against FlashInfer's PCIe
-# kernels". Environment: TPAR_CUDA_ARCHS (default: the build's own choice).
+# kernels". Environment: TPAR_CUDA_ARCHS (default: the build's own choice), TPAR_COMMIT (the
+# commit recorded; default git HEAD).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # The FlashInfer commit the comparisons in docs/PERFORMANCE.md were built from.
@@ -46,7 +47,10 @@ case "${1:-}" in
     commit=$(cat "$dest/COMMIT")
     archs=()
     [ -n "${TPAR_CUDA_ARCHS:-}" ] && archs=(-DTPAR_CUDA_ARCHS="$TPAR_CUDA_ARCHS")
+    # The commit the records name (a copied tree's git metadata may be another's).
+    tpar_commit=${TPAR_COMMIT:-$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)}
     cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release "${archs[@]}" \
+      -DTPAR_GIT_COMMIT="$tpar_commit" \
       -DTPAR_BUILD_TESTS=ON -DTPAR_PEER_FLASHINFER_INCLUDE="$PWD/$dest/include" \
       -DTPAR_PEER_FLASHINFER_COMMIT="${commit:0:12}" > /dev/null
     cmake --build "$build" --target tpar_peer_flashinfer tpar_cli

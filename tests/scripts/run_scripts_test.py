@@ -646,5 +646,96 @@ class CompareVariants(unittest.TestCase):
         self.assertFalse(os.path.exists(os.path.join(t, "work")))
 
 
+class PeerScripts(unittest.TestCase):
+    """scripts/peer-compare.py pairs a peer's rows with tpar's of the same memory, ranks and
+    bytes; scripts/peer-flashinfer.sh restores the peer's header from a mirror (never from the
+    network) and refuses to build without it."""
+
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory()
+        self.addCleanup(self.tmp.cleanup)
+
+    def write(self, name, data):
+        path = os.path.join(self.tmp.name, name)
+        with open(path, "w") as f:
+            json.dump(data, f)
+        return path
+
+    def test_pairs_by_memory_ranks_and_bytes_with_the_ratio_of_the_inputs(self):
+        import random
+        rng = random.Random()
+        peer_rows, tpar_rows, want = [], [], {}
+        for memory, transport in (("host", "host"), ("device", "p2p")):
+            for ranks in (2, 4, 8):
+                for size in (12288, 1 << 20):
+                    p, t = rng.uniform(1, 500), rng.uniform(1, 500)
+                    peer_rows.append({"backend": "flashinfer:pcie_ipc", "memory": memory,
+                                      "ranks": ranks, "bytes": size, "us": p,
+                                      "best": {"variant": "staged"}})
+                    tpar_rows.append({"backend": "tpar", "dtype": "bfloat16", "op": "sum",
+                                      "transport": transport, "ranks": ranks, "bytes": size,
+                                      "us_out_of_place": t, "chosen": "oneshot"})
+                    want[(memory, ranks, size)] = t / p
+        # Rows that must not pair: another backend, another dtype, a size the peer lacks.
+        tpar_rows.append({"backend": "tpar:oneshot", "dtype": "bfloat16", "op": "sum",
+                          "transport": "host", "ranks": 2, "bytes": 12288, "us_out_of_place": 1.0})
+        tpar_rows.append({"backend": "tpar", "dtype": "float16", "op": "sum", "transport": "host",
+                          "ranks": 2, "bytes": 12288, "us_out_of_place": 1.0})
+        tpar_rows.append({"backend": "tpar", "dtype": "bfloat16", "op": "sum", "transport": "host",
+                          "ranks": 2, "bytes": 4096, "us_out_of_place": 1.0})
+        peer = self.write("peer.json", {"rows": peer_rows})
+        tpar = self.write("tpar.json", {"rows": tpar_rows})
+        out = os.path.join(self.tmp.name, "out.json")
+        r = run([sys.executable, os.path.join(ROOT, "scripts", "peer-compare.py"), peer,
+                 "--tpar", tpar, "-o", out])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        pairs = json.load(open(out))["pairs"]
+        self.assertEqual(len(want), len(pairs))
+        for x in pairs:
+            self.assertAlmostEqual(want[(x["memory"], x["ranks"], x["bytes"])],
+                                   x["tpar_over_peer"], places=3)
+        # Nothing to pair: a clear failure, no file.
+        none = self.write("none.json", {"rows": []})
+        out2 = os.path.join(self.tmp.name, "out2.json")
+        r = run([sys.executable, os.path.join(ROOT, "scripts", "peer-compare.py"), peer,
+                 "--tpar", none, "-o", out2])
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("no row of the peer", r.stderr)
+        self.assertFalse(os.path.exists(out2))
+
+    def test_restore_copies_the_header_of_the_commit_and_run_needs_it(self):
+        t = self.tmp.name
+        tree = os.path.join(t, "tree")
+        subprocess.run(["git", "clone", "-q", "--no-hardlinks", ROOT, tree], check=True)
+        mirror = os.path.join(t, "mirror")
+        header = "include/flashinfer/comm/pcie_ipc_all_reduce.cuh"
+        os.makedirs(os.path.join(mirror, os.path.dirname(header)))
+        text = "// header %d\n" % os.getpid()
+        with open(os.path.join(mirror, header), "w") as f:
+            f.write(text)
+        git = ["git", "-C", mirror, "-c", "user.name=t", "-c", "user.email=t@t"]
+        subprocess.run(["git", "init", "-q", mirror], check=True)
+        subprocess.run(git + ["add", "."], check=True)
+        subprocess.run(git + ["commit", "-q", "-m", "h"], check=True)
+        head = subprocess.run(["git", "-C", mirror, "rev-parse", "HEAD"], capture_output=True,
+                              text=True, check=True).stdout.strip()
+        script = os.path.join(tree, "scripts", "peer-flashinfer.sh")
+        r = run(["bash", script, "run", os.path.join(t, "b"), os.path.join(t, "o.json")])
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("restore MIRROR", r.stderr)
+        r = run(["bash", script, "restore", mirror, "0123456789abcdef"])
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("no commit 0123456789abcdef", r.stderr)
+        r = run(["bash", script, "restore", mirror, head])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        with open(os.path.join(tree, ".peers", "flashinfer", header)) as f:
+            self.assertEqual(text, f.read())
+        with open(os.path.join(tree, ".peers", "flashinfer", "COMMIT")) as f:
+            self.assertEqual(head, f.read().strip())
+        status = subprocess.run(["git", "-C", tree, "status", "--porcelain"], capture_output=True,
+                                text=True, check=True).stdout
+        self.assertEqual("", status, "the restored header must be ignored by git")
+
+
 if __name__ == "__main__":
     unittest.main(verbosity=1)
