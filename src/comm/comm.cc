@@ -534,6 +534,10 @@ bool fusedTwoShotWanted(const tparComm* comm, uint64_t bytes, uint64_t one_kerne
   // was not measured, the composite path.
   const int n = comm->nranks;
   if (bytes <= one_kernel_limit) return false;
+  // A forced algorithm (TPAR_ALGO) other than two-shot keeps the composite path, whose
+  // all-reduce it then runs.
+  if (comm->cfg.forced_algo != tparAlgoAuto && comm->cfg.forced_algo != tparAlgoTwoShot)
+    return false;
   if (n <= 2) return bytes <= (1u << 20);
   if (n <= 4) return true;
   if (n <= 8) return bytes > (512u << 10);

@@ -275,6 +275,12 @@ TEST(FusedPaths, TwoShotTakesTheMeasuredWindowsAndTheSettingOverrides) {
     Fake f(w.n);
     EXPECT_EQ(w.two_shot, fusedTwoShotWanted(f.comm.get(), w.bytes, 128 * KiB))
         << w.n << " ranks, " << w.bytes << " bytes";
+    // A forced algorithm other than two-shot keeps the composite path (its all-reduce).
+    f.comm->cfg.forced_algo = tparAlgoOneShot;
+    EXPECT_FALSE(fusedTwoShotWanted(f.comm.get(), w.bytes, 128 * KiB));
+    f.comm->cfg.forced_algo = tparAlgoTwoShot;
+    EXPECT_EQ(w.two_shot, fusedTwoShotWanted(f.comm.get(), w.bytes, 128 * KiB));
+    f.comm->cfg.forced_algo = tparAlgoAuto;
     f.comm->cfg.fused_two_shot = static_cast<int>(FusedTwoShot::kOn);
     EXPECT_EQ(w.bytes > 128 * KiB, fusedTwoShotWanted(f.comm.get(), w.bytes, 128 * KiB));
     f.comm->cfg.fused_two_shot = static_cast<int>(FusedTwoShot::kOff);
