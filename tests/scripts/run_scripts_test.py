@@ -705,8 +705,17 @@ class PeerScripts(unittest.TestCase):
 
     def test_restore_copies_the_header_of_the_commit_and_run_needs_it(self):
         t = self.tmp.name
+        # A repository with this tree's script and .gitignore (the working tree's, committed
+        # or not).
         tree = os.path.join(t, "tree")
-        subprocess.run(["git", "clone", "-q", "--no-hardlinks", ROOT, tree], check=True)
+        os.makedirs(os.path.join(tree, "scripts"))
+        for name in ("scripts/peer-flashinfer.sh", ".gitignore"):
+            with open(os.path.join(ROOT, name)) as src, open(os.path.join(tree, name), "w") as dst:
+                dst.write(src.read())
+        tgit = ["git", "-C", tree, "-c", "user.name=t", "-c", "user.email=t@t"]
+        subprocess.run(["git", "init", "-q", tree], check=True)
+        subprocess.run(tgit + ["add", "."], check=True)
+        subprocess.run(tgit + ["commit", "-q", "-m", "t"], check=True)
         mirror = os.path.join(t, "mirror")
         header = "include/flashinfer/comm/pcie_ipc_all_reduce.cuh"
         os.makedirs(os.path.join(mirror, os.path.dirname(header)))
@@ -735,6 +744,12 @@ class PeerScripts(unittest.TestCase):
         status = subprocess.run(["git", "-C", tree, "status", "--porcelain"], capture_output=True,
                                 text=True, check=True).stdout
         self.assertEqual("", status, "the restored header must be ignored by git")
+        # With the header: a bad option of `table` is named before anything is built.
+        r = run(["bash", script, "table", os.path.join(t, "b"), os.path.join(t, "o"),
+                 "--ranks", "2", "--bogus", "1"])
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("not '--bogus'", r.stderr)
+        self.assertFalse(os.path.exists(os.path.join(t, "b")))
 
 
 if __name__ == "__main__":
