@@ -205,7 +205,6 @@ std::string run(const Options& opt, json* out) {
       if (std::string e = rk.alloc(std::vector<int>(n, 0), max_numel * 2); !e.empty()) return e;
       for (size_t bytes : opt.sizes) {
         const size_t count = bytes / 2;
-        if (count % 8 != 0) return "--sizes: " + std::to_string(bytes) + " is not a multiple of 16 bytes";
         json row = {{"backend", "flashinfer:pcie_ipc"}, {"memory", memory}, {"ranks", n},
                     {"bytes", bytes}, {"dtype", "bfloat16"}, {"virtual", true}};
         Candidate current{};
@@ -324,7 +323,7 @@ int main(int argc, char** argv) {
   Options opt;
   std::string ranks = "2,4,8", sizes = "12K,112K,384K,1M,4M", memories = "device,host";
   app.add_option("--ranks", ranks, "virtual ranks, comma-separated (2, 4, 8)")->capture_default_str();
-  app.add_option("--sizes", sizes, "message sizes, comma-separated, K/M suffixes")->capture_default_str();
+  app.add_option("--sizes", sizes, "message sizes, comma-separated, K/M/G suffixes, multiples of 16 bytes")->capture_default_str();
   app.add_option("--memory", memories, "where the slabs live: device, host (pinned, mapped)")->capture_default_str();
   app.add_option("-n,--iters", opt.iters, "timed calls of the best candidates")->capture_default_str();
   app.add_option("-w,--warmup", opt.warmup, "untimed calls first")->capture_default_str();
@@ -341,13 +340,10 @@ int main(int argc, char** argv) {
   });
   if (err.empty()) {
     err = tpar_cli::parseList("--sizes", sizes, [&](const std::string& s) {
-      char* end = nullptr;
-      const double v = std::strtod(s.c_str(), &end);
-      if (end == s.c_str() || v <= 0) return false;
-      const std::string unit(end);
-      const double mult = unit.empty() ? 1 : unit == "K" ? 1024.0 : unit == "M" ? 1048576.0 : 0;
-      if (mult == 0) return false;
-      opt.sizes.push_back(static_cast<size_t>(v * mult));
+      uint64_t b = 0;
+      // Whole 16-byte packs, as FlashInfer's binding requires.
+      if (!tpar::parseBytes(s, &b) || b == 0 || b % 16 != 0) return false;
+      opt.sizes.push_back(b);
       return true;
     });
   }

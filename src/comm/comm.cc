@@ -524,20 +524,20 @@ uint64_t fusedOneShotLimit(const tparComm* comm, tparDataType_t dtype) {
 }
 
 bool fusedTwoShotWanted(const tparComm* comm, uint64_t bytes, uint64_t one_kernel_limit) {
-  const auto mode = static_cast<FusedTwoShot>(comm->cfg.fused_two_shot);
-  if (mode != FusedTwoShot::kAuto) return mode == FusedTwoShot::kOn && bytes > one_kernel_limit;
-  // Measured with each path forced on one H200, virtual ranks, 1 to 256 tokens of 4096, 7168
-  // and 8192 (docs/FUSED.md, "Where the norm happens"): two-shot ahead of the all-reduce and
-  // the norm kernel above the one-kernel limit at 4 ranks (512 KiB to 4 MiB), above 512 KiB at
-  // 8 (the composite path ahead from 128 to 512 KiB), and at 2 ranks at 896 KiB and 1 MiB but
-  // not from 2 MiB. Group sizes between take the next measured one's; above 8 ranks, where it
-  // was not measured, the composite path.
-  const int n = comm->nranks;
   if (bytes <= one_kernel_limit) return false;
+  const auto mode = static_cast<FusedTwoShot>(comm->cfg.fused_two_shot);
+  if (mode != FusedTwoShot::kAuto) return mode == FusedTwoShot::kOn;
   // A forced algorithm (TPAR_ALGO) other than two-shot keeps the composite path, whose
   // all-reduce it then runs.
   if (comm->cfg.forced_algo != tparAlgoAuto && comm->cfg.forced_algo != tparAlgoTwoShot)
     return false;
+  // Measured with each path forced on one H200, virtual ranks, 1 to 256 tokens of 4096, 7168
+  // and 8192 (docs/FUSED.md, "When two-shot"): two-shot ahead of the all-reduce and the norm
+  // kernel above the one-kernel limit at 4 ranks (896 KiB to 4 MiB), above 512 KiB at 8 (the
+  // composite path ahead from 224 to 512 KiB), and at 2 ranks at 896 KiB and 1 MiB but not from
+  // 2 MiB. Group sizes between take the next measured one's; above 8 ranks, where it was not
+  // measured, the composite path.
+  const int n = comm->nranks;
   if (n <= 2) return bytes <= (1u << 20);
   if (n <= 4) return true;
   if (n <= 8) return bytes > (512u << 10);

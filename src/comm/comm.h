@@ -169,7 +169,6 @@ bool fusedTwoShotWanted(const tparComm* comm, uint64_t bytes, uint64_t one_kerne
 // norm where it applies and is wanted (fusedTwoShotWanted), else the planned all-reduce into
 // out (or residual_out) and the norm kernel after it. `a.hidden` elements per row; fails with
 // tparInvalidArgument when one row does not fit a launch.
-
 tparResult_t allReduceAddRmsNorm(tparComm* comm, const void* input,
                                  const tparAddRmsNormArgs_t& a, tparDataType_t dtype,
                                  cudaStream_t stream);
