@@ -135,7 +135,16 @@ tparResult_t createLocal(int rank, int nranks, const ResolvedConfig& cfg, int ra
   const int rod = std::max(1, ranks_on_device);
   int resident = per_sm * sms / rod;
   if (rod > 1) resident = std::min(resident, (sms - 1) / (rod - 1));
-  const int wanted = std::min(kernels::kMaxBlocks, cfg.max_blocks > 0 ? cfg.max_blocks : 32);
+  // NOTE [wide grid for shared GPUs]
+  // Ranks that share a GPU and exchange in its memory move every byte through HBM, not through
+  // a link, and large calls there go as fast as the blocks issuing loads and stores: with 2
+  // virtual ranks on one H200, two-shot of 4 MiB took 12.7 us with 64 blocks and 22.1 us with
+  // 32 (docs/PERFORMANCE.md, "A wider grid for ranks that share a GPU"). Small calls keep 32
+  // active blocks (defaultPlan). Ranks on their own GPUs, and host memory, whose links saturate
+  // with far fewer blocks, keep 32 until a run on such machines measures otherwise.
+  const int default_grid = rod > 1 && !host_transport ? 64 : 32;
+  const int wanted =
+      std::min(kernels::kMaxBlocks, cfg.max_blocks > 0 ? cfg.max_blocks : default_grid);
   comm->max_blocks = std::max(1, std::min(wanted, resident));
   if (resident < 1) {
     return fail(setError(tparInvalidUsage,

@@ -108,6 +108,36 @@ TEST(TunerDefaults, VirtualRanksOnOneGpuUseOneShotThenTwoShot) {
   EXPECT_EQ(Algo::kTwoShot, pick(64 * kM, ctx));
 }
 
+TEST(TunerDefaults, RanksSharingAGpuRunSmallOneShotsOnThirtyTwoBlocksOfTheWiderGrid) {
+  // NOTE [wide grid for shared GPUs]: their grid is 64 blocks; up to 64 KiB one-shot keeps 32
+  // active, larger calls and two-shot take the whole grid (0), as do ranks on their own GPUs.
+  for (int n : {2, 4, 8}) {
+    TunerContext shared = context(n, LinkClass::kSameDevice, 1, true);
+    shared.ranks_per_gpu = n;
+    for (uint64_t bytes : {16u, 12u * 1024, 64u * 1024}) {
+      if (bytes > defaultOneShotMaxBytes(n)) {  // 8 ranks: two-shot above 32 KiB, every block
+        EXPECT_EQ(0, defaultPlan(bytes, tparBfloat16, shared, -1).active_blocks) << n;
+        continue;
+      }
+      const Plan p = defaultPlan(bytes, tparBfloat16, shared, -1);
+      EXPECT_EQ(Algo::kOneShot, p.algo) << n << " ranks " << bytes;
+      EXPECT_EQ(32, p.active_blocks) << n << " ranks " << bytes;
+    }
+    const Plan above = defaultPlan(64 * kK + 16, tparBfloat16, shared, -1);
+    EXPECT_EQ(0, above.active_blocks) << n << " ranks, " << algoName(above.algo);
+    EXPECT_EQ(0, defaultPlan(4 * kM, tparBfloat16, shared, -1).active_blocks);
+    // A forced one-shot limit moves the algorithm, not the narrow window.
+    EXPECT_EQ(0, defaultPlan(1 * kM, tparBfloat16, shared, 2 * kM).active_blocks);
+    EXPECT_EQ(32, defaultPlan(8 * kK, tparBfloat16, shared, 2 * kM).active_blocks);
+    TunerContext own = context(n, LinkClass::kSameSwitch, 1, true);
+    EXPECT_EQ(0, defaultPlan(12 * kK, tparBfloat16, own, -1).active_blocks) << n;
+    // Host memory keeps its own shapes (hostShape), unaffected by sharing a GPU.
+    shared.host_transport = true;
+    const Plan host = defaultPlan(12 * kK, tparBfloat16, shared, -1);
+    EXPECT_NE(Algo::kOneShot, host.algo);
+  }
+}
+
 TEST(TunerDefaults, OneShotLimitOverrideMovesTheThreshold) {
   const TunerContext ctx = context(8, LinkClass::kSameSwitch, 1, true);
   EXPECT_EQ(Algo::kTwoShot, pick(1 * kK, ctx, 0));

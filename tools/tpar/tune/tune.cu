@@ -224,7 +224,7 @@ void registerOptions(CLI::App* app, TuneOptions* opt, std::shared_ptr<std::strin
   app->add_option("--worker-world", opt->worker_world, "internal")->group("");
   app->add_option("--worker-id", opt->worker_id, "internal")->group("");
   app->add_option("--results-json", opt->results_json, "internal")->group("");
-  app->add_flag("--quick", opt->quick, "a smaller search: blocks 1,2,8,16,32 x threads 256,512");
+  app->add_flag("--quick", opt->quick, "a smaller search: blocks 1,2,8,16,32,64 x threads 64,256,512");
   auto int_list = [app, error](const char* name, std::vector<int>* out, int lo, int hi,
                                const char* what) {
     app->add_option_function<std::string>(

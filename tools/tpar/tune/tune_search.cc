@@ -16,16 +16,18 @@ namespace kernels = tpar::kernels;
 
 TuneSpace fullTuneSpace() {
   // Blocks: powers of two and the steps between the larger ones, up to 64 (the grid may be
-  // smaller: TPAR_MAX_BLOCKS); threads 128..1024 (1024 is excluded by the launch bound, with
-  // the reason printed). Steps stop at 8: each step costs two fenced hand-offs.
-  return TuneSpace{{1, 2, 4, 8, 12, 16, 24, 32, 48, 64}, {128, 256, 512, 1024}, {1, 2, 4, 8},
-                   {false, true}};
+  // smaller: TPAR_MAX_BLOCKS); threads 64..1024 (64: many small blocks won small calls in GPU
+  // memory for FlashInfer's kernels, docs/PERFORMANCE.md; 1024 is excluded by the launch
+  // bound, with the reason printed). Steps stop at 8: each step costs two fenced hand-offs.
+  return TuneSpace{{1, 2, 4, 8, 12, 16, 24, 32, 48, 64}, {64, 128, 256, 512, 1024},
+                   {1, 2, 4, 8}, {false, true}};
 }
 
 TuneSpace quickTuneSpace() {
   // Around the shapes that won where they were measured: one-shot with 8-32 blocks of 256-512
-  // threads (P2P), pulls and two-shots with 1-8 blocks (host memory).
-  return TuneSpace{{1, 2, 8, 16, 32}, {256, 512}, {1, 4}, {false, true}};
+  // threads (P2P), pulls and two-shots with 1-8 blocks (host memory), 64 blocks for ranks
+  // that share a GPU (NOTE [wide grid for shared GPUs]), 64 threads for small calls.
+  return TuneSpace{{1, 2, 8, 16, 32, 64}, {64, 256, 512}, {1, 4}, {false, true}};
 }
 
 namespace {

@@ -1,0 +1,162 @@
+// How fast one GPU's PCIe link to pinned host memory moves data, by copy engine and by the SMs:
+// the question behind "use the copy engines for large host-staged messages" (docs/PERFORMANCE.md,
+// "Host-staged transport"). For each size: cudaMemcpyAsync device to host, host to device, and
+// both at once on two streams; then `tpar doctor`'s probe kernels, whose threads store 16-byte
+// vectors into host memory or load them from it (four loads in flight per thread), with the whole
+// GPU (4 blocks per SM x 256 threads, as the doctor probes the link) and with the few blocks
+// of a host-staged all-reduce plan (8, 16, 32 blocks x 512 threads). Median GB/s over the reps.
+//   tpar_host_link [--device N] [--reps N]
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "tools/tpar/doctor/stream_kernels.cuh"
+
+namespace {
+
+#define CHECK(x)                                                                  \
+  do {                                                                            \
+    cudaError_t e_ = (x);                                                         \
+    if (e_ != cudaSuccess) {                                                      \
+      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x,             \
+                   cudaGetErrorString(e_));                                       \
+      std::exit(4);                                                               \
+    }                                                                             \
+  } while (0)
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v[v.size() / 2];
+}
+
+struct Bufs {
+  char* dev = nullptr;
+  char* dev2 = nullptr;
+  char* host = nullptr;
+  char* host2 = nullptr;
+  int* sink = nullptr;
+  cudaStream_t s[2] = {nullptr, nullptr};
+  cudaEvent_t e[4] = {nullptr, nullptr, nullptr, nullptr};
+};
+
+// One timed rep of `what` over `bytes`; returns GB/s (both directions counted for "both").
+double rep(const Bufs& b, const std::string& what, size_t bytes, int blocks, int threads) {
+  const size_t n = bytes / sizeof(int4);
+  CHECK(cudaEventRecord(b.e[0], b.s[0]));
+  CHECK(cudaStreamWaitEvent(b.s[1], b.e[0], 0));
+  double moved = double(bytes);
+  if (what == "dma-d2h") {
+    CHECK(cudaMemcpyAsync(b.host, b.dev, bytes, cudaMemcpyDeviceToHost, b.s[0]));
+  } else if (what == "dma-h2d") {
+    CHECK(cudaMemcpyAsync(b.dev, b.host, bytes, cudaMemcpyHostToDevice, b.s[0]));
+  } else if (what == "dma-both") {
+    CHECK(cudaMemcpyAsync(b.host, b.dev, bytes, cudaMemcpyDeviceToHost, b.s[0]));
+    CHECK(cudaMemcpyAsync(b.dev2, b.host2, bytes, cudaMemcpyHostToDevice, b.s[1]));
+    moved *= 2;
+  } else if (what == "sm-store") {
+    tpar_cli::storeStream<<<blocks, threads, 0, b.s[0]>>>(reinterpret_cast<int4*>(b.host), n, 7);
+  } else if (what == "sm-load") {
+    tpar_cli::loadStream<<<blocks, threads, 0, b.s[0]>>>(reinterpret_cast<const int4*>(b.host), n, b.sink);
+  } else if (what == "sm-both") {
+    tpar_cli::storeStream<<<blocks, threads, 0, b.s[0]>>>(reinterpret_cast<int4*>(b.host), n, 7);
+    tpar_cli::loadStream<<<blocks, threads, 0, b.s[1]>>>(reinterpret_cast<const int4*>(b.host2), n, b.sink);
+    moved *= 2;
+  }
+  CHECK(cudaGetLastError());
+  CHECK(cudaEventRecord(b.e[1], b.s[1]));
+  CHECK(cudaStreamWaitEvent(b.s[0], b.e[1], 0));
+  CHECK(cudaEventRecord(b.e[2], b.s[0]));
+  CHECK(cudaEventSynchronize(b.e[2]));
+  float ms = 0;
+  CHECK(cudaEventElapsedTime(&ms, b.e[0], b.e[2]));
+  return ms > 0 ? moved / (ms * 1e6) : 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int device = 0, reps = 10;
+  for (int i = 1; i < argc; i += 2) {
+    const bool known = !std::strcmp(argv[i], "--device") || !std::strcmp(argv[i], "--reps");
+    char* end = nullptr;
+    const long v = i + 1 < argc ? std::strtol(argv[i + 1], &end, 10) : -1;
+    if (!known || end == nullptr || *end != '\0' || v < 0 || v > 1000000) {
+      std::fprintf(stderr, "tpar_host_link: bad argument '%s'%s%s; usage: tpar_host_link "
+                   "[--device N] [--reps N]\n", argv[i], i + 1 < argc ? " " : "",
+                   i + 1 < argc ? argv[i + 1] : "");
+      return 2;
+    }
+    (!std::strcmp(argv[i], "--device") ? device : reps) = int(v);
+  }
+  if (reps < 1) {
+    std::fprintf(stderr, "tpar_host_link: --reps must be 1 or more\n");
+    return 2;
+  }
+  int ndev = 0;
+  if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
+    std::printf("no GPU: nothing to measure\n");
+    return 3;
+  }
+  if (device >= ndev) {
+    std::fprintf(stderr, "tpar_host_link: --device %d, but this machine has %d GPU(s)\n", device,
+                 ndev);
+    return 2;
+  }
+  CHECK(cudaSetDevice(device));
+  cudaDeviceProp prop{};
+  CHECK(cudaGetDeviceProperties(&prop, device));
+  int driver = 0;
+  CHECK(cudaDriverGetVersion(&driver));
+  const size_t max_bytes = size_t(64) << 20;
+  Bufs b;
+  CHECK(cudaMalloc(&b.dev, max_bytes));
+  CHECK(cudaMalloc(&b.dev2, max_bytes));
+  CHECK(cudaMalloc(&b.sink, sizeof(int)));
+  CHECK(cudaHostAlloc(reinterpret_cast<void**>(&b.host), max_bytes, cudaHostAllocMapped));
+  CHECK(cudaHostAlloc(reinterpret_cast<void**>(&b.host2), max_bytes, cudaHostAllocMapped));
+  std::memset(b.host, 1, max_bytes);
+  std::memset(b.host2, 2, max_bytes);
+  CHECK(cudaMemset(b.dev, 3, max_bytes));
+  CHECK(cudaMemset(b.dev2, 4, max_bytes));
+  for (auto& s : b.s) CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  for (auto& e : b.e) CHECK(cudaEventCreate(&e));
+
+  std::printf("# tpar_host_link: %s (%d SMs), CUDA driver API %d, pinned host memory "
+              "(cudaHostAlloc), %d reps per cell after one warm-up, median GB/s\n",
+              prop.name, prop.multiProcessorCount, driver, reps);
+  std::printf("# 'both' cells count the bytes of both directions\n");
+  struct Shape {
+    std::string what;
+    int blocks, threads;
+  };
+  const int whole = prop.multiProcessorCount * 4;
+  std::vector<Shape> shapes = {{"dma-d2h", 0, 0},         {"dma-h2d", 0, 0},
+                               {"dma-both", 0, 0},        {"sm-store", whole, 256},
+                               {"sm-load", whole, 256},   {"sm-both", whole, 256},
+                               {"sm-store", 8, 512},      {"sm-load", 8, 512},
+                               {"sm-store", 16, 512},     {"sm-load", 16, 512},
+                               {"sm-store", 32, 512},     {"sm-load", 32, 512}};
+  const size_t sizes[] = {size_t(256) << 10, size_t(1) << 20, size_t(4) << 20,
+                          size_t(16) << 20, size_t(64) << 20};
+  std::printf("%-10s %7s %7s", "what", "blocks", "threads");
+  for (size_t s : sizes) std::printf(" %9zuK", s >> 10);
+  std::printf("\n");
+  for (const Shape& sh : shapes) {
+    std::printf("%-10s %7d %7d", sh.what.c_str(), sh.blocks, sh.threads);
+    for (size_t bytes : sizes) {
+      std::vector<double> r;
+      for (int i = -1; i < reps; ++i) {
+        const double g = rep(b, sh.what, bytes, sh.blocks, sh.threads);
+        if (i >= 0) r.push_back(g);
+      }
+      std::printf(" %10.1f", median(r));
+    }
+    std::printf("\n");
+  }
+  return 0;
+}

@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# Experiments with variants of the code (docs/PERFORMANCE.md keeps them): builds the tpar CLI of
+# several source trees in parallel, then runs every config with every tree's CLI, ROUNDS times
+# (3), in alternating tree order so that a drift of the machine cancels, and prints per (config,
+# ranks, backend, size) each tree's median of (out-of-place + in-place) / 2 in us, with the
+# range over the rounds. Results unchecked (-c 0: the GPU tests check them). Exits 1 when a
+# build or a run failed (the table then has what did run), 2 on bad arguments. Knobs
+# (environment): ROUNDS (3), JOBS (build jobs per tree, 4), WORK (where the trees are copied and
+# built, /tmp).
+#   scripts/compare-variants.sh OUT "tag=DIR[+PATCH] ..." "name|ENV|TPAR BENCH ARGS" ...
+# A tree is a source folder, optionally with a patch applied to a copy of it; DIR and PATCH are
+# relative to this repository's root (bench/experiments/variants/README.md names the commit each
+# patch there is made for), e.g.
+#   scripts/compare-variants.sh /tmp/v "base=. va=.+bench/experiments/variants/va.patch" \
+#     "gpu|CUDA_VISIBLE_DEVICES=0|--transport auto --ranks 8 --backends tpar --sizes 12K,1M"
+set -u
+usage() { echo "usage: scripts/compare-variants.sh OUT \"tag=DIR[+PATCH] ...\" \"name|ENV|ARGS\" ..." >&2; exit 2; }
+[ $# -ge 3 ] || usage
+out=$1; shift; trees=$1; shift
+mkdir -p "$out" && out=$(cd "$out" && pwd)
+cd "$(dirname "$0")/.." || exit 2
+work=${WORK:-/tmp}
+export NCCL_NVLS_ENABLE=0
+t0=$(date +%s)
+tags=""
+for td in $trees; do
+  tag=${td%%=*}; spec=${td#*=}
+  [[ $td == *=* && $tag =~ ^[A-Za-z0-9_.]+$ && -n $spec ]] || { echo "bad tree '$td': want tag=DIR[+PATCH]" >&2; exit 2; }
+  dir=${spec%%+*}
+  [ -d "$dir" ] || { echo "tree $tag: no folder $dir" >&2; exit 2; }
+  if [[ $spec == *+* ]]; then
+    [ -f "${spec#*+}" ] || { echo "tree $tag: no patch ${spec#*+}" >&2; exit 2; }
+  fi
+  tags="$tags $tag"
+done
+status=0
+pids=()
+for td in $trees; do
+  tag=${td%%=*}; spec=${td#*=}
+  dir=${spec%%+*}; patch=""
+  if [[ $spec == *+* ]]; then
+    patch=${spec#*+}
+    [[ $patch == /* ]] || patch=$(pwd)/$patch
+  fi
+  src=$work/exp-src-$tag build=$work/exp-build-$tag
+  ( rm -rf "$src" && mkdir -p "$src" &&
+    tar -C "$dir" --exclude='./build*' --exclude=./.git --exclude='./.devcarry' -cf - . | tar -x -C "$src" &&
+    { [ -z "$patch" ] || (cd "$src" && git apply "$patch"); } &&
+    cmake -S "$src" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTPAR_CUDA_ARCHS=90 \
+      -DTPAR_GIT_COMMIT="$tag" -DTPAR_BUILD_TESTS=OFF -DTPAR_BUILD_EXAMPLES=OFF >"$out/build-$tag.log" 2>&1 &&
+    cmake --build "$build" --target tpar_cli -j "${JOBS:-4}" >>"$out/build-$tag.log" 2>&1 ) ||
+    { echo "build $tag failed: $(tail -3 "$out/build-$tag.log" 2>/dev/null)"; exit 1; } &
+  pids+=($!)
+done
+for p in "${pids[@]}"; do wait "$p" || status=1; done
+echo "built in $(( $(date +%s) - t0 )) s"
+rounds=${ROUNDS:-3}
+for ((r = 0; r < rounds; ++r)); do
+  for c in "$@"; do
+    IFS='|' read -r name envs args <<<"$c"
+    order=$tags
+    [ $((r % 2)) = 1 ] && order=$(echo $tags | tr ' ' '\n' | tac | tr '\n' ' ')
+    for tag in $order; do
+      # shellcheck disable=SC2086  # envs and args are word lists
+      env $envs "$work/exp-build-$tag/tools/tpar/tpar" bench $args -c 0 --json "$out/$name-$tag-$r.json" \
+        >"$out/$name-$tag-$r.txt" 2>&1 || { echo "run $name $tag failed"; status=1; }
+    done
+  done
+done
+echo "ran in $(( $(date +%s) - t0 )) s"
+python3 - "$out" $tags <<'PY' || status=1
+import glob, json, os, re, statistics, sys
+out, tags = sys.argv[1], sys.argv[2:]
+t = {}
+for p in sorted(glob.glob(os.path.join(out, "*.json"))):
+    m = re.match(r"(.*)-([^-]+)-(\d+)\.json$", os.path.basename(p))
+    if not m or m.group(2) not in tags:
+        continue
+    for row in json.load(open(p)).get("rows", []):
+        k = (m.group(1), row["ranks"], row["backend"], row["bytes"])
+        t.setdefault(k, {}).setdefault(m.group(2), []).append(
+            (row["us_out_of_place"] + row["us_in_place"]) / 2)
+for k in sorted(t):
+    cells = "  ".join(f"{tag}={statistics.median(t[k][tag]):8.2f} "
+                      f"[{min(t[k][tag]):.2f}-{max(t[k][tag]):.2f}]" for tag in tags if tag in t[k])
+    print(f"{k[0]:14} {k[1]:>2} {k[2]:18} {k[3]:>8}  {cells}")
+PY
+exit $status

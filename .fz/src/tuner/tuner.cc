@@ -1,0 +1,563 @@
+#include "tuner/tuner.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cinttypes>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <map>
+
+#include <nlohmann/json.hpp>
+
+#include "registry/algorithms.h"
+#include "base/env.h"
+#include "base/hash.h"
+#include "base/error.h"
+#include "base/user_file.h"
+#include "topology/topology.h"
+
+namespace tpar {
+namespace {
+
+constexpr const char* kFormatTag = "tpar-tuning";
+constexpr int kFormatVersion = 1;
+
+// A tuning file is a few kilobytes; refusing anything huge keeps communicator init from
+// reading whatever a wrong TPAR_TUNING_FILE points at.
+constexpr std::streamsize kMaxFileBytes = 4 << 20;
+
+// Staged pays n-1 dependent steps, each behind a flag round trip over the link, so it
+// only makes sense above the one-shot limit. At bulk sizes the time is wire time, and no
+// measurement yet shows its rotation beating two-shot there; until `tpar tune` measures the
+// machine, two-shot keeps the sizes above this one.
+constexpr uint64_t kStagedMaxBytes = 4u << 20;
+
+// Receive regions in host memory (defaultPlan): one-shot pull up to this size on two ranks,
+// two-shot LL up to the next, the pipelined two-shot above.
+constexpr uint64_t kHostOneShotPullMaxBytes = 16u << 10;
+constexpr uint64_t kHostLLMaxBytes = 32u << 10;
+
+const char* dtypeKey(tparDataType_t d) {
+  switch (d) {
+    case tparFloat32: return "float32";
+    case tparFloat16: return "float16";
+    case tparBfloat16: return "bfloat16";
+    default: return nullptr;
+  }
+}
+
+bool dtypeFromKey(const std::string& s, tparDataType_t* out) {
+  for (int d = 0; d < tparNumDataTypes; ++d) {
+    if (s == dtypeKey(static_cast<tparDataType_t>(d))) {
+      *out = static_cast<tparDataType_t>(d);
+      return true;
+    }
+  }
+  return false;
+}
+
+// Hierarchical needs equal islands; a table or a forced choice may name it on a group that
+// has none, and the communicator must still run (fallbackReason says why).
+Plan runnable(Plan p, const TunerContext& ctx) {
+  if (fallbackReason(p.algo, ctx) != nullptr) p.algo = kernels::Algo::kTwoShot;
+  return p;
+}
+
+// "oneshot, twoshot, ... or nccl": every name a table entry may give.
+std::string planAlgoNames() {
+  std::string s;
+  for (const Algorithm& a : algorithms()) s += std::string(a.name) + ", ";
+  return s.substr(0, s.size() - 2) + " or nccl";
+}
+
+// The kernels' launch bound caps threads (docs/TUNING.md, "Why threads stop at 512").
+bool validThreads(int64_t t) {
+  return t == 0 || (t >= 64 && t <= kernels::kMaxThreads && t % 32 == 0);
+}
+
+// Field checks for tuningFromJson. Each failure names the field by its JSON path.
+tparResult_t bad(const std::string& field, const std::string& problem) {
+  return setError(tparInvalidArgument, "tuning table: field '%s' %s", field.c_str(),
+                  problem.c_str());
+}
+
+tparResult_t getInt(const nlohmann::json& obj, const std::string& key, const std::string& path,
+                    int64_t lo, int64_t hi, int64_t* out) {
+  auto it = obj.find(key);
+  if (it == obj.end()) return bad(path, "is missing");
+  if (!it->is_number_integer()) return bad(path, "is " + it->dump() + ", not a whole number");
+  // Unsigned values above INT64_MAX come back negative through get<int64_t>.
+  if (it->is_number_unsigned() && it->get<uint64_t>() > static_cast<uint64_t>(INT64_MAX))
+    return bad(path, "is " + it->dump() + ", out of range");
+  const int64_t v = it->get<int64_t>();
+  if (v < lo || v > hi) {
+    return bad(path, "is " + std::to_string(v) + "; expected " + std::to_string(lo) + ".." +
+                         std::to_string(hi));
+  }
+  *out = v;
+  return tparSuccess;
+}
+
+tparResult_t getString(const nlohmann::json& obj, const std::string& key, const std::string& path,
+                       bool required, std::string* out) {
+  auto it = obj.find(key);
+  if (it == obj.end()) return required ? bad(path, "is missing") : tparSuccess;
+  if (!it->is_string()) return bad(path, "is " + it->dump() + ", not a string");
+  *out = it->get<std::string>();
+  return tparSuccess;
+}
+
+tparResult_t getMicroseconds(const nlohmann::json& obj, const std::string& key,
+                             const std::string& path, double* out) {
+  auto it = obj.find(key);
+  if (it == obj.end()) return tparSuccess;
+  // Bounded (1000 s) so that every accepted value is written back the same way.
+  if (!it->is_number() || !std::isfinite(it->get<double>()) || it->get<double>() <= 0 ||
+      it->get<double>() > 1e9)
+    return bad(path, "is " + it->dump() + "; expected a positive number of microseconds up to 1e9");
+  *out = it->get<double>();
+  return tparSuccess;
+}
+
+// Written to the nanosecond, and only when that is a positive finite number: the reader
+// rejects 0 and non-numbers, so a sub-nanosecond or overflowing value (both found by fuzzing
+// the round trip) would make the file unreadable.
+void putMicroseconds(nlohmann::ordered_json& obj, const char* key, double value) {
+  const double us = std::round(value * 1000.0) / 1000.0;
+  if (std::isfinite(us) && us > 0) obj[key] = us;
+}
+
+tparResult_t entryFromJson(const nlohmann::json& e, size_t index, TuningEntry* out) {
+  const std::string at = "entries[" + std::to_string(index) + "]";
+  if (!e.is_object()) return bad(at, "is not an object");
+  TuningEntry entry;
+  std::string dtype;
+  TPAR_TRY(getString(e, "dtype", at + ".dtype", true, &dtype));
+  if (!dtypeFromKey(dtype, &entry.dtype))
+    return bad(at + ".dtype", "is '" + dtype + "'; expected float32, float16 or bfloat16");
+
+  auto mb = e.find("max_bytes");
+  if (mb == e.end()) return bad(at + ".max_bytes", "is missing");
+  if (!mb->is_number_integer()) return bad(at + ".max_bytes", "is " + mb->dump() + ", not a whole number");
+  if (!mb->is_number_unsigned() || mb->get<uint64_t>() == 0)
+    return bad(at + ".max_bytes", "is " + mb->dump() + "; expected a positive size");
+  entry.max_bytes = mb->get<uint64_t>();
+
+  std::string algo;
+  TPAR_TRY(getString(e, "algo", at + ".algo", true, &algo));
+  if (!planAlgoFromName(algo, &entry.plan))
+    return bad(at + ".algo", "is '" + algo + "'; expected one of " + planAlgoNames());
+
+  int64_t v = 0;
+  TPAR_TRY(getInt(e, "active_blocks", at + ".active_blocks", 0, kernels::kMaxBlocks, &v));
+  entry.plan.active_blocks = static_cast<int>(v);
+  TPAR_TRY(getInt(e, "threads", at + ".threads", 0, kernels::kMaxThreads, &v));
+  if (!validThreads(v))
+    return bad(at + ".threads", "is " + std::to_string(v) + "; expected 0 or a multiple of 32 in 64.." +
+                                    std::to_string(kernels::kMaxThreads));
+  entry.plan.threads = static_cast<int>(v);
+  // Optional (tables written before the pipelined two-shot have none): 0 = built-in.
+  if (e.find("steps") != e.end()) {
+    TPAR_TRY(getInt(e, "steps", at + ".steps", 0, kMaxPlanSteps, &v));
+    entry.plan.steps = static_cast<int>(v);
+  }
+  if (e.find("pull") != e.end()) {
+    TPAR_TRY(getInt(e, "pull", at + ".pull", 0, 1, &v));
+    entry.plan.pull = v != 0;
+  }
+
+  // "us" and "default_us" are informational and optional; when present they are real
+  // measurements.
+  TPAR_TRY(getMicroseconds(e, "us", at + ".us", &entry.us));
+  TPAR_TRY(getMicroseconds(e, "default_us", at + ".default_us", &entry.default_us));
+  *out = entry;
+  return tparSuccess;
+}
+
+// A signature can be anything the topology module makes of the machine; only a plain one is
+// put into a file name as it is, anything else as a hash of it.
+std::string fileNamePart(const std::string& signature) {
+  bool plain = !signature.empty() && signature.size() <= 64 && signature[0] != '.';
+  for (char c : signature) {
+    plain &= (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+             c == '-' || c == '_' || c == '.';
+  }
+  if (plain) return signature;
+  const uint64_t h = fnv1a(signature.data(), signature.size());
+  char buf[17];
+  std::snprintf(buf, sizeof(buf), "%016" PRIx64, h);
+  return buf;
+}
+
+// mkdir -p. Succeeds when the directory exists already.
+bool makeDirs(const std::string& dir, std::string* why) {
+  if (dir.empty()) return true;
+  for (size_t pos = 1; pos <= dir.size(); ++pos) {
+    if (pos != dir.size() && dir[pos] != '/') continue;
+    const std::string prefix = dir.substr(0, pos);
+    if (mkdir(prefix.c_str(), 0755) != 0 && errno != EEXIST) {
+      *why = "cannot create directory " + prefix + ": " + std::strerror(errno);
+      return false;
+    }
+  }
+  struct stat st;
+  if (stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+    *why = dir + " is not a directory";
+    return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+const char* fallbackReason(kernels::Algo a, const TunerContext& ctx) {
+  if (!algorithm(a).needs_islands || ctx.hierarchical_ok) return nullptr;
+  return ctx.islands <= 1 ? "one island" : "islands of unequal size";
+}
+
+TuningTable singlePlanTable(const TunerContext& ctx, const Plan& plan) {
+  TuningTable t;
+  t.signature = ctx.signature;
+  t.nranks = ctx.nranks;
+  for (int d = 0; d < tparNumDataTypes; ++d) {
+    TuningEntry e;
+    e.max_bytes = std::numeric_limits<uint64_t>::max();
+    e.dtype = static_cast<tparDataType_t>(d);
+    e.plan = plan;
+    t.entries.push_back(e);
+  }
+  return t;
+}
+
+const char* planAlgoName(const Plan& p) { return p.nccl ? "nccl" : algoName(p.algo); }
+
+bool planAlgoFromName(const std::string& name, Plan* out) {
+  if (name == "nccl") {
+    out->nccl = true;
+    return true;
+  }
+  out->nccl = false;
+  return algoFromName(name, &out->algo);
+}
+
+namespace {
+
+// The launch shape of a plan whose receive regions are in host memory, where every waiting
+// warp polls across the link and those polls queue (NOTE [flag lines]). Chosen from `tpar tune
+// --transport host` runs with 2, 4 and 8 ranks (the tables are in docs/PERFORMANCE.md,
+// "Host-staged transport"):
+//  * pipelined: published once in the sender's own region (pull), which beat pushing at
+//    48 KiB and up with 4 and 8 ranks and tied with 2; about one block per 8 KiB that a rank
+//    sends, at most 32 / (ranks sharing a GPU: their polling warps and fences add up there)
+//    and 8; steps of about 48 KiB per block, since each step costs two fenced hand-offs. With
+//    one rank per GPU that gives 8 blocks, which only a run with one rank per GPU can confirm.
+//  * twoshot-ll: one block when 8 or more ranks share a GPU, two otherwise.
+//  * pull variants (their flags or lines are polled per block): about one block per 16 KiB of a
+//    rank's chunk (with 8 ranks at 12 KiB, 32 blocks were several times slower than one).
+// Other algorithms keep the kernels' own shape.
+Plan hostShape(Plan p, uint64_t bytes, const TunerContext& ctx) {
+  const uint64_t n = static_cast<uint64_t>(std::max(ctx.nranks, 1));
+  if (p.algo == kernels::Algo::kPipelined) {
+    const uint64_t pushed = bytes / n * (n - 1);
+    const uint64_t sharing = static_cast<uint64_t>(std::max(ctx.ranks_per_gpu, 1));
+    const uint64_t cap = std::min<uint64_t>(std::max<uint64_t>(32 / sharing, 1), 8);
+    const uint64_t blocks = std::min<uint64_t>(std::max<uint64_t>(pushed / (8u << 10), 1), cap);
+    p.active_blocks = static_cast<int>(blocks);
+    p.steps = static_cast<int>(
+        std::min<uint64_t>(std::max<uint64_t>(pushed / blocks / (48u << 10), 1), 16));
+    p.pull = true;
+  } else if (p.algo == kernels::Algo::kTwoShotLL) {
+    p.active_blocks = ctx.ranks_per_gpu >= 8 ? 1 : 2;
+  } else if (p.algo == kernels::Algo::kOneShotPull || p.algo == kernels::Algo::kTwoShotPull) {
+    const uint64_t blocks = bytes / (n * (16u << 10));
+    p.active_blocks = static_cast<int>(std::min<uint64_t>(std::max<uint64_t>(blocks, 1), 32));
+  }
+  return p;
+}
+
+}  // namespace
+
+uint64_t defaultOneShotMaxBytes(int nranks) {
+  if (nranks <= 2) return 256u << 10;
+  if (nranks <= 4) return 64u << 10;
+  return 32u << 10;
+}
+
+Plan defaultPlan(uint64_t bytes, tparDataType_t dtype, const TunerContext& ctx,
+                 int64_t one_shot_max_bytes) {
+  (void)dtype;  // the built-in thresholds are in bytes; only a measured table tells dtypes apart
+  Plan p;       // active_blocks = threads = 0: the kernels size themselves from the work
+  if (ctx.host_transport) {
+    // Every byte crosses a GPU's PCIe link to host memory and back (NOTE [host regions]), and
+    // every flag costs a system-scope fence and a polled round trip (NOTE [flag lines]). Two
+    // ranks, small messages: one-shot pull, a single round trip. Then two-shot LL, whose data
+    // carries its own epoch (no fences, twice the bytes), then the pipelined two-shot. The
+    // crossovers follow the tune runs of docs/PERFORMANCE.md ("Host-staged transport").
+    const uint64_t n = static_cast<uint64_t>(std::max(ctx.nranks, 1));
+    const uint64_t limit = one_shot_max_bytes >= 0 ? static_cast<uint64_t>(one_shot_max_bytes)
+                           : n <= 2                ? kHostOneShotPullMaxBytes
+                                                   : 0;
+    p.algo = bytes <= limit || n <= 1   ? kernels::Algo::kOneShotPull
+             : bytes <= kHostLLMaxBytes ? kernels::Algo::kTwoShotLL
+                                        : kernels::Algo::kPipelined;
+    return hostShape(p, bytes, ctx);
+  }
+  const uint64_t one_shot_limit = one_shot_max_bytes >= 0
+                                      ? static_cast<uint64_t>(one_shot_max_bytes)
+                                      : defaultOneShotMaxBytes(ctx.nranks);
+  // Small messages are latency-bound: one crossing beats two even though it moves (n-1)x the
+  // bytes. One rank has nothing to exchange either way.
+  if (bytes <= one_shot_limit || ctx.nranks <= 1) {
+    p.algo = kernels::Algo::kOneShot;
+    return p;
+  }
+  const int worst = ctx.worst_link;
+  if (worst >= static_cast<int>(LinkClass::kAcrossNuma) && ctx.hierarchical_ok) {
+    // The inter-socket link (~24 GB/s) is half a PCIe Gen5 hop and every byte crossing it
+    // also crosses both root complexes: reduce inside each island first so that only one
+    // partial sum per island crosses.
+    p.algo = kernels::Algo::kHier;
+    return p;
+  }
+  if (worst >= static_cast<int>(LinkClass::kSameHostBridge) && !ctx.hierarchical_ok &&
+      ctx.nranks > 2 && bytes <= kStagedMaxBytes) {
+    // Every peer-to-peer write between these GPUs passes through a root complex. Two-shot's
+    // all-to-all pushes make n-1 streams converge on each GPU's port at once, and the root
+    // complex's posted-write buffering collapses under that fan-in (the failure that makes
+    // the engines' custom all-reduce slower than NCCL beyond two PCIe GPUs). Staged keeps
+    // one inbound and one outbound stream per GPU and step.
+    p.algo = kernels::Algo::kStaged;
+    return p;
+  }
+  // Behind one switch (or with two ranks, where all-to-all is a single pair) the fan-in is
+  // absorbed by the switch and two-shot's bandwidth-optimal traffic wins.
+  p.algo = kernels::Algo::kTwoShot;
+  return p;
+}
+
+std::vector<uint64_t> defaultPlanBoundaries(const TunerContext& ctx, int64_t one_shot_max_bytes) {
+  // Every size after which defaultPlan may pick another algorithm (keep in step with it).
+  std::vector<uint64_t> b = {kStagedMaxBytes, kHostOneShotPullMaxBytes, kHostLLMaxBytes,
+                             defaultOneShotMaxBytes(ctx.nranks)};
+  if (one_shot_max_bytes >= 0) b.push_back(static_cast<uint64_t>(one_shot_max_bytes));
+  return b;
+}
+
+Plan selectPlan(uint64_t bytes, tparDataType_t dtype, const TunerContext& ctx,
+                const TuningTable* table, tparAlgo_t forced, int64_t one_shot_max_bytes) {
+  Plan forced_plan;
+  if (forced == tparAlgoNccl) {
+    forced_plan.nccl = true;
+    return forced_plan;
+  }
+  if (kernelAlgoOf(forced, &forced_plan.algo)) {
+    forced_plan = runnable(forced_plan, ctx);
+    // In host memory the host-memory kernels need few blocks (hostShape leaves the others
+    // alone); elsewhere every kernel keeps its own shape.
+    return ctx.host_transport ? hostShape(forced_plan, bytes, ctx) : forced_plan;
+  }
+  // A table measured on another machine or rank count says nothing about this one.
+  if (table != nullptr && table->signature == ctx.signature && table->nranks == ctx.nranks) {
+    const TuningEntry* last = nullptr;
+    for (const TuningEntry& e : table->entries) {
+      if (e.dtype != dtype) continue;
+      last = &e;
+      if (e.max_bytes >= bytes) break;
+    }
+    // Beyond the largest measured size the largest size's answer is the best evidence. Where
+    // NCCL won but none is attached, the defaults decide (the table keeps no runner-up).
+    if (last != nullptr && !(last->plan.nccl && !ctx.nccl)) return runnable(last->plan, ctx);
+    // No entry for this dtype: the defaults, rather than another dtype's crossovers.
+  }
+  return defaultPlan(bytes, dtype, ctx, one_shot_max_bytes);
+}
+
+std::string tuningToJson(const TuningTable& table) {
+  // Ordered keys: the file is meant to be read by people too.
+  nlohmann::ordered_json j;
+  j["format"] = kFormatTag;
+  j["version"] = kFormatVersion;
+  j["signature"] = table.signature;
+  j["nranks"] = table.nranks;
+  j["created"] = table.created;
+  j["gpu"] = table.gpu;
+  j["entries"] = nlohmann::ordered_json::array();
+  for (const TuningEntry& e : table.entries) {
+    nlohmann::ordered_json o;
+    const char* key = dtypeKey(e.dtype);
+    o["dtype"] = key != nullptr ? key : "unknown";
+    o["max_bytes"] = e.max_bytes;
+    o["algo"] = planAlgoName(e.plan);
+    o["active_blocks"] = e.plan.active_blocks;
+    o["threads"] = e.plan.threads;
+    o["steps"] = e.plan.steps;
+    o["pull"] = e.plan.pull ? 1 : 0;
+    putMicroseconds(o, "us", e.us);
+    putMicroseconds(o, "default_us", e.default_us);
+    j["entries"].push_back(o);
+  }
+  return j.dump(2) + "\n";
+}
+
+tparResult_t tuningFromJson(const std::string& text, TuningTable* out) {
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::exception& e) {
+    // Any parser failure, including numbers too large for any type (out_of_range 406, found
+    // by fuzzing): a bad file is ignored with a message, never an exception out of init.
+    return setError(tparInvalidArgument, "tuning table: not valid JSON (%s)", e.what());
+  }
+  if (!j.is_object()) return bad("(top level)", "is not a JSON object");
+  TuningTable t;
+  std::string format;
+  TPAR_TRY(getString(j, "format", "format", true, &format));
+  if (format != kFormatTag) return bad("format", "is '" + format + "'; expected '" + kFormatTag + "'");
+  int64_t v = 0;
+  auto ver = j.find("version");
+  if (ver == j.end()) return bad("version", "is missing");
+  if (!ver->is_number_integer() || ver->get<int64_t>() != kFormatVersion) {
+    return bad("version", "is " + ver->dump() + "; this library reads version " +
+                              std::to_string(kFormatVersion) + " (re-run `tpar tune`)");
+  }
+  TPAR_TRY(getString(j, "signature", "signature", true, &t.signature));
+  if (t.signature.empty()) return bad("signature", "is empty");
+  TPAR_TRY(getInt(j, "nranks", "nranks", 1, TPAR_MAX_RANKS, &v));
+  t.nranks = static_cast<int>(v);
+  TPAR_TRY(getString(j, "created", "created", false, &t.created));
+  TPAR_TRY(getString(j, "gpu", "gpu", false, &t.gpu));
+
+  auto entries = j.find("entries");
+  if (entries == j.end()) return bad("entries", "is missing");
+  if (!entries->is_array()) return bad("entries", "is not an array");
+  if (entries->empty()) return bad("entries", "is empty");
+  std::map<int, uint64_t> previous;  // per dtype: the last max_bytes, to check the order
+  for (size_t i = 0; i < entries->size(); ++i) {
+    TuningEntry e;
+    TPAR_TRY(entryFromJson((*entries)[i], i, &e));
+    auto it = previous.find(e.dtype);
+    if (it != previous.end() && e.max_bytes <= it->second) {
+      return bad("entries[" + std::to_string(i) + "].max_bytes",
+                 "is " + std::to_string(e.max_bytes) + ", not above the previous " +
+                     dtypeKey(e.dtype) + " entry's " + std::to_string(it->second) +
+                     " (sizes must ascend per dtype)");
+    }
+    previous[e.dtype] = e.max_bytes;
+    t.entries.push_back(e);
+  }
+  *out = std::move(t);
+  return tparSuccess;
+}
+
+tparResult_t loadTuningFile(const std::string& path, const TunerContext& ctx, TuningTable* out) {
+  // NOTE [user files]: TPAR_TUNING_FILE may name a FIFO or a device; neither may block init.
+  std::string text;
+  TPAR_TRY(readUserFile(path, "tuning file", static_cast<size_t>(kMaxFileBytes), &text));
+  TuningTable t;
+  if (tuningFromJson(text, &t) != tparSuccess) {
+    const std::string why = lastError();
+    return setError(tparInvalidArgument, "tuning file %s: %s", path.c_str(), why.c_str());
+  }
+  if (t.signature != ctx.signature || t.nranks != ctx.nranks) {
+    return setError(tparInvalidArgument,
+                    "tuning file %s was measured for topology '%s' with %d ranks; this group "
+                    "is topology '%s' with %d ranks (re-run `tpar tune`)",
+                    path.c_str(), t.signature.c_str(), t.nranks, ctx.signature.c_str(),
+                    ctx.nranks);
+  }
+  t.source = path;
+  *out = std::move(t);
+  return tparSuccess;
+}
+
+tparResult_t saveTuningFile(const std::string& path, const TuningTable& table) {
+  if (path.empty()) return setError(tparInvalidArgument, "tuning file path is empty");
+  // Refuse to write what loadTuningFile would reject.
+  const std::string text = tuningToJson(table);
+  TuningTable check;
+  if (tuningFromJson(text, &check) != tparSuccess) {
+    const std::string why = lastError();
+    return setError(tparInvalidArgument, "not saving %s: %s", path.c_str(), why.c_str());
+  }
+  // The rename below would replace a FIFO or a device node (as root, /dev/null) with the table.
+  struct stat st;
+  if (stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) {
+    return setError(tparInvalidArgument, "not saving %s: it exists and is not a regular file",
+                    path.c_str());
+  }
+  const size_t slash = path.rfind('/');
+  const std::string dir = slash == std::string::npos ? "" : path.substr(0, slash);
+  std::string why;
+  if (!makeDirs(dir, &why)) return setError(tparSystemError, "saving %s: %s", path.c_str(), why.c_str());
+  // Temp file + rename in the same directory: a communicator starting while `tpar tune`
+  // writes sees the old file or the new one, never half of one.
+  std::string tmp = path + ".tmp.XXXXXX";
+  const int fd = mkstemp(&tmp[0]);
+  if (fd < 0) {
+    return setError(tparSystemError, "saving %s: cannot create %s: %s", path.c_str(),
+                    tmp.c_str(), std::strerror(errno));
+  }
+  fchmod(fd, 0644);  // mkstemp makes 0600; the table is not a secret
+  size_t done = 0;
+  while (done < text.size()) {
+    const ssize_t n = write(fd, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const int err = errno;
+      close(fd);
+      unlink(tmp.c_str());
+      return setError(tparSystemError, "saving %s: write failed: %s", path.c_str(),
+                      std::strerror(err));
+    }
+    done += static_cast<size_t>(n);
+  }
+  if (fsync(fd) != 0 || close(fd) != 0) {
+    const int err = errno;
+    unlink(tmp.c_str());
+    return setError(tparSystemError, "saving %s: %s", path.c_str(), std::strerror(err));
+  }
+  if (rename(tmp.c_str(), path.c_str()) != 0) {
+    const int err = errno;
+    unlink(tmp.c_str());
+    return setError(tparSystemError, "saving %s: rename failed: %s", path.c_str(),
+                    std::strerror(err));
+  }
+  return tparSuccess;
+}
+
+std::string tuningFilePathFrom(const TunerContext& ctx, const std::string& tuning_file,
+                               const char* xdg_cache_home, const char* home) {
+  if (!tuning_file.empty()) return tuning_file;
+  std::string dir;
+  // The XDG base directory spec says to ignore a relative XDG_CACHE_HOME.
+  if (xdg_cache_home != nullptr && xdg_cache_home[0] == '/') {
+    dir = std::string(xdg_cache_home) + "/tpar";
+  } else if (home != nullptr && home[0] != '\0') {
+    dir = std::string(home) + "/.cache/tpar";
+  } else {
+    return "";
+  }
+  return dir + "/tuning-" + fileNamePart(ctx.signature) + "-" + std::to_string(ctx.nranks) +
+         ".json";
+}
+
+std::string tuningFilePath(const TunerContext& ctx) {
+  const Env* env = nullptr;
+  std::string file;
+  // processEnv records a parse failure as this thread's last error; the communicator has
+  // reported it already, so keep the caller's text and fall back to the default location.
+  const std::string saved = lastError();
+  if (processEnv(&env) == tparSuccess) file = env->tuning_file;
+  else setError(tparSuccess, "%s", saved.c_str());
+  // XDG_CACHE_HOME and HOME belong to the desktop and the shell, not to tpar: they are not in
+  // tpar's registry and are read where they are used.
+  return tuningFilePathFrom(ctx, file, std::getenv("XDG_CACHE_HOME"), std::getenv("HOME"));
+}
+
+}  // namespace tpar

@@ -1,0 +1,97 @@
+// `tpar tune` as a user runs it: a tiny search on 2 virtual ranks, per transport, in one
+// process and in one process per rank, that must check every candidate, print the gain over
+// the defaults and write a table that a communicator of the same group loads.
+#include <unistd.h>
+
+#include <string>
+#include <vector>
+
+#include "comm/comm.h"
+#include "gpu/test_util.h"
+#include "tuner/tuner.h"
+
+namespace tpar_test {
+namespace {
+
+class CliTune : public ::testing::TestWithParam<const char*> {};
+
+// The table at `path`, read the way the communicator reads it, for 2 virtual ranks of
+// `transport`; "" or why it cannot be.
+std::string loadForTwoVirtualRanks(const std::string& path, const std::string& transport,
+                                   tpar::TuningTable* t) {
+  tparConfig_t cfg = sharedDeviceConfig();
+  cfg.transport = transport == "host" ? kTransportHost : kTransportDefault;
+  VirtualGroup g;
+  if (std::string e = g.init(2, cfg); !e.empty()) return e;
+  if (tpar::loadTuningFile(path, g.comm(0)->tuner_ctx, t) != tparSuccess)
+    return tparGetLastError(nullptr);
+  return "";
+}
+
+TEST_P(CliTune, TinySearchOnTwoVirtualRanksWritesATableTheGroupLoads) {
+  TPAR_REQUIRE_GPU();
+  const std::string transport = GetParam();
+  const std::string path =
+      "/tmp/tpar_cli_tune_" + std::to_string(getpid()) + "_" + transport + ".json";
+  unlink(path.c_str());
+  std::string out;
+  const int rc = runProcess({TPAR_CLI_BINARY, "tune", "--virtual", "--ranks", "2", "--sizes",
+                             "4K,64K", "--quick", "--blocks", "1,8", "--threads", "128,256,1024",
+                             "--steps", "1,2", "-n", "5", "-w", "1", "--nccl", "0",
+                             "--transport", transport, "--output", path},
+                            {}, 300, &out);
+  ASSERT_EQ(0, rc) << out;
+  for (const char* text : {"candidates per size", "excluded", "launch bound of 512",
+                           "(default)", "<- chosen", "gain = default / tuned", "wrote"})
+    EXPECT_NE(std::string::npos, out.find(text)) << text << "\n" << out;
+
+  // The group that the tool measured loads the table (the communicator's own reader).
+  tpar::TuningTable t;
+  ASSERT_EQ("", loadForTwoVirtualRanks(path, transport, &t)) << out;
+  ASSERT_EQ(2u, t.entries.size()) << out;
+  EXPECT_EQ(4096u, t.entries[0].max_bytes);
+  EXPECT_EQ(65536u, t.entries[1].max_bytes);
+  for (const tpar::TuningEntry& e : t.entries) {
+    EXPECT_GT(e.us, 0.0);
+    EXPECT_GT(e.default_us, 0.0) << "the default is measured in the same run";
+    // Either the default (kernel or host shape) or one of the searched shapes.
+    if (e.plan.threads != 0) {
+      EXPECT_TRUE(e.plan.threads == 128 || e.plan.threads == 256) << e.plan.threads;
+      EXPECT_TRUE(e.plan.active_blocks == 1 || e.plan.active_blocks == 8) << e.plan.active_blocks;
+    }
+  }
+  unlink(path.c_str());
+}
+
+// One process per rank: the children search in lockstep and the parent writes the table.
+// Two processes on one GPU are time-sliced (slow but correct), so the search is a few plans.
+TEST_P(CliTune, OneProcessPerRankMergesTheRanksAndWritesATableTheGroupLoads) {
+  TPAR_REQUIRE_GPU();
+  const std::string transport = GetParam();
+  const std::string path =
+      "/tmp/tpar_cli_tune_procs_" + std::to_string(getpid()) + "_" + transport + ".json";
+  unlink(path.c_str());
+  std::string out;
+  const int rc = runProcess({TPAR_CLI_BINARY, "tune", "--procs", "--virtual", "--ranks", "2",
+                             "--sizes", "8K", "--quick", "--blocks", "2", "--threads", "256",
+                             "--steps", "1", "-n", "3", "-w", "1", "--transport", transport,
+                             "--output", path},
+                            {}, 300, &out);
+  ASSERT_EQ(0, rc) << out;
+  for (const char* text : {"candidates per size", "the slowest counts", "(default)",
+                           "gain = default / tuned", "wrote"})
+    EXPECT_NE(std::string::npos, out.find(text)) << text << "\n" << out;
+  tpar::TuningTable t;
+  ASSERT_EQ("", loadForTwoVirtualRanks(path, transport, &t)) << out;
+  ASSERT_EQ(1u, t.entries.size()) << out;
+  EXPECT_EQ(8192u, t.entries[0].max_bytes);
+  EXPECT_GT(t.entries[0].us, 0.0);
+  EXPECT_GT(t.entries[0].default_us, 0.0);
+  unlink(path.c_str());
+}
+
+INSTANTIATE_TEST_SUITE_P(Transports, CliTune, ::testing::Values("auto", "host"),
+                         transportParamName);
+
+}  // namespace
+}  // namespace tpar_test

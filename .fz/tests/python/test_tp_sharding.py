@@ -1,0 +1,74 @@
+"""The hand-made tensor-parallel split of `python -m tpar.check model`, checked on the CPU in
+float64: two ranks as two threads whose all-reduce sums their partial results, against the
+unsplit decoder. Wrong slicing (heads, GQA groups, MLP columns) shows as a large error."""
+import threading
+
+import pytest
+import torch
+
+transformers = pytest.importorskip("transformers")
+
+from tpar.check import Decoder, decode_inputs, llama_config, rel_err  # noqa: E402
+
+
+class ThreadAllReduce:
+    """An all-reduce of `tp` threads: each contributes its tensor, each gets the sum (in rank
+    order, so that the result is the same on every thread)."""
+
+    def __init__(self, tp):
+        self.tp = tp
+        self.parts = [None] * tp
+        self.barrier = threading.Barrier(tp)
+
+    def for_rank(self, rank):
+        def reduce(y):
+            self.parts[rank] = y.clone()
+            self.barrier.wait()
+            total = self.parts[0].clone()
+            for p in self.parts[1:]:
+                total += p
+            self.barrier.wait()
+            y.copy_(total)
+            return y
+
+        return reduce
+
+
+@pytest.mark.parametrize("tp, heads, kv_heads", [(2, 8, 2), (4, 8, 4), (2, 4, 4)])
+def test_split_model_equals_the_unsplit_one(tp, heads, kv_heads):
+    cfg = llama_config(hidden=64, layers=2, heads=heads, kv_heads=kv_heads, inter=96)
+    dev, dtype = torch.device("cpu"), torch.float64
+    h, pos = decode_inputs(cfg, 5, dev, dtype, seed=3)
+    with torch.no_grad():
+        full = Decoder(cfg, dev, dtype, seed=11)
+        want = full(h, full.rotary(h, pos))
+        reducer = ThreadAllReduce(tp)
+        shards = [Decoder(cfg, dev, dtype, seed=11).shard(r, tp, reducer.for_rank(r)) for r in range(tp)]
+        outs = [None] * tp
+
+        def run(r):
+            with torch.no_grad():
+                outs[r] = shards[r](h, shards[r].rotary(h, pos))
+
+        threads = [threading.Thread(target=run, args=(r,)) for r in range(tp)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=60)
+    assert all(o is not None for o in outs)
+    for o in outs:
+        assert torch.equal(o, outs[0])
+        assert rel_err(o, want) < 1e-12
+
+
+def test_a_wrong_split_is_detected():
+    cfg = llama_config(hidden=64, layers=1, heads=8, kv_heads=2, inter=96)
+    dev, dtype = torch.device("cpu"), torch.float64
+    h, pos = decode_inputs(cfg, 3, dev, dtype, seed=5)
+    with torch.no_grad():
+        full = Decoder(cfg, dev, dtype, seed=11)
+        want = full(h, full.rotary(h, pos))
+        # Rank 0's half alone, no all-reduce: must be far from the unsplit result.
+        half = Decoder(cfg, dev, dtype, seed=11).shard(0, 2, lambda y: y)
+        got = half(h, half.rotary(h, pos))
+    assert rel_err(got, want) > 1e-2

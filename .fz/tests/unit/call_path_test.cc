@@ -1,0 +1,292 @@
+// What each tparAllReduce call reuses instead of recomputing (NOTE [call template], NOTE [live
+// handle cache], the trace gate) follows every change it depends on, and
+// tparCommSelectAlgorithmForType answers the plan a call takes. No GPU: communicator objects
+// that never saw one.
+#include <memory>
+#include <string>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include "comm/comm.h"
+#include "registry/launcher.h"
+#include "base/log.h"
+#include "tuner/tuner.h"
+
+namespace tpar {
+namespace {
+
+using kernels::Algo;
+
+struct Fake {
+  std::unique_ptr<tparComm> comm = std::make_unique<tparComm>();
+  kernels::HostState host{};
+  alignas(256) char ws[4][256] = {};
+  explicit Fake(int nranks, int rank = 0) {
+    tparComm* c = comm.get();
+    c->rank = rank;
+    c->nranks = nranks;
+    c->layout = kernels::WorkspaceLayout::forMaxBytes(c->cfg.max_bytes_per_call);
+    c->host_state = &host;
+    c->host_state_dev = &host;
+    c->max_blocks = 16;
+    for (int r = 0; r < nranks; ++r) c->peer_ws[r] = ws[r];
+    EXPECT_EQ(tparSuccess, applyTopology(c, flatTopology(nranks, LinkClass::kSameSwitch)));
+  }
+  CallLaunch call(size_t count, tparRedOp_t op = tparSum) {
+    CallLaunch out;
+    prepareAllReduce(comm.get(), count, tparBfloat16, op, &out);
+    return out;
+  }
+};
+
+// Two islands of two: ranks {0, 2} and {1, 3}.
+Topology twoIslands() {
+  Topology t = flatTopology(4, LinkClass::kSameSwitch);
+  t.islands = {{0, 2}, {1, 3}};
+  for (int a = 0; a < 4; ++a)
+    for (int b = 0; b < 4; ++b)
+      if (a != b && (a % 2) != (b % 2)) t.links[a][b] = LinkClass::kAcrossNuma;
+  return t;
+}
+
+TEST(CallTemplate, ArgumentsCarryTheCommunicatorsFieldsAndTheCallsOwn) {
+  Fake f(4, 2);
+  f.comm->cfg.timeout_ms = 1234;
+  prepareCalls(f.comm.get());
+  const CallLaunch a = f.call(6000, tparMax);
+  EXPECT_EQ(2, a.args.rank);
+  EXPECT_EQ(4, a.args.nranks);
+  for (int r = 0; r < 4; ++r) EXPECT_EQ(f.ws[r], a.args.peer_ws[r]);
+  EXPECT_EQ(nullptr, a.args.peer_ws[4]);
+  EXPECT_EQ(1234000000ull, a.args.timeout_ns);
+  EXPECT_EQ(&f.host, a.args.host_state);
+  EXPECT_EQ(f.comm->layout.pullBase(), a.args.pull_base);
+  EXPECT_EQ(static_cast<int>(tparMax), a.args.op);
+  EXPECT_EQ(makeCallMeta(tparBfloat16, tparMax, a.algo->id, 6000), a.args.meta);
+  // Another call of another size and op on the same communicator: its own fields.
+  const CallLaunch b = f.call(7000, tparSum);
+  EXPECT_EQ(static_cast<int>(tparSum), b.args.op);
+  EXPECT_NE(a.args.meta, b.args.meta);
+}
+
+TEST(CallTemplate, NewTopologyReachesTheNextCall) {
+  Fake f(4, 2);
+  const CallLaunch before = f.call(4096);
+  EXPECT_EQ(1, before.args.hier_k);
+  EXPECT_EQ(4, before.args.hier_m);
+  EXPECT_EQ(2, before.args.hier_pos);
+  ASSERT_EQ(tparSuccess, applyTopology(f.comm.get(), twoIslands()));
+  const CallLaunch after = f.call(4096);
+  EXPECT_EQ(2, after.args.hier_k);
+  EXPECT_EQ(2, after.args.hier_m);
+  EXPECT_EQ(0, after.args.hier_island);  // rank 2 is the second of island 0
+  EXPECT_EQ(1, after.args.hier_pos);
+  EXPECT_EQ(0, after.args.hier_rank[0]);
+  EXPECT_EQ(2, after.args.hier_rank[1]);
+  EXPECT_EQ(1, after.args.hier_rank[2]);
+}
+
+TEST(CallTemplate, AttachingOrDetachingNcclChangesTheNextCallsHeader) {
+  Fake f(2);
+  const uint32_t kNcclBit = 1u << CallMetaBits::kNcclShift;
+  EXPECT_EQ(0u, f.call(4096).args.meta & kNcclBit);
+  int stand_in = 0;  // attachNcclComm's checks need a real NCCL: set what it sets
+  f.comm->nccl.comm = reinterpret_cast<NcclComm>(&stand_in);
+  f.comm->tuner_ctx.nccl = true;
+  EXPECT_EQ(kNcclBit, f.call(4096).args.meta & kNcclBit);
+  ASSERT_EQ(tparSuccess, attachNcclComm(f.comm.get(), nullptr));
+  EXPECT_EQ(0u, f.call(4096).args.meta & kNcclBit);
+}
+
+TEST(CallTemplate, PlanFollowsATuningTableOrForcedAlgorithmSetAfterInit) {
+  Fake f(2);
+  const size_t count = 2048;  // 4 KiB of bf16: one-shot by default
+  EXPECT_EQ(Algo::kOneShot, f.call(count).plan.algo);
+  Plan two;
+  two.algo = Algo::kTwoShot;
+  two.active_blocks = 3;
+  f.comm->tuning = singlePlanTable(f.comm->tuner_ctx, two);
+  f.comm->has_tuning = true;
+  CallLaunch c = f.call(count);
+  EXPECT_EQ(Algo::kTwoShot, c.plan.algo);
+  EXPECT_EQ(3, c.args.active_blocks);
+  f.comm->has_tuning = false;
+  f.comm->cfg.forced_algo = tparAlgoNccl;
+  EXPECT_TRUE(f.call(count).plan.nccl);
+  f.comm->cfg.forced_algo = tparAlgoAuto;
+  EXPECT_EQ(Algo::kOneShot, f.call(count).plan.algo);
+}
+
+// tparCommSelectAlgorithmForType, on a registered communicator that never saw a GPU: the
+// answer is the plan of the datatype asked about (a tuning table's entries are per datatype),
+// the bfloat16 one is tparCommSelectAlgorithm's, and bad arguments are named.
+TEST(SelectAlgorithmForType, AnswersThePlanOfTheDatatypeAsked) {
+  Fake f(2);
+  tparComm* c = f.comm.get();
+  const size_t bytes = 4096;  // one-shot by default, for every datatype
+  Plan two;
+  two.algo = Algo::kTwoShot;
+  Plan pull;
+  pull.algo = Algo::kOneShotPull;
+  TuningTable t;
+  t.signature = c->tuner_ctx.signature;
+  t.nranks = c->nranks;
+  t.entries = {{1u << 30, tparBfloat16, two, 0}, {1u << 30, tparFloat32, pull, 0}};
+  c->tuning = t;
+  c->has_tuning = true;
+  registerComm(c);
+  auto select = [&](tparDataType_t dtype) {
+    tparAlgo_t a = tparAlgoAuto;
+    EXPECT_EQ(tparSuccess, tparCommSelectAlgorithmForType(c, bytes, dtype, &a))
+        << tparGetLastError(c);
+    return a;
+  };
+  EXPECT_EQ(tparAlgoTwoShot, select(tparBfloat16));
+  EXPECT_EQ(tparAlgoOneShotPull, select(tparFloat32));
+  EXPECT_EQ(tparAlgoOneShot, select(tparFloat16));  // no entries: the defaults
+  tparAlgo_t bf16 = tparAlgoAuto;
+  EXPECT_EQ(tparSuccess, tparCommSelectAlgorithm(c, bytes, &bf16));
+  EXPECT_EQ(tparAlgoTwoShot, bf16);
+  // Each answer is the plan a call of that datatype takes.
+  for (tparDataType_t dtype : {tparBfloat16, tparFloat32, tparFloat16}) {
+    CallLaunch call;
+    prepareAllReduce(c, bytes / elementBytes(dtype), dtype, tparSum, &call);
+    EXPECT_EQ(publicAlgoOf(call.plan.algo), select(dtype)) << tparDataTypeName(dtype);
+  }
+  c->cfg.forced_algo = tparAlgoNccl;  // forced NCCL: every datatype says so
+  EXPECT_EQ(tparAlgoNccl, select(tparFloat32));
+  EXPECT_EQ(tparAlgoNccl, select(tparFloat16));
+  c->cfg.forced_algo = tparAlgoAuto;
+
+  tparAlgo_t untouched = tparAlgoStaged;
+  for (int bad : {-1, static_cast<int>(tparNumDataTypes)}) {
+    EXPECT_EQ(tparInvalidArgument, tparCommSelectAlgorithmForType(
+                                       c, bytes, static_cast<tparDataType_t>(bad), &untouched));
+    const std::string err = tparGetLastError(c);  // the communicator keeps it too
+    EXPECT_NE(std::string::npos, err.find("datatype " + std::to_string(bad))) << err;
+  }
+  EXPECT_EQ(tparAlgoStaged, untouched);
+  EXPECT_EQ(tparInvalidArgument, tparCommSelectAlgorithmForType(c, bytes, tparFloat32, nullptr));
+  EXPECT_NE(std::string::npos, std::string(tparGetLastError(c)).find("algo is NULL"));
+  unregisterComm(c);
+  EXPECT_EQ(tparInvalidArgument, tparCommSelectAlgorithmForType(c, bytes, tparFloat32, &untouched));
+  EXPECT_NE(std::string::npos,
+            std::string(tparGetLastError(nullptr)).find("not a live communicator"));
+  EXPECT_EQ(tparAlgoStaged, untouched);
+}
+
+TEST(LiveHandleCache, UnregisteredHandleIsRefusedAtOnceEvenAfterManyChecks) {
+  Fake a(1), b(1);
+  registerComm(a.comm.get());
+  registerComm(b.comm.get());
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_TRUE(isLiveComm(a.comm.get()));
+    EXPECT_TRUE(isLiveComm(b.comm.get()));
+  }
+  unregisterComm(a.comm.get());
+  EXPECT_FALSE(isLiveComm(a.comm.get()));
+  EXPECT_TRUE(isLiveComm(b.comm.get()));
+  // The same address registered again (a new communicator where a freed one was) is live.
+  registerComm(a.comm.get());
+  EXPECT_TRUE(isLiveComm(a.comm.get()));
+  unregisterComm(a.comm.get());
+  unregisterComm(b.comm.get());
+  EXPECT_FALSE(isLiveComm(a.comm.get()));
+  EXPECT_FALSE(isLiveComm(b.comm.get()));
+  EXPECT_FALSE(isLiveComm(nullptr));
+}
+
+TEST(LiveHandleCache, ChangesByAnotherThreadAreSeenAfterItFinishes) {
+  Fake a(1);
+  registerComm(a.comm.get());
+  EXPECT_TRUE(isLiveComm(a.comm.get()));  // remembered by this thread
+  std::thread([&] {
+    EXPECT_TRUE(isLiveComm(a.comm.get()));
+    unregisterComm(a.comm.get());
+  }).join();
+  EXPECT_FALSE(isLiveComm(a.comm.get()));
+  Fake b(1);
+  std::thread([&] { registerComm(b.comm.get()); }).join();
+  EXPECT_TRUE(isLiveComm(b.comm.get()));
+  unregisterComm(b.comm.get());
+}
+
+TEST(LiveHandleCache, MoreHandlesThanSlotsAreAllAnsweredRight) {
+  std::vector<std::unique_ptr<Fake>> fakes;
+  for (int i = 0; i < 20; ++i) {
+    fakes.push_back(std::make_unique<Fake>(1));
+    registerComm(fakes.back()->comm.get());
+  }
+  for (int round = 0; round < 3; ++round)
+    for (auto& f : fakes) EXPECT_TRUE(isLiveComm(f->comm.get()));
+  for (size_t i = 0; i < fakes.size(); i += 2) unregisterComm(fakes[i]->comm.get());
+  for (size_t i = 0; i < fakes.size(); ++i)
+    EXPECT_EQ(i % 2 == 1, isLiveComm(fakes[i]->comm.get())) << i;
+  for (size_t i = 1; i < fakes.size(); i += 2) unregisterComm(fakes[i]->comm.get());
+}
+
+TEST(TraceGate, FollowsLevelAndSubsystems) {
+  resetLogSettingsForTest("TRACE", "COLL", "");
+  EXPECT_TRUE(traceEnabled(kLogColl));
+  EXPECT_FALSE(traceEnabled(kLogInit));
+  resetLogSettingsForTest("INFO", "ALL", "");
+  EXPECT_FALSE(traceEnabled(kLogColl));
+  resetLogSettingsForTest("TRACE", "^COLL", "");
+  EXPECT_FALSE(traceEnabled(kLogColl));
+  EXPECT_TRUE(traceEnabled(kLogInit));
+  resetLogSettingsForTest("warn", "ALL", "");
+  EXPECT_FALSE(traceEnabled(kLogColl));
+}
+
+// The fused call's paths by size (docs/FUSED.md, "Where the norm happens"): one kernel up to
+// the measured limit, then two-shot with the owner's norm or the composite path in the windows
+// the forced-path rows measured; TPAR_FUSED_ONESHOT_MAX_BYTES and TPAR_FUSED_TWOSHOT override.
+TEST(FusedPaths, OneKernelLimitFollowsTheGroupSizeAndTheSetting) {
+  for (int n : {2, 4, 8}) {
+    Fake f(n);
+    prepareCalls(f.comm.get());
+    // Above the plain call's one-shot limits (256, 64 and 32 KiB) in GPU memory.
+    const uint64_t limit = fusedOneShotLimit(f.comm.get(), tparBfloat16);
+    EXPECT_EQ(n <= 4 ? 512u << 10 : 128u << 10, limit) << n << " ranks";
+    f.comm->cfg.fused_one_shot_max_bytes = 12345;
+    EXPECT_EQ(12345u, fusedOneShotLimit(f.comm.get(), tparBfloat16)) << n << " ranks";
+  }
+  Fake host(8);
+  host.comm->host_transport = true;
+  prepareCalls(host.comm.get());
+  EXPECT_EQ(defaultOneShotMaxBytes(8), fusedOneShotLimit(host.comm.get(), tparBfloat16));
+}
+
+TEST(FusedPaths, TwoShotTakesTheMeasuredWindowsAndTheSettingOverrides) {
+  const uint64_t KiB = 1024, MiB = 1024 * KiB;
+  struct Want {
+    int n;
+    uint64_t bytes;
+    bool two_shot;
+  };
+  // Above a one-kernel limit of 128 KiB: 2 ranks up to 1 MiB, 4 ranks always, 8 ranks above
+  // 512 KiB, 16 ranks (not measured) never; at or below the limit never.
+  const Want wants[] = {{2, 128 * KiB, false}, {2, 896 * KiB, true},  {2, 1 * MiB, true},
+                        {2, 2 * MiB, false},   {4, 129 * KiB, true},  {4, 4 * MiB, true},
+                        {8, 256 * KiB, false}, {8, 512 * KiB, false}, {8, 896 * KiB, true},
+                        {8, 4 * MiB, true},    {16, 4 * MiB, false}};
+  for (const Want& w : wants) {
+    Fake f(w.n);
+    EXPECT_EQ(w.two_shot, fusedTwoShotWanted(f.comm.get(), w.bytes, 128 * KiB))
+        << w.n << " ranks, " << w.bytes << " bytes";
+    // A forced algorithm other than two-shot keeps the composite path (its all-reduce).
+    f.comm->cfg.forced_algo = tparAlgoOneShot;
+    EXPECT_FALSE(fusedTwoShotWanted(f.comm.get(), w.bytes, 128 * KiB));
+    f.comm->cfg.forced_algo = tparAlgoTwoShot;
+    EXPECT_EQ(w.two_shot, fusedTwoShotWanted(f.comm.get(), w.bytes, 128 * KiB));
+    f.comm->cfg.forced_algo = tparAlgoAuto;
+    f.comm->cfg.fused_two_shot = static_cast<int>(FusedTwoShot::kOn);
+    EXPECT_EQ(w.bytes > 128 * KiB, fusedTwoShotWanted(f.comm.get(), w.bytes, 128 * KiB));
+    f.comm->cfg.fused_two_shot = static_cast<int>(FusedTwoShot::kOff);
+    EXPECT_FALSE(fusedTwoShotWanted(f.comm.get(), w.bytes, 128 * KiB));
+  }
+}
+
+}  // namespace
+}  // namespace tpar

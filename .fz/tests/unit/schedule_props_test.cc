@@ -1,0 +1,249 @@
+// Properties of the schedules (CPU): the staged and hierarchical transfer lists, and the
+// formulas every kernel runs (src/kernels/prims/schedule.h).
+#include <map>
+#include <set>
+#include <tuple>
+
+#include <gtest/gtest.h>
+
+#include "kernels/prims/schedule.h"
+#include "unit/schedule_model.h"
+
+namespace tpar {
+namespace {
+
+TEST(StagedSchedule, OneInboundAndOneOutboundPeerPerRankAndStep) {
+  for (int n : {2, 3, 4, 5, 8, 16}) {
+    std::map<int, std::multiset<int>> out_of, in_of;  // step -> senders / receivers
+    for (const Transfer& t : stagedSchedule(n)) {
+      EXPECT_NE(t.from, t.to);
+      out_of[t.step].insert(t.from);
+      in_of[t.step].insert(t.to);
+    }
+    EXPECT_EQ(size_t(2 * (n - 1)), out_of.size()) << n;
+    for (const auto& [step, senders] : out_of) {
+      EXPECT_EQ(size_t(n), senders.size()) << "n " << n << " step " << step;
+      EXPECT_EQ(size_t(n), std::set<int>(senders.begin(), senders.end()).size());
+      const auto& receivers = in_of[step];
+      EXPECT_EQ(size_t(n), std::set<int>(receivers.begin(), receivers.end()).size())
+          << "a receiver has two writers in step " << step;
+    }
+  }
+}
+
+TEST(StagedSchedule, EveryChunkIsReducedOnceAndReachesEveryRank) {
+  for (int n : {2, 3, 4, 8}) {
+    // Reduce-scatter: chunk c arrives at its owner c from every other rank exactly once.
+    std::map<std::pair<int, int>, int> rs, ag;  // (chunk, rank) -> count
+    for (const Transfer& t : stagedSchedule(n)) {
+      if (t.phase == Phase::kReduceScatter) {
+        EXPECT_EQ(t.chunk, t.to) << "a chunk goes to its owner";
+        ++rs[{t.chunk, t.from}];
+      } else {
+        EXPECT_EQ(t.chunk, t.from) << "an owner sends its own chunk";
+        ++ag[{t.chunk, t.to}];
+      }
+    }
+    for (int c = 0; c < n; ++c) {
+      for (int r = 0; r < n; ++r) {
+        EXPECT_EQ(r == c ? 0 : 1, (rs[{c, r}])) << "n " << n << " chunk " << c << " from " << r;
+        EXPECT_EQ(r == c ? 0 : 1, (ag[{c, r}])) << "n " << n << " chunk " << c << " to " << r;
+      }
+    }
+  }
+}
+
+std::vector<std::vector<int>> islandsOf(int k, int m) {
+  std::vector<std::vector<int>> out(k);
+  for (int i = 0; i < k; ++i)
+    for (int p = 0; p < m; ++p) out[i].push_back(i * m + p);
+  return out;
+}
+
+TEST(HierSchedule, EveryElementReducedOnceAcrossIslandsAndGatheredEverywhere) {
+  for (auto [k, m] : {std::pair{2, 2}, {2, 4}, {4, 2}, {2, 1}, {1, 4}}) {
+    const auto islands = islandsOf(k, m);
+    std::map<int, int> island_of, pos_of;
+    for (int i = 0; i < k; ++i)
+      for (int p = 0; p < m; ++p) {
+        island_of[islands[i][p]] = i;
+        pos_of[islands[i][p]] = p;
+      }
+    // Which ranks' inputs each rank holds for each chunk, phase by phase.
+    const int n = k * m;
+    std::map<std::pair<int, int>, std::set<int>> holds;  // (rank, chunk) -> contributions
+    for (int r = 0; r < n; ++r)
+      for (int c = 0; c < m; ++c) holds[{r, c}] = {r};
+    std::map<std::pair<int, int>, int> partial_seen;  // (owner, from island) -> count
+    for (const Transfer& t : hierSchedule(islands)) {
+      if (t.phase == Phase::kReduceScatter) {
+        EXPECT_EQ(island_of[t.from], island_of[t.to]) << "step 1 stays in the island";
+        EXPECT_EQ(pos_of[t.to], t.chunk) << "a chunk goes to its owner";
+        holds[{t.to, t.chunk}].insert(t.from);
+      } else if (t.phase == Phase::kCrossIslands) {
+        EXPECT_NE(island_of[t.from], island_of[t.to]);
+        EXPECT_EQ(pos_of[t.from], pos_of[t.to]) << "partials go to the same position";
+        ++partial_seen[{t.to, island_of[t.from]}];
+      }
+    }
+    for (int r = 0; r < n; ++r) {
+      const int c = pos_of[r];
+      // Owner r holds every input of its island exactly once for its chunk...
+      EXPECT_EQ(size_t(m), (holds[{r, c}].size())) << "k " << k << " m " << m << " rank " << r;
+      for (int q : holds[{r, c}]) EXPECT_EQ(island_of[r], island_of[q]);
+      // ...and one partial from every other island.
+      for (int i = 0; i < k; ++i)
+        if (i != island_of[r]) EXPECT_EQ(1, (partial_seen[{r, i}])) << "k " << k << " m " << m;
+    }
+    // Step 3: every rank receives every chunk it does not own, once, from its island's owner.
+    std::map<std::pair<int, int>, int> got;
+    for (const Transfer& t : hierSchedule(islands)) {
+      if (t.phase != Phase::kAllGather) continue;
+      EXPECT_EQ(island_of[t.from], island_of[t.to]);
+      EXPECT_EQ(pos_of[t.from], t.chunk);
+      ++got[{t.to, t.chunk}];
+    }
+    for (int r = 0; r < n; ++r)
+      for (int c = 0; c < m; ++c) EXPECT_EQ(c == pos_of[r] ? 0 : 1, (got[{r, c}]));
+  }
+}
+
+TEST(HierSchedule, CrossIslandBytesMeetTheBound) {
+  // 2 islands of 4 (two sockets), 112 KiB of bf16: a rank sends 1/4 of the message across
+  // as fp32 (x2), against 2 * 4 * 1/8 = the whole message for flat two-shot.
+  const uint64_t bytes = 114688;
+  EXPECT_EQ(bytes / 4 * 2, hierCrossBytesPerRank(bytes, 2, 2, 4));
+  EXPECT_EQ(bytes, twoShotCrossBytesPerRank(bytes, 2, 4));
+  EXPECT_LT(hierCrossBytesPerRank(bytes, 2, 2, 4), twoShotCrossBytesPerRank(bytes, 2, 4));
+  // fp32 data: no widening.
+  EXPECT_EQ(bytes / 4, hierCrossBytesPerRank(bytes, 4, 2, 4));
+  // The schedule's step-2 transfers match: (k-1) per rank, each 1/m of the message.
+  for (auto [k, m] : {std::pair{2, 4}, {4, 2}, {2, 2}}) {
+    std::map<int, int> cross;
+    for (const Transfer& t : hierSchedule(islandsOf(k, m)))
+      if (t.phase == Phase::kCrossIslands) ++cross[t.from];
+    for (int r = 0; r < k * m; ++r) EXPECT_EQ(k - 1, cross[r]);
+  }
+}
+
+
+// ---- the kernels' own formulas (src/kernels/prims/schedule.h) ---------------------------------
+
+namespace kernels_formulas {
+
+using kernels::blockSlice;
+using kernels::chunkVecs;
+using kernels::PeerPositions;
+using kernels::Slice;
+using kernels::spreadIndex;
+using kernels::stagedSource;
+using kernels::stagedTarget;
+using kernels::stepRange;
+
+TEST(KernelSchedule, ChunksCoverTheMessageAndFollowRows) {
+  for (uint64_t vecs : {1ull, 7ull, 64ull, 1000ull, 57344ull}) {
+    for (int n = 1; n <= 16; ++n) {
+      for (uint64_t row : {1ull, 3ull, 8ull}) {
+        const uint64_t c = chunkVecs(vecs, n, row);
+        EXPECT_GE(c * n, vecs) << vecs << " " << n;
+        EXPECT_EQ(0u, c % row);
+        EXPECT_LT(c, (vecs + n - 1) / n + row) << "no more than one row of padding";
+      }
+    }
+  }
+}
+
+TEST(KernelSchedule, BlockSlicesAndStepsCoverEveryPositionOfAChunkOnce) {
+  for (uint64_t vecs : {1ull, 5ull, 100ull, 4097ull, 65536ull}) {
+    for (int n : {1, 2, 3, 8, 16}) {
+      for (int grid : {1, 2, 7, 32, 64}) {
+        for (int steps : {1, 2, 5, 16}) {
+          std::vector<int> seen;
+          uint64_t chunk = 0;
+          for (int b = 0; b < grid; ++b) {
+            const Slice s = blockSlice(vecs, n, grid, b, 1);
+            chunk = s.chunk;
+            seen.resize(chunk, 0);
+            uint64_t covered = 0;
+            for (int k = 0; k < steps; ++k) {
+              uint64_t s0, s1;
+              stepRange(s, steps, k, &s0, &s1);
+              ASSERT_LE(s0, s1);
+              for (uint64_t j = s0; j < s1; ++j) ++seen[j];
+              covered += s1 - s0;
+            }
+            EXPECT_EQ(s.width(), covered) << "the steps of block " << b << " cover its slice";
+          }
+          for (uint64_t j = 0; j < chunk; ++j)
+            ASSERT_EQ(1, seen[j]) << "vecs " << vecs << " n " << n << " grid " << grid << " j " << j;
+        }
+      }
+    }
+  }
+}
+
+TEST(KernelSchedule, PeerPositionsVisitEveryOtherPeerOncePerPositionInRotation) {
+  for (int n : {1, 2, 3, 5, 8, 16}) {
+    for (uint32_t width : {1u, 3u, 32u, 100u}) {
+      const uint64_t s0 = 7;
+      // step q of every rank: rank me sends to ahead(me, 1 + q): one inbound per rank.
+      std::map<uint32_t, std::multiset<int>> targets;
+      for (int me = 0; me < n; ++me) {
+        const PeerPositions pp{n, me, s0, width};
+        std::set<std::pair<int, uint64_t>> pairs;
+        for (uint32_t u = 0; u < pp.pairs(); ++u) {
+          uint64_t j;
+          const int p = pp.peer(u, &j);
+          EXPECT_NE(me, p);
+          EXPECT_GE(j, s0);
+          EXPECT_LT(j, s0 + width);
+          EXPECT_TRUE(pairs.insert({p, j}).second) << "pair visited twice";
+          targets[u / width].insert(p);
+        }
+        EXPECT_EQ(size_t(n - 1) * width, pairs.size());
+      }
+      for (const auto& [q, t] : targets)
+        EXPECT_EQ(t.size() / width, std::set<int>(t.begin(), t.end()).size())
+            << "n " << n << ": two ranks target one peer in rotation step " << q;
+    }
+  }
+}
+
+TEST(KernelSchedule, StagedStepsArePermutationsWithMatchingSources) {
+  for (int n = 2; n <= 16; ++n) {
+    for (int s = 1; s < n; ++s) {
+      std::set<int> to;
+      for (int me = 0; me < n; ++me) {
+        const int t = stagedTarget(me, s, n);
+        EXPECT_NE(me, t);
+        to.insert(t);
+        EXPECT_EQ(me, stagedSource(t, s, n)) << "the receiver waits for the rank that sends";
+      }
+      EXPECT_EQ(size_t(n), to.size());
+    }
+  }
+}
+
+TEST(KernelSchedule, SpreadIndexIsABijectionThatKeepsWarpsContiguous) {
+  for (int grid : {1, 3, 32}) {
+    for (uint32_t threads : {32u, 64u, 512u}) {
+      std::set<uint64_t> seen;
+      for (int b = 0; b < grid; ++b) {
+        for (uint32_t t = 0; t < threads; ++t) {
+          const uint64_t i = spreadIndex(t, b, grid);
+          EXPECT_LT(i, uint64_t(grid) * threads);
+          EXPECT_TRUE(seen.insert(i).second);
+          if (t % 32 != 0) EXPECT_EQ(spreadIndex(t - 1, b, grid) + 1, i);
+        }
+      }
+      // The first warp of every block comes before any block's second warp: few items still
+      // reach every block.
+      for (int b = 0; b < grid; ++b) EXPECT_EQ(uint64_t(b), spreadIndex(0, b, grid) / 32);
+    }
+  }
+}
+
+}  // namespace kernels_formulas
+
+}  // namespace
+}  // namespace tpar
