@@ -137,8 +137,8 @@ tparResult_t createLocal(int rank, int nranks, const ResolvedConfig& cfg, int ra
   if (rod > 1) resident = std::min(resident, (sms - 1) / (rod - 1));
   // NOTE [wide grid for shared GPUs]
   // Ranks that share a GPU and exchange in its memory move every byte through HBM, not through
-  // a link, and large calls there go as fast as the blocks issuing loads and stores: with 2
-  // virtual ranks on one H200, two-shot of 4 MiB took 12.7 us with 64 blocks and 22.1 us with
+  // a link, and large calls there go as fast as the blocks issuing loads and stores allow:
+  // with 2 virtual ranks on one H200, 64 blocks nearly halved two-shot's time at 4 MiB against
   // 32 (docs/PERFORMANCE.md, "A wider grid for ranks that share a GPU"). Small calls keep 32
   // active blocks (defaultPlan). Ranks on their own GPUs, and host memory, whose links saturate
   // with far fewer blocks, keep 32 until a run on such machines measures otherwise.
