@@ -12,6 +12,7 @@
 
 #include <gtest/gtest.h>
 
+#include "common/wire_reference.h"
 #include "kernels/prims/wire.h"
 
 namespace {
@@ -228,6 +229,132 @@ TEST(WireTile, TilesHoldEightBlocksAndTheirScalesAndEveryByteIsWritten) {
   checkTile<WireFormat::kInt8, 32>("int8/32", 8 * 32 + 16);
   checkTile<WireFormat::kFp8, 32>("fp8/32", 8 * 32 + 16);
   checkTile<WireFormat::kFp8, 128>("fp8/128", 8 * 128 + 16);
+}
+
+}  // namespace
+
+// ---- The all-reduce through a format (tests/common/wire_reference.h) -------------------------
+
+namespace {
+
+using tpar::ref::WireAlgo;
+
+// Activations shaped like a row-parallel layer's partial outputs: a normal bulk and 8 outlier
+// channels of 50 to 100 times, rounded to bf16, fresh for each call.
+std::vector<std::vector<float>> activations(int ranks, int rows, int hidden, std::mt19937_64& rng) {
+  std::vector<float> factor(hidden, 1.0f);
+  std::uniform_real_distribution<float> big(50.0f, 100.0f);
+  for (int k = 0; k < 8; ++k) factor[rng() % hidden] = big(rng);
+  std::normal_distribution<float> bulk(0.0f, 1.0f);
+  std::vector<std::vector<float>> in(ranks, std::vector<float>(size_t(rows) * hidden));
+  for (auto& r : in)
+    for (size_t i = 0; i < r.size(); ++i) r[i] = tpar::ref::bf16Round(bulk(rng) * factor[i % hidden]);
+  return in;
+}
+
+// The most one value of a block can move through the format: half a code step, from the
+// block's largest magnitude alone (the scale is at most two bf16 steps above amax / top).
+double halfStep(WireFormat f, double amax, double x) {
+  const double s = amax / (f == WireFormat::kFp8 ? 448.0 : f == WireFormat::kInt8 ? 127.0 : 7.0) *
+                   (1.0 + 1.0 / 64);
+  if (f != WireFormat::kFp8) return s / 2;
+  const double y = std::fabs(x) / s;
+  return s * (y < 0.015625 ? std::ldexp(1.0, -10) : std::ldexp(1.0, std::ilogb(y) - 4)) * 1.01;
+}
+
+std::vector<double> blockAmax(const std::vector<float>& x, int block) {
+  std::vector<double> a(x.size());
+  for (size_t b = 0; b < x.size(); b += block) {
+    double m = 0;
+    for (size_t i = b; i < b + block && i < x.size(); ++i) m = std::max(m, std::fabs(double(x[i])));
+    for (size_t i = b; i < b + block && i < x.size(); ++i) a[i] = m;
+  }
+  return a;
+}
+
+TEST(WireAllReduce, EveryValueStaysWithinHalfAStepPerEncodingOfTheExactSum) {
+  const uint64_t seed = freshSeed();
+  std::mt19937_64 rng(seed);
+  for (int n : {2, 4, 8}) {
+    const auto in = activations(n, 4, 7168, rng);
+    for (WireFormat f : {WireFormat::kFp8, WireFormat::kInt8, WireFormat::kInt4}) {
+      for (int block : {32, 128}) {
+        const std::vector<float> out = tpar::ref::wireAllReduce(f, block, WireAlgo::kTwoShot, in);
+        std::vector<float> decoded_sum(out.size(), 0.0f), d;
+        std::vector<double> bound(out.size(), 0.0), exact(out.size(), 0.0);
+        for (const auto& x : in) {
+          const auto a = blockAmax(x, block);
+          tpar::ref::wireRoundTrip(f, block, x, &d);
+          for (size_t i = 0; i < x.size(); ++i) {
+            bound[i] += halfStep(f, a[i], x[i]);
+            exact[i] += x[i];
+            decoded_sum[i] += d[i];
+          }
+        }
+        // The all-gather's encoding of the sum, and fp32's own rounding of the adds.
+        const auto a = blockAmax(decoded_sum, block);
+        for (size_t i = 0; i < out.size(); ++i) {
+          const double b = bound[i] + halfStep(f, a[i], decoded_sum[i]) +
+                           n * std::ldexp(std::fabs(exact[i]) + bound[i], -23);
+          ASSERT_LE(std::fabs(out[i] - exact[i]), b)
+              << "n " << n << " format " << int(f) << " block " << block << " i " << i
+              << " seed " << seed;
+        }
+      }
+    }
+  }
+}
+
+// The bounds docs/WIRE.md states for activations with outlier channels (relative L2 error of
+// the bf16 result against the exact sum, blocks of 32, two-shot), with the lossless path's.
+TEST(WireAllReduce, RelativeErrorOnActivationsMeetsTheStatedBounds) {
+  const uint64_t seed = freshSeed();
+  std::mt19937_64 rng(seed);
+  for (int n : {2, 4, 8}) {
+    const auto in = activations(n, 16, 7168, rng);
+    std::vector<double> exact(in[0].size(), 0.0);
+    for (const auto& x : in)
+      for (size_t i = 0; i < x.size(); ++i) exact[i] += x[i];
+    auto relL2 = [&](std::vector<float> out) {
+      double num = 0, den = 0;
+      for (size_t i = 0; i < out.size(); ++i) {
+        const double d = tpar::ref::bf16Round(out[i]) - exact[i];
+        num += d * d;
+        den += exact[i] * exact[i];
+      }
+      return std::sqrt(num / den);
+    };
+    EXPECT_LE(relL2(tpar::ref::losslessAllReduce(in)), 0.003) << n << " seed " << seed;
+    EXPECT_LE(relL2(tpar::ref::wireAllReduce(WireFormat::kFp8, 32, WireAlgo::kTwoShot, in)), 0.025)
+        << n << " seed " << seed;
+    EXPECT_LE(relL2(tpar::ref::wireAllReduce(WireFormat::kInt8, 32, WireAlgo::kTwoShot, in)), 0.025)
+        << n << " seed " << seed;
+    EXPECT_LE(relL2(tpar::ref::wireAllReduce(WireFormat::kInt4, 32, WireAlgo::kTwoShot, in)), 0.12)
+        << n << " seed " << seed;
+  }
+}
+
+TEST(WireAllReduce, NanAndInfinitiesReachTheResultAsInTheExactSum) {
+  const uint64_t seed = freshSeed();
+  std::mt19937_64 rng(seed);
+  const float inf = std::numeric_limits<float>::infinity();
+  auto in = activations(4, 1, 1024, rng);
+  in[1][10] = std::numeric_limits<float>::quiet_NaN();  // NaN + anything: NaN
+  in[2][100] = inf;                                      // +Inf + finite: +Inf
+  in[0][200] = -inf;                                     // -Inf + finite: -Inf
+  in[3][300] = inf;                                      // +Inf + -Inf: NaN
+  in[1][300] = -inf;
+  for (WireFormat f : {WireFormat::kFp8, WireFormat::kInt8, WireFormat::kInt4}) {
+    for (WireAlgo algo : {WireAlgo::kTwoShot, WireAlgo::kOneShot}) {
+      const auto out = tpar::ref::wireAllReduce(f, 32, algo, in);
+      EXPECT_TRUE(std::isnan(out[10])) << int(f);
+      EXPECT_EQ(inf, out[100]) << int(f);
+      EXPECT_EQ(-inf, out[200]) << int(f);
+      EXPECT_TRUE(std::isnan(out[300])) << int(f);
+      // The rest of those blocks stays finite.
+      for (int i : {11, 101, 201, 301}) EXPECT_TRUE(std::isfinite(out[i])) << int(f) << " " << i;
+    }
+  }
 }
 
 }  // namespace
