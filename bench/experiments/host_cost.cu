@@ -10,6 +10,10 @@
 //                                  with P bytes of parameters (P = sizeof(AllReduceArgs) is
 //                                  what tpar launches), with the programmatic-serialization
 //                                  attribute tpar sets on sm_90+ (TPAR_LAUNCH_OVERLAP)
+//   paired: ...                    tparAllReduce and a launch of an empty kernel declared and
+//                                  launched as tpar's (launch bound, grid-constant argument,
+//                                  grid, block, attribute), in alternating batches, and the
+//                                  median of their differences
 //   driver calls                   each query tparAllReduce makes, alone
 // tparAllReduce minus the launch row with tpar's parameter size and attribute is tpar's own
 // cost (checks, plan, arguments) plus its driver queries.
@@ -67,6 +71,13 @@ __global__ void empty(Blob<P> p) {
   if (p.b[0] == 123 && threadIdx.x == 9999) p.b[1] = 0;  // reads the parameters
 }
 
+// An empty kernel declared and launched as tpar's all-reduce kernel is (prims/call.cuh): the
+// launch bound, the argument block as a grid constant.
+__global__ void __launch_bounds__(tpar::kernels::kMaxThreads, 1)
+    tparShaped(const __grid_constant__ tpar::kernels::AllReduceArgs a) {
+  if (a.count == 0x123456789ull && threadIdx.x == 9999) __trap();  // reads the argument
+}
+
 double nsSince(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count();
 }
@@ -114,6 +125,35 @@ double timeLoop(int iters, F&& f) {
   const auto t0 = std::chrono::steady_clock::now();
   for (int i = 0; i < iters; ++i) f();
   return nsSince(t0) / iters;
+}
+
+// Batches of `a` and of `b` alternating in the same run (a first in even rounds, b in odd), so
+// that a drift of the machine falls on both: the medians of each and of a - b per round.
+template <typename A, typename B>
+void timePaired(Held& h, int batch, int batches, A&& a, B&& b, double out[3]) {
+  std::vector<double> ta, tb, d;
+  for (int k = 0; k < batches; ++k) {
+    double x = 0, y = 0;
+    for (int half = 0; half < 2; ++half) {
+      const bool run_a = (half == 0) == (k % 2 == 0);
+      h.start();
+      const auto t0 = std::chrono::steady_clock::now();
+      for (int i = 0; i < batch; ++i)
+        for (size_t r = 0; r < h.devs.size(); ++r) {
+          if (run_a) a(static_cast<int>(r));
+          else b(static_cast<int>(r));
+        }
+      (run_a ? x : y) = nsSince(t0) / (batch * h.devs.size());
+      h.release();
+    }
+    ta.push_back(x);
+    tb.push_back(y);
+    d.push_back(x - y);
+  }
+  for (auto* v : {&ta, &tb, &d}) std::sort(v->begin(), v->end());
+  out[0] = ta[ta.size() / 2];
+  out[1] = tb[tb.size() / 2];
+  out[2] = d[d.size() / 2];
 }
 
 template <int P>
@@ -216,6 +256,37 @@ int main(int argc, char** argv) {
   launchEmpty<8>(h, batch, batches, info.blocksPerRank, 512);
   launchEmpty<sizeof(tpar::kernels::AllReduceArgs)>(h, batch, batches, info.blocksPerRank, 512);
   launchEmpty<4096>(h, batch, batches, info.blocksPerRank, 512);
+
+  // The call against a launch of a kernel shaped like tpar's, with tpar's grid, block and
+  // attribute, in alternating batches: the library's own cost above the launch it makes.
+  {
+    tpar::kernels::AllReduceArgs args;
+    std::memset(&args, 0, sizeof(args));
+    void* params[] = {&args};
+    const bool switch_device = h.devs.size() > 1;
+    auto shaped = [&](int r) {
+      if (switch_device) CK(cudaSetDevice(h.devs[r]));
+      cudaLaunchConfig_t config = {};
+      config.gridDim = dim3(info.blocksPerRank);
+      config.blockDim = dim3(64);  // what tpar's one-shot of 12 KiB runs
+      config.stream = h.streams[r];
+      cudaLaunchAttribute attr[1];
+      attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+      attr[0].val.programmaticStreamSerializationAllowed = 1;
+      config.attrs = attr;
+      config.numAttrs = 1;
+      CK(cudaLaunchKernelExC(&config, reinterpret_cast<const void*>(&tparShaped), params));
+    };
+    auto call = [&](int r) {
+      TK(tparAllReduce(bufs[r], bufs[r], count, tparBfloat16, tparSum, comms[r], h.streams[r]),
+         comms[r]);
+    };
+    double m[3];
+    timePaired(h, batch, batches, call, shaped, m);
+    std::printf("%-40s %8.0f\n", "paired: tparAllReduce", m[0]);
+    std::printf("%-40s %8.0f\n", "paired: tpar-shaped launch +pdl", m[1]);
+    std::printf("%-40s %8.0f\n", "paired: median of the differences", m[2]);
+  }
 
   // The queries tparAllReduce makes (and candidates to replace them), on rank 0's stream.
   CK(cudaSetDevice(0));
