@@ -231,49 +231,71 @@ TPAR_HD uint16_t wireBlockScale(const float* x, int n) {
   return wireScale<F>(amax, inf);
 }
 
-// A tile on the wire: kBlocks blocks' codes (INT4: two per byte, the lower nibble first), then
-// their scales in one 16-byte vector. Tiles keep every piece 16-byte aligned, so that the
-// kernels move whole vectors, and a chunk of the user's buffer maps to whole tiles.
+// One block in 32-bit words, as a thread of a kernel holds it: code i in bits 8i (FP8, INT8) or
+// 4i (INT4) of the stream of words, lowest first (the byte order of both host and GPU). n <= kBlock
+// values of x, the rest count as zero; returns the scale.
+template <WireFormat F, int kBlock>
+struct WireBlock {
+  static constexpr int kWords = kBlock * WireCodes<F>::kBits / 32;
+  static constexpr int kPerWord = 32 / WireCodes<F>::kBits;
+
+  TPAR_HD static uint16_t encode(const float* x, int n, uint32_t* words) {
+    const uint16_t scale = wireBlockScale<F>(x, n);
+    for (int w = 0; w < kWords; ++w) {
+      uint32_t word = 0;
+      for (int k = 0; k < kPerWord; ++k) {
+        const int i = w * kPerWord + k;
+        const uint32_t c = wireEncode<F>(i < n ? x[i] : 0.0f, scale);
+        word |= c << (k * WireCodes<F>::kBits);
+      }
+      words[w] = word;
+    }
+    return scale;
+  }
+
+  TPAR_HD static void decode(const uint32_t* words, uint16_t scale, float* x, int n) {
+    constexpr uint32_t mask = (1u << WireCodes<F>::kBits) - 1;
+    for (int i = 0; i < n; ++i) {
+      const uint32_t c = (words[i / kPerWord] >> ((i % kPerWord) * WireCodes<F>::kBits)) & mask;
+      x[i] = wireDecode<F>(static_cast<uint8_t>(c), scale);
+    }
+  }
+};
+
+// A tile on the wire: kBlocks blocks' codes, then their scales in one 16-byte vector. Tiles
+// keep every piece 16-byte aligned, so that the kernels move whole vectors, and a chunk of the
+// user's buffer maps to whole tiles.
 template <WireFormat F, int kBlock>
 struct WireTile {
   static_assert(kBlock % 32 == 0, "a block is whole 16-byte vectors of 4-bit codes");
+  using Block = WireBlock<F, kBlock>;
   static constexpr int kBlocks = 8;  // 8 bf16 scales fill one vector
   static constexpr int kValues = kBlocks * kBlock;
-  static constexpr int kBlockCodeBytes = kBlock * WireCodes<F>::kBits / 8;
+  static constexpr int kBlockCodeBytes = Block::kWords * 4;
   static constexpr int kCodeBytes = kBlocks * kBlockCodeBytes;
   static constexpr int kBytes = kCodeBytes + 16;
 
   // n <= kValues values of x (the rest count as zero) into kBytes bytes at out.
   static void encode(const float* x, int n, uint8_t* out) {
     uint16_t scales[kBlocks];
+    uint32_t words[Block::kWords];
     for (int b = 0; b < kBlocks; ++b) {
       const int first = b * kBlock;
       const int m = n - first < 0 ? 0 : (n - first > kBlock ? kBlock : n - first);
-      scales[b] = wireBlockScale<F>(x + first, m);
-      uint8_t* codes = out + b * kBlockCodeBytes;
-      for (int i = 0; i < kBlock; ++i) {
-        const uint8_t c = wireEncode<F>(i < m ? x[first + i] : 0.0f, scales[b]);
-        if (WireCodes<F>::kBits == 8) {
-          codes[i] = c;
-        } else if (i % 2 == 0) {
-          codes[i / 2] = c;
-        } else {
-          codes[i / 2] = static_cast<uint8_t>(codes[i / 2] | (c << 4));
-        }
-      }
+      scales[b] = Block::encode(x + first, m, words);
+      std::memcpy(out + b * kBlockCodeBytes, words, sizeof(words));
     }
     std::memcpy(out + kCodeBytes, scales, sizeof(scales));
   }
 
   static void decode(const uint8_t* in, int n, float* x) {
     uint16_t scales[kBlocks];
+    uint32_t words[Block::kWords];
     std::memcpy(scales, in + kCodeBytes, sizeof(scales));
-    for (int v = 0; v < n; ++v) {
-      const int b = v / kBlock, i = v % kBlock;
-      const uint8_t* codes = in + b * kBlockCodeBytes;
-      const uint8_t c = WireCodes<F>::kBits == 8 ? codes[i]
-                                                 : static_cast<uint8_t>((codes[i / 2] >> (4 * (i % 2))) & 0xF);
-      x[v] = wireDecode<F>(c, scales[b]);
+    for (int b = 0; b * kBlock < n; ++b) {
+      std::memcpy(words, in + b * kBlockCodeBytes, sizeof(words));
+      const int m = n - b * kBlock > kBlock ? kBlock : n - b * kBlock;
+      Block::decode(words, scales[b], x + b * kBlock, m);
     }
   }
 };
