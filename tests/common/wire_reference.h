@@ -13,10 +13,11 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <cstring>
 #include <stdexcept>
 #include <string>
 #include <vector>
+
+#include <cuda_bf16.h>
 
 #include "kernels/prims/wire.h"
 
@@ -25,20 +26,8 @@ namespace ref {
 
 enum class WireAlgo { kOneShot, kTwoShot };
 
-// fp32 to bf16, round to nearest even, NaN kept a NaN.
-inline float bf16Round(float x) {
-  uint32_t u;
-  std::memcpy(&u, &x, 4);
-  if ((u & 0x7FFFFFFFu) > 0x7F800000u) {
-    u |= 0x00400000u;
-  } else {
-    u += 0x7FFFu + ((u >> 16) & 1u);
-  }
-  u &= 0xFFFF0000u;
-  float y;
-  std::memcpy(&y, &u, 4);
-  return y;
-}
+// fp32 to bf16 and back, rounded to nearest even (cuda_bf16.h's conversion).
+inline float bf16Round(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }
 
 // Every value of x through the format: encoded by blocks of `block`, decoded.
 template <kernels::WireFormat F, int kBlock>

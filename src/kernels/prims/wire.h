@@ -15,6 +15,8 @@
 #ifndef TPAR_KERNELS_PRIMS_WIRE_H_
 #define TPAR_KERNELS_PRIMS_WIRE_H_
 
+#include <cuda_fp8.h>
+
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -33,24 +35,17 @@ enum class WireFormat : uint8_t { kFp8 = 1, kInt8 = 2, kInt4 = 3 };
 
 namespace wire {
 
+// Bit casts by memcpy, which host and device compilers both turn into moves.
 TPAR_HD uint32_t floatBits(float x) {
-#if defined(__CUDA_ARCH__)
-  return __float_as_uint(x);
-#else
   uint32_t u;
-  std::memcpy(&u, &x, 4);
+  memcpy(&u, &x, 4);
   return u;
-#endif
 }
 
 TPAR_HD float bitsFloat(uint32_t u) {
-#if defined(__CUDA_ARCH__)
-  return __uint_as_float(u);
-#else
   float x;
-  std::memcpy(&x, &u, 4);
+  memcpy(&x, &u, 4);
   return x;
-#endif
 }
 
 TPAR_HD bool isNan(float x) { return (floatBits(x) & 0x7FFFFFFFu) > 0x7F800000u; }
@@ -67,15 +62,6 @@ TPAR_HD float divRn(float x, float y) {
 #endif
 }
 
-// Round to nearest, ties to even.
-TPAR_HD float rintEven(float x) {
-#if defined(__CUDA_ARCH__)
-  return rintf(x);
-#else
-  return std::nearbyint(x);  // the default rounding mode: to nearest, ties to even
-#endif
-}
-
 // The smallest bf16 value >= x, for finite x >= 0 (its bits: the upper half of an fp32).
 TPAR_HD uint16_t bf16Up(float x) {
   const uint32_t u = floatBits(x);
@@ -86,46 +72,17 @@ TPAR_HD uint16_t bf16Up(float x) {
 
 TPAR_HD float bf16Value(uint16_t b) { return bitsFloat(uint32_t(b) << 16); }
 
-// FP8 e4m3 (the OCP format of sm_89+: bias 7, no infinities, 0x7F and 0xFF NaN, largest finite
-// 448), rounded to nearest even and saturated to +-448. Written out rather than taken from
-// cuda_fp8.h so that GPUs without FP8 conversions (sm_80) and the host compute the same bits.
+// FP8 e4m3 (bias 7, no infinities, 0x7F and 0xFF NaN, largest finite 448), rounded to nearest
+// even and saturated to +-448: cuda_fp8.h's conversions, as the fused call's FP8 output uses
+// them (norm_epilogue.cuh); they run in hardware on sm_89+ and in software on older GPUs and
+// the host, to the same bits.
 TPAR_HD uint8_t e4m3FromFloat(float x) {
-  const uint32_t u = floatBits(x);
-  const uint8_t sign = static_cast<uint8_t>((u >> 24) & 0x80u);
-  if (isNan(x)) return 0x7F;
-  const float a = absf(x);
-  if (!(a < 448.0f)) return static_cast<uint8_t>(sign | 0x7E);  // saturates (also +-Inf)
-  // Values below 2^-6 are subnormal: steps of 2^-9. Above, 3 mantissa bits per binade.
-  if (a < 0.015625f) {
-    const float q = rintEven(a * 512.0f);  // exact scaling by a power of two
-    return static_cast<uint8_t>(sign | static_cast<uint8_t>(q));  // q = 8 is 2^-6: code 0x08
-  }
-  const uint32_t au = floatBits(a);
-  int exp = static_cast<int>((au >> 23) & 0xFF) - 127;  // -6 .. 8
-  uint32_t mant = au & 0x7FFFFFu;
-  // Keep 3 of 23 mantissa bits, ties to even.
-  const uint32_t rest = mant & 0xFFFFFu;
-  uint32_t m3 = mant >> 20;
-  if (rest > 0x80000u || (rest == 0x80000u && (m3 & 1u))) ++m3;
-  if (m3 == 8) {
-    m3 = 0;
-    ++exp;
-  }
-  // a < 448 keeps the rounded value at most 448 (exp 8, m3 6): never the NaN code.
-  return static_cast<uint8_t>(sign | static_cast<uint8_t>((exp + 7) << 3) | m3);
+  if (isNan(x)) return 0x7F;  // one NaN code, whatever the NaN's sign
+  return static_cast<uint8_t>(__nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E4M3));
 }
 
 TPAR_HD float e4m3ToFloat(uint8_t c) {
-  const uint32_t sign = uint32_t(c & 0x80u) << 24;
-  const uint32_t e = (c >> 3) & 0xFu, m = c & 0x7u;
-  if (e == 0xF && m == 0x7) return quietNan();
-  float a;
-  if (e == 0) {
-    a = static_cast<float>(m) * 0.001953125f;  // m x 2^-9, exact
-  } else {
-    a = bitsFloat(((e + 120u) << 23) | (m << 20));  // 2^(e-7) x 1.m
-  }
-  return bitsFloat(floatBits(a) | sign);
+  return __half2float(__half(__nv_cvt_fp8_to_halfraw(static_cast<__nv_fp8_storage_t>(c), __NV_E4M3)));
 }
 
 }  // namespace wire
@@ -200,7 +157,7 @@ TPAR_HD uint8_t wireEncode(float x, uint16_t scale) {
   float y = wire::divRn(x, s);
   if (y > top) y = top;
   if (y < -top) y = -top;
-  if (F != WireFormat::kFp8) y = wire::rintEven(y);
+  if (F != WireFormat::kFp8) y = rintf(y);
   return C::encode(y);
 }
 
