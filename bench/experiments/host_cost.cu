@@ -156,6 +156,22 @@ void timePaired(Held& h, int batch, int batches, A&& a, B&& b, double out[3]) {
   out[2] = d[d.size() / 2];
 }
 
+// One launch of fn on rank r's stream with the programmatic-serialization attribute tpar sets on
+// sm_90+, switching device only where ranks are on several GPUs.
+void launchPdl(const Held& h, int r, const void* fn, void** params, int blocks, int threads) {
+  if (h.devs.size() > 1) CK(cudaSetDevice(h.devs[r]));
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(blocks);
+  config.blockDim = dim3(threads);
+  config.stream = h.streams[r];
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = attr;
+  config.numAttrs = 1;
+  CK(cudaLaunchKernelExC(&config, fn, params));
+}
+
 template <int P>
 void launchEmpty(const Held& h, int batch, int batches, int blocks, int threads) {
   Blob<P> blob;
@@ -170,19 +186,8 @@ void launchEmpty(const Held& h, int batch, int batches, int blocks, int threads)
     if (switch_device) CK(cudaSetDevice(h.devs[r]));
     CK(cudaLaunchKernel(fn, dim3(blocks), dim3(threads), params, 0, h.streams[r]));
   });
-  const double pdl = timeHeld(hh, batch, batches, [&](int r) {
-    if (switch_device) CK(cudaSetDevice(h.devs[r]));
-    cudaLaunchConfig_t config = {};
-    config.gridDim = dim3(blocks);
-    config.blockDim = dim3(threads);
-    config.stream = h.streams[r];
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[0].val.programmaticStreamSerializationAllowed = 1;
-    config.attrs = attr;
-    config.numAttrs = 1;
-    CK(cudaLaunchKernelExC(&config, fn, params));
-  });
+  const double pdl = timeHeld(hh, batch, batches,
+                              [&](int r) { launchPdl(h, r, fn, params, blocks, threads); });
   std::printf("%-40s %8.0f\n", (std::string("launch, ") + std::to_string(P) + "-byte params").c_str(),
               plain);
   std::printf("%-40s %8.0f\n",
@@ -263,19 +268,9 @@ int main(int argc, char** argv) {
     tpar::kernels::AllReduceArgs args;
     std::memset(&args, 0, sizeof(args));
     void* params[] = {&args};
-    const bool switch_device = h.devs.size() > 1;
+    // 64 threads: what tpar's one-shot of 12 KiB runs.
     auto shaped = [&](int r) {
-      if (switch_device) CK(cudaSetDevice(h.devs[r]));
-      cudaLaunchConfig_t config = {};
-      config.gridDim = dim3(info.blocksPerRank);
-      config.blockDim = dim3(64);  // what tpar's one-shot of 12 KiB runs
-      config.stream = h.streams[r];
-      cudaLaunchAttribute attr[1];
-      attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-      attr[0].val.programmaticStreamSerializationAllowed = 1;
-      config.attrs = attr;
-      config.numAttrs = 1;
-      CK(cudaLaunchKernelExC(&config, reinterpret_cast<const void*>(&tparShaped), params));
+      launchPdl(h, r, reinterpret_cast<const void*>(&tparShaped), params, info.blocksPerRank, 64);
     };
     auto call = [&](int r) {
       TK(tparAllReduce(bufs[r], bufs[r], count, tparBfloat16, tparSum, comms[r], h.streams[r]),

@@ -30,7 +30,7 @@ namespace {
 using tpar::kernels::WireFormat;
 using tpar::ref::WireAlgo;
 
-std::vector<int> intList(const char* v) {
+std::vector<int> intList(const std::string& option, const char* v) {
   std::vector<int> out;
   std::stringstream ss(v);
   std::string item;
@@ -38,7 +38,8 @@ std::vector<int> intList(const char* v) {
     char* end = nullptr;
     const long k = std::strtol(item.c_str(), &end, 10);
     if (item.empty() || *end != '\0' || k <= 0 || k > 1 << 20) {
-      std::fprintf(stderr, "tpar_wire_accuracy: '%s' is not a positive whole number\n", item.c_str());
+      std::fprintf(stderr, "tpar_wire_accuracy: %s: '%s' is not a positive whole number\n",
+                   option.c_str(), item.c_str());
       std::exit(2);
     }
     out.push_back(static_cast<int>(k));
@@ -85,12 +86,20 @@ int main(int argc, char** argv) {
       ++i;
       return v;
     };
-    if (a == "--ranks") ranks = intList(need());
-    else if (a == "--blocks") blocks = intList(need());
-    else if (a == "--rows") rows = intList(need()).at(0);
-    else if (a == "--hidden") hidden = intList(need()).at(0);
-    else if (a == "--outliers") outliers = intList(need()).at(0);
-    else if (a == "--seed") seed = std::strtoull(need(), nullptr, 10);
+    if (a == "--ranks") ranks = intList(a, need());
+    else if (a == "--blocks") blocks = intList(a, need());
+    else if (a == "--rows") rows = intList(a, need()).at(0);
+    else if (a == "--hidden") hidden = intList(a, need()).at(0);
+    else if (a == "--outliers") outliers = intList(a, need()).at(0);
+    else if (a == "--seed") {
+      const char* text = need();
+      char* end = nullptr;
+      seed = std::strtoull(text, &end, 10);
+      if (*text == '\0' || *end != '\0' || *text == '-') {
+        std::fprintf(stderr, "tpar_wire_accuracy: --seed: '%s' is not a whole number\n", text);
+        return 2;
+      }
+    }
     else if (a == "--json") json = need();
     else {
       std::fprintf(stderr,
