@@ -142,7 +142,7 @@ tparResult_t createLocal(int rank, int nranks, const ResolvedConfig& cfg, int ra
   // 32 (docs/PERFORMANCE.md, "A wider grid for ranks that share a GPU"). Small calls keep 32
   // active blocks (defaultPlan). Ranks on their own GPUs, and host memory, whose links saturate
   // with far fewer blocks, keep 32 until a run on such machines measures otherwise.
-  const int default_grid = rod > 1 && !host_transport ? 64 : 32;
+  const int default_grid = rod > 1 && !host_transport ? kSharedGpuGridBlocks : kDefaultGridBlocks;
   const int wanted =
       std::min(kernels::kMaxBlocks, cfg.max_blocks > 0 ? cfg.max_blocks : default_grid);
   comm->max_blocks = std::max(1, std::min(wanted, resident));

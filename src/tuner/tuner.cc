@@ -321,7 +321,8 @@ Plan defaultPlan(uint64_t bytes, tparDataType_t dtype, const TunerContext& ctx,
     p.algo = kernels::Algo::kOneShot;
     // Ranks sharing a GPU get a wider grid for large calls (NOTE [wide grid for shared GPUs]);
     // small ones are faster with 32 blocks, which leave fewer flags to wait on.
-    if (ctx.ranks_per_gpu > 1 && bytes <= kSharedGpuNarrowMaxBytes) p.active_blocks = 32;
+    if (ctx.ranks_per_gpu > 1 && bytes <= kSharedGpuNarrowMaxBytes)
+      p.active_blocks = kDefaultGridBlocks;
     return p;
   }
   const int worst = ctx.worst_link;

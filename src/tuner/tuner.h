@@ -77,6 +77,12 @@ struct TuningTable {
 // values are in docs/PERFORMANCE.md and docs/TUNING.md).
 uint64_t defaultOneShotMaxBytes(int nranks);
 
+// The grid of a communicator without TPAR_MAX_BLOCKS (before the residency bound): the default,
+// and that of ranks sharing a GPU in its memory (NOTE [wide grid for shared GPUs]), whose small
+// one-shots keep the default's count of blocks active.
+constexpr int kDefaultGridBlocks = 32;
+constexpr int kSharedGpuGridBlocks = 64;
+
 // The built-in choice for this context (no table).
 Plan defaultPlan(uint64_t bytes, tparDataType_t dtype, const TunerContext& ctx,
                  int64_t one_shot_max_bytes);
