@@ -4,7 +4,8 @@
 // both at once on two streams; then `tpar doctor`'s probe kernels, whose threads store 16-byte
 // vectors into host memory or load them from it (four loads in flight per thread), with the whole
 // GPU (4 blocks per SM x 256 threads, as the doctor probes the link) and with the few blocks
-// of a host-staged all-reduce plan (8, 16, 32 blocks x 512 threads). Median GB/s over the reps.
+// of a host-staged all-reduce plan (8, 16, 32 blocks x 512 threads); and the mixed pairs, the
+// copy engine one way while the SMs go the other. Median GB/s over the reps.
 //   tpar_host_link [--device N] [--reps N]
 #include <cuda_runtime.h>
 
@@ -65,6 +66,16 @@ double rep(const Bufs& b, const std::string& what, size_t bytes, int blocks, int
   } else if (what == "sm-both") {
     tpar_cli::storeStream<<<blocks, threads, 0, b.s[0]>>>(reinterpret_cast<int4*>(b.host), n, 7);
     tpar_cli::loadStream<<<blocks, threads, 0, b.s[1]>>>(reinterpret_cast<const int4*>(b.host2), n, b.sink);
+    moved *= 2;
+  } else if (what == "ce-up+sm-ld") {
+    // The copy engine writes while the SMs read: the split a copy-engine publish with an
+    // SM reduction would run.
+    CHECK(cudaMemcpyAsync(b.host, b.dev, bytes, cudaMemcpyDeviceToHost, b.s[0]));
+    tpar_cli::loadStream<<<blocks, threads, 0, b.s[1]>>>(reinterpret_cast<const int4*>(b.host2), n, b.sink);
+    moved *= 2;
+  } else if (what == "sm-st+ce-dn") {
+    tpar_cli::storeStream<<<blocks, threads, 0, b.s[0]>>>(reinterpret_cast<int4*>(b.host), n, 7);
+    CHECK(cudaMemcpyAsync(b.dev2, b.host2, bytes, cudaMemcpyHostToDevice, b.s[1]));
     moved *= 2;
   }
   CHECK(cudaGetLastError());
@@ -140,7 +151,10 @@ int main(int argc, char** argv) {
                                {"sm-load", whole, 256},   {"sm-both", whole, 256},
                                {"sm-store", 8, 512},      {"sm-load", 8, 512},
                                {"sm-store", 16, 512},     {"sm-load", 16, 512},
-                               {"sm-store", 32, 512},     {"sm-load", 32, 512}};
+                               {"sm-store", 32, 512},     {"sm-load", 32, 512},
+                               {"sm-both", 32, 512},      {"sm-both", 64, 256},
+                               {"ce-up+sm-ld", whole, 256}, {"ce-up+sm-ld", 32, 512},
+                               {"sm-st+ce-dn", whole, 256}, {"sm-st+ce-dn", 32, 512}};
   const size_t sizes[] = {size_t(256) << 10, size_t(1) << 20, size_t(4) << 20,
                           size_t(16) << 20, size_t(64) << 20};
   std::printf("%-10s %7s %7s", "what", "blocks", "threads");
