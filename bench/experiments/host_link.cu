@@ -5,7 +5,9 @@
 // vectors into host memory or load them from it (four loads in flight per thread), with the whole
 // GPU (4 blocks per SM x 256 threads, as the doctor probes the link) and with the few blocks
 // of a host-staged all-reduce plan (8, 16, 32 blocks x 512 threads); and the mixed pairs, the
-// copy engine one way while the SMs go the other. Median GB/s over the reps.
+// copy engine one way while the SMs go the other; and the message in 1 to 64 copies back to back
+// (dma-chain, one direction; dma-chain2, both; the blocks column is the count of copies), what
+// each copy costs beyond its bytes. Median GB/s over the reps.
 //   tpar_host_link [--device N] [--reps N]
 #include <cuda_runtime.h>
 
@@ -67,6 +69,16 @@ double rep(const Bufs& b, const std::string& what, size_t bytes, int blocks, int
     tpar_cli::storeStream<<<blocks, threads, 0, b.s[0]>>>(reinterpret_cast<int4*>(b.host), n, 7);
     tpar_cli::loadStream<<<blocks, threads, 0, b.s[1]>>>(reinterpret_cast<const int4*>(b.host2), n, b.sink);
     moved *= 2;
+  } else if (what == "dma-chain" || what == "dma-chain2") {
+    // The message in `blocks` back-to-back copies on one stream (chain2: both directions, a
+    // stream each): what each copy costs beyond its bytes.
+    const size_t piece = bytes / blocks;
+    for (int k = 0; k < blocks; ++k) {
+      CHECK(cudaMemcpyAsync(b.host + k * piece, b.dev + k * piece, piece, cudaMemcpyDeviceToHost, b.s[0]));
+      if (what == "dma-chain2")
+        CHECK(cudaMemcpyAsync(b.dev2 + k * piece, b.host2 + k * piece, piece, cudaMemcpyHostToDevice, b.s[1]));
+    }
+    if (what == "dma-chain2") moved *= 2;
   } else if (what == "ce-up+sm-ld") {
     // The copy engine writes while the SMs read: the split a copy-engine publish with an
     // SM reduction would run.
@@ -154,7 +166,11 @@ int main(int argc, char** argv) {
                                {"sm-store", 32, 512},     {"sm-load", 32, 512},
                                {"sm-both", 32, 512},      {"sm-both", 64, 256},
                                {"ce-up+sm-ld", whole, 256}, {"ce-up+sm-ld", 32, 512},
-                               {"sm-st+ce-dn", whole, 256}, {"sm-st+ce-dn", 32, 512}};
+                               {"sm-st+ce-dn", whole, 256}, {"sm-st+ce-dn", 32, 512},
+                               {"dma-chain", 1, 0},       {"dma-chain", 4, 0},
+                               {"dma-chain", 16, 0},      {"dma-chain", 64, 0},
+                               {"dma-chain2", 4, 0},      {"dma-chain2", 16, 0},
+                               {"dma-chain2", 64, 0}};
   const size_t sizes[] = {size_t(256) << 10, size_t(1) << 20, size_t(4) << 20,
                           size_t(16) << 20, size_t(64) << 20};
   std::printf("%-10s %7s %7s", "what", "blocks", "threads");
