@@ -86,9 +86,7 @@ typedef enum { tparSum = 0, tparMax = 1, tparMin = 2, tparNumOps = 3 } tparRedOp
  * flag line the receiver polls in its own region, so that reads and writes share the link;
  * made for receive regions in host memory, where auto uses it (publishing each piece once). TwoShotLL: two-shot whose
  * pushes carry the call's epoch in every 8 bytes, so that no flag or fence is needed: one
- * hand-off per phase at twice the bytes; auto uses it for small messages in host memory.
- * TwoShotCe: two-shot whose bytes across the link the copy engines move, one per direction, in
- * pieces, while a kernel adds each piece: made for large messages in host memory. */
+ * hand-off per phase at twice the bytes; auto uses it for small messages in host memory. */
 typedef enum {
   tparAlgoAuto = 0,
   tparAlgoOneShot = 1,
@@ -100,8 +98,7 @@ typedef enum {
   tparAlgoNccl = 7, /* the NCCL communicator given with tparCommSetNcclComm */
   tparAlgoPipelined = 8,
   tparAlgoTwoShotLL = 9,
-  tparAlgoTwoShotCe = 10,
-  tparNumAlgos = 11
+  tparNumAlgos = 10
 } tparAlgo_t;
 
 /* How a communicator reaches its peers' receive regions. */

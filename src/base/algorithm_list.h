@@ -34,8 +34,7 @@
   X(OneShotPull, tparAlgoOneShotPull, "oneshot-pull", "", oneShotPullKernels)       \
   X(TwoShotPull, tparAlgoTwoShotPull, "twoshot-pull", "", twoShotPullKernels)       \
   X(Pipelined, tparAlgoPipelined, "pipelined", "", pipelinedKernels)                \
-  X(TwoShotLL, tparAlgoTwoShotLL, "twoshot-ll", "", twoShotLLKernels)                \
-  X(TwoShotCe, tparAlgoTwoShotCe, "twoshot-ce", "", ceDataKernels)
+  X(TwoShotLL, tparAlgoTwoShotLL, "twoshot-ll", "", twoShotLLKernels)
 
 // Variants that fuse the work after an all-reduce into its kernel (docs/FUSED.md): residual add
 // + RMSNorm. A line each, naming the plain algorithm whose schedule, mailbox and limits it

@@ -167,18 +167,6 @@ tparResult_t createLocal(int rank, int nranks, const ResolvedConfig& cfg, int ra
     comm->fused_scratch = nullptr;
     return fail(cudaFailure(err, "cudaMalloc (the fused call's scratch)", __FILE__, __LINE__));
   }
-  // The copy-engine path's side stream, events and scratch (NOTE [copy-engine path]).
-  err = cudaStreamCreateWithFlags(&comm->ce_stream, cudaStreamNonBlocking);
-  if (err == cudaSuccess) err = cudaEventCreateWithFlags(&comm->ce_fork, cudaEventDisableTiming);
-  if (err == cudaSuccess) err = cudaEventCreateWithFlags(&comm->ce_join, cudaEventDisableTiming);
-  if (err == cudaSuccess)
-    err = cudaMalloc(reinterpret_cast<void**>(&comm->ce_scratch),
-                     comm->layout.ce_bytes + kCeScratchSlack);
-  if (err != cudaSuccess) {
-    comm->ce_scratch = nullptr;
-    return fail(cudaFailure(err, "creating the copy-engine path's stream, events or scratch",
-                            __FILE__, __LINE__));
-  }
   comm->peer_ws[rank] = comm->workspace;
   if (host_transport) {
     res = createRankHostRegion(comm->layout, cfg.epoch_start, device, &comm->host_region);
@@ -211,10 +199,6 @@ void destroyComm(tparComm* comm) {
   for (PeerMapping& m : comm->mappings) unmapPeer(&m);
   freeWorkspace(comm->workspace);
   if (comm->fused_scratch != nullptr) cudaFree(comm->fused_scratch);
-  if (comm->ce_scratch != nullptr) cudaFree(comm->ce_scratch);
-  if (comm->ce_fork != nullptr) cudaEventDestroy(comm->ce_fork);
-  if (comm->ce_join != nullptr) cudaEventDestroy(comm->ce_join);
-  if (comm->ce_stream != nullptr) cudaStreamDestroy(comm->ce_stream);
   closeHostRegion(&comm->host_region);
   if (comm->host_state != nullptr) cudaFreeHost(comm->host_state);
   (void)cudaGetLastError();
@@ -438,19 +422,20 @@ namespace {
 
 bool vecAligned(const void* p) { return reinterpret_cast<uintptr_t>(p) % kernels::kVecBytes == 0; }
 
-}  // namespace
-
+// A launch that failed: peers may already wait for this kernel, so the group is out of step for
+// good, and every later call must say so.
 tparResult_t launchFailed(tparComm* comm, cudaError_t err, const char* what) {
   const tparResult_t result = cudaFailure(err, what, __FILE__, __LINE__);
   if (comm->host_state->error == 0) comm->host_state->error = tparUnhandledCudaError;
   return result;
 }
 
+}  // namespace
+
 void prepareAllReduce(const tparComm* comm, size_t count, tparDataType_t dtype, tparRedOp_t op,
                       CallLaunch* out, uint64_t shape_hash) {
   CallLaunch& c = *out;
   c.esize = elementBytes(dtype);
-  c.dtype = dtype;
   const uint64_t bytes = uint64_t(count) * c.esize;
   c.plan = planFor(comm, bytes, dtype);
   if (c.plan.nccl) return;
@@ -515,15 +500,6 @@ tparResult_t allReduce(tparComm* comm, const void* send, void* recv, size_t coun
   TPAR_CUDA_TRY(cudaGetDevice(&prev));
   if (prev != comm->device) TPAR_CUDA_TRY(cudaSetDevice(comm->device));
   tparResult_t result = tparSuccess;
-  if (call.algo->id == kernels::Algo::kTwoShotCe) {
-    for (uint64_t done = 0; done < count && result == tparSuccess; done += call.piece_elems) {
-      const uint64_t n = std::min<uint64_t>(call.piece_elems, count - done);
-      result = copyEngineAllReduce(comm, call, static_cast<const char*>(send) + done * call.esize,
-                                   static_cast<char*>(recv) + done * call.esize, n, stream);
-    }
-    if (prev != comm->device) cudaSetDevice(prev);
-    return result;
-  }
   for (uint64_t done = 0; done < count; done += call.piece_elems) {
     const int threads = setPiece(comm, &call, send, recv, count, done);
     cudaError_t err = launchAllReduce(call.fn, call.args, comm->max_blocks, threads,

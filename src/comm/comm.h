@@ -55,13 +55,6 @@ struct tparComm {
   tpar::kernels::AllReduceArgs call_template{};
   std::string last_error;
   tpar::NcclRoute nccl;  // tparCommSetNcclComm (comm/nccl_route.h)
-  // The copy-engine path (NOTE [copy-engine path] in kernels/copy_engine.cu): the side stream
-  // that publishes, the events that fork it from the caller's stream and join it back, and GPU
-  // scratch (layout.ce_bytes + kCeScratchSlack) for the peers' parts and the gathered chunks.
-  cudaStream_t ce_stream = nullptr;
-  cudaEvent_t ce_fork = nullptr;
-  cudaEvent_t ce_join = nullptr;
-  char* ce_scratch = nullptr;
 };
 
 namespace tpar {
@@ -136,7 +129,6 @@ struct CallLaunch {
   const Algorithm* algo = nullptr;
   AlgoShape shape;
   size_t esize = 0;
-  tparDataType_t dtype = tparBfloat16;
   uint64_t piece_elems = 0;  // elements per launch
   const void* fn = nullptr;
   kernels::AllReduceArgs args;
@@ -149,18 +141,6 @@ void prepareAllReduce(const tparComm* comm, size_t count, tparDataType_t dtype, 
 // piece's threads per block.
 int setPiece(const tparComm* comm, CallLaunch* call, const void* send, void* recv, size_t count,
              uint64_t done);
-
-// A launch (or a copy of a call) that failed: peers may already wait for it, so the group is
-// out of step for good, and every later call must say so. Returns the error.
-tparResult_t launchFailed(tparComm* comm, cudaError_t err, const char* what);
-
-// Bytes of the copy-engine path's GPU scratch beyond the largest piece: the chunks' rounding.
-constexpr uint64_t kCeScratchSlack = 4096;
-
-// One launch piece of the copy-engine path (NOTE [copy-engine path] in kernels/copy_engine.cu):
-// `count` elements at send/recv, `call` prepared for it (comm/copy_engine.cc).
-tparResult_t copyEngineAllReduce(tparComm* comm, const CallLaunch& call, const void* send,
-                                 void* recv, uint64_t count, cudaStream_t stream);
 
 // The whole all-reduce path after argument checks.
 tparResult_t allReduce(tparComm* comm, const void* send, void* recv, size_t count,

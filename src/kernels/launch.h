@@ -58,11 +58,8 @@ struct HostState {
 // epoch e+1 writes one half while a peer still reads epoch e's:
 //   [kDataOffset, pullBase())        the push algorithms' area, 2 x data_bytes, filled with 0xFF
 //                                    (the sentinel no epoch-tagged store leaves behind)
-//   [pullBase(), ceBase())           the pull area, 2 x pull_bytes: flag lines, then payload
+//   [pullBase(), totalBytes())       the pull area, 2 x pull_bytes: flag lines, then payload
 //                                    (NOTE [pull protocol], NOTE [flag lines])
-//   [ceBase(), totalBytes())         the copy-engine areas, one for the whole call (not per
-//                                    parity): the input as published, then the reduced chunk
-//                                    (NOTE [copy-engine path] in kernels/copy_engine.cu)
 // data_bytes and pull_bytes follow from the largest call one launch takes (forMaxBytes). With
 // receive regions in pinned host memory (NOTE [host regions]) both areas live in the rank's
 // host region, laid out alike from offset 0, and the workspace in GPU memory keeps only the
@@ -70,15 +67,7 @@ struct HostState {
 struct WorkspaceLayout {
   static constexpr uint64_t kHeaderBytes = 16;  // one call header per (parity, sender)
   static constexpr uint64_t kHeaderRegion = 2 * kMaxRanks * kHeaderBytes;
-  // The copy-engine path's flags (NOTE [copy-engine path]): one 16-byte slot per piece of the
-  // input as published, then one for the reduced chunk; initialized to epoch_start - 2.
-  static constexpr uint64_t kCeFlagsOffset = 1024;
-  static constexpr int kCeMaxPieces = 16;
-  static constexpr uint64_t kCeFlagBytes = (kCeMaxPieces + 1) * 16;
   static constexpr uint64_t kStateOffset = 2048;   // DeviceState
-  // The copy-engine path's flag source, in the GPU's own control page: what the copies of a
-  // call write into its flag slots (written by the call's first kernel).
-  static constexpr uint64_t kCeSourceOffset = 2064;
   // The fused kernels' row groups (NOTE [row groups] in kernels/norm_epilogue.cuh): two sets of
   // 8-byte slots {block total, epoch}, one slot per block of a launch; the tag words start at
   // epoch_start - 2.
@@ -95,24 +84,19 @@ struct WorkspaceLayout {
   static constexpr uint64_t kDevicePullMaxBytes = 256u << 10;
   uint64_t data_bytes;  // sentinel area, per parity
   uint64_t pull_bytes;  // pull area, per parity
-  uint64_t ce_bytes = 0;  // the copy-engine path's input area (its reduced chunks: ceOutBytes)
 
-  // `host`: receive regions in pinned host memory, where the pull variants and the copy-engine
-  // path carry messages up to the piece size.
+  // `host`: receive regions in pinned host memory, where the pull variants carry messages up
+  // to the piece size.
   static WorkspaceLayout forMaxBytes(uint64_t max_bytes_per_call, bool host = false) {
     // Two-shot needs two areas of one message plus rounding, one-shot n messages (smaller pieces
     // at high rank counts); the pull areas need twice the largest pull message.
     const uint64_t pull_max =
         host || max_bytes_per_call < kDevicePullMaxBytes ? max_bytes_per_call
                                                           : kDevicePullMaxBytes;
-    return WorkspaceLayout{2 * max_bytes_per_call + 4096, kPullFlagBytes + 2 * pull_max + 64,
-                           (pull_max + kVecBytes - 1) / kVecBytes * kVecBytes};
+    return WorkspaceLayout{2 * max_bytes_per_call + 4096, kPullFlagBytes + 2 * pull_max + 64};
   }
-  // The reduced chunk of a rank: at most half a message (2 ranks or more), whole vectors.
-  uint64_t ceOutBytes() const { return ce_bytes / 2 + 4 * kVecBytes; }
-  uint64_t totalBytes() const { return ceBase() + ce_bytes + ceOutBytes(); }
+  uint64_t totalBytes() const { return kDataOffset + 2 * data_bytes + 2 * pull_bytes; }
   uint64_t pullBase() const { return kDataOffset + 2 * data_bytes; }
-  uint64_t ceBase() const { return pullBase() + 2 * pull_bytes; }
   // Pull payload: one-shot pull's lines fill all of it; the two-shots put the scatter phase's
   // data in the first half and the gather phase's in the second. Each algorithm's largest
   // piece is in its registry row (src/registry/algorithms.cc).
@@ -182,37 +166,6 @@ struct NormArgs {
   uint32_t slice;
 };
 
-// The copy-engine path's kernels (NOTE [copy-engine path] in kernels/copy_engine.cu): the
-// call's first kernel, the waits for the peers' flags, the reduction of one piece, and the
-// last kernel, which moves the gathered chunks into the output.
-struct CeArgs {
-  char* peer_ws[kMaxRanks];  // every rank's region (its control page holds the flags)
-  DeviceState* state;
-  HostState* host_state;     // device-mapped
-  uint32_t* block_epochs;    // ours: the first kernel advances every block's epoch
-  uint32_t* source;          // ours, in GPU memory: {epoch, check, epoch, check}
-  uint64_t timeout_ns;
-  uint32_t check;            // the call header and the plan (the first kernel writes it)
-  int grid;                  // the communicator's grid: epochs to advance
-  int rank;
-  int nranks;
-  int slot;                  // the flag slot a wait kernel polls (0..kCeMaxPieces)
-  int op;                    // tparRedOp_t
-  // The reduction of one piece: rank order, peers' parts in `part` (GPU memory), ours in
-  // `mine` (the caller's input); the result into `out` (the caller's output) and `host_out`
-  // (our reduced chunk as published). Counts in elements.
-  const void* part[kMaxRanks];
-  const void* mine;
-  void* out;
-  void* host_out;
-  uint64_t count;
-  int aligned;               // mine and out are 16-byte aligned
-  // The last kernel: the gathered chunks from `gathered` into `out`, except ours (elements
-  // [skip0, skip1)).
-  const void* gathered;
-  uint64_t skip0, skip1;
-};
-
 // The kernels of one schedule: fn[dtype][wide], wide = the 16-rank variant. Each schedule file
 // defines one (makeKernelSet in prims/call.cuh); the algorithm registry names them.
 struct KernelSet {
@@ -226,12 +179,6 @@ struct KernelSet {
 // composite path, docs/FUSED.md): addRmsNormKernel(NormArgs, const void* sum), one block per
 // row, the fused kernels' arithmetic.
 extern const KernelSet addRmsNormKernels;
-
-// The copy-engine path (kernels/copy_engine.cu): per datatype, the reduction of a piece
-// (fn[dtype][0]) and the last kernel (fn[dtype][1]); and the first kernel and the wait
-// (ceControlKernels.fn[0][0], fn[0][1]), which take no datatype.
-extern const KernelSet ceDataKernels;
-extern const KernelSet ceControlKernels;
 
 }  // namespace kernels
 }  // namespace tpar

@@ -51,11 +51,6 @@ uint64_t flagLinesMax(const WorkspaceLayout& l, const AlgoShape& s) {
   return (WorkspaceLayout::pullHalf(l.pull_bytes) / kVecBytes - uint64_t(s.nranks)) * kVecBytes;
 }
 
-// The copy-engine path's input area holds the message; its output area a chunk of it.
-uint64_t copyEngineMax(const WorkspaceLayout& l, const AlgoShape&) {
-  return l.ce_bytes / kVecBytes * kVecBytes;
-}
-
 uint64_t allVecs(uint64_t vecs, const AlgoShape&) { return vecs; }
 // A chunk per rank, one (peer, position) pair per thread: (n - 1) chunks.
 uint64_t peerChunks(uint64_t vecs, const AlgoShape& s) {
@@ -129,13 +124,6 @@ constexpr Algorithm kTable[] = {
       row(Algo::kPipelined, "two-shot", "flags", "plan",
        flagLinesMax,
        peerChunks, kernels::kMinPipelinedThreads, WorkspaceLayout::kLineBlocks, 1, false,
-       {[](double n) { return n; }, [](double n) { return 2 * (n - 1); }, 2}),
-      // The bytes of two-shot pull: each rank publishes the other ranks' chunks of its input
-      // and its reduced chunk, and reads its chunk of every peer's input and their reduced
-      // chunks. Its kernels take any shape; the plan's steps are its pieces.
-      row(Algo::kTwoShotCe, "two-shot", "copy", "pull",
-       copyEngineMax,
-       oneChunk, 0, 0, 1, false,
        {[](double n) { return n; }, [](double n) { return 2 * (n - 1); }, 2}),
 };
 constexpr int kNumRows = sizeof(kTable) / sizeof(kTable[0]);
@@ -225,7 +213,6 @@ const std::vector<const kernels::KernelSet*>& allKernelSets() {
     for (const Algorithm& a : table()) v.push_back(a.kernels);
     for (const FusedAlgorithm& f : kFused) v.push_back(f.kernels);
     v.push_back(&kernels::addRmsNormKernels);  // the fused call's composite path
-    v.push_back(&kernels::ceControlKernels);   // the copy-engine path's waits
     return v;
   }();
   return sets;

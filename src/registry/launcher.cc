@@ -90,12 +90,6 @@ cudaError_t launchAllReduceNorm(const void* fn, const kernels::AllReduceArgs& ar
   return launch(fn, params, blocks, threads, overlap, stream);
 }
 
-cudaError_t launchCe(const void* fn, const kernels::CeArgs& args, int blocks, int threads,
-                     cudaStream_t stream) {
-  void* params[] = {const_cast<kernels::CeArgs*>(&args)};
-  return launch(fn, params, blocks, threads, false, stream);
-}
-
 template <typename F>
 cudaError_t forEachKernel(const kernels::KernelSet* const* sets, int nsets, F&& f) {
   cudaError_t result = cudaSuccess;

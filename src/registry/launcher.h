@@ -48,11 +48,6 @@ cudaError_t launchAllReduceNorm(const void* fn, const kernels::AllReduceArgs& ar
 cudaError_t launchAddRmsNorm(const void* fn, const kernels::NormArgs& norm, const void* sum,
                              int blocks, int threads, cudaStream_t stream);
 
-// A kernel of the copy-engine path (kernels::ceDataKernels, ceControlKernels), without
-// programmatic serialization: each starts after what precedes it in the stream.
-cudaError_t launchCe(const void* fn, const kernels::CeArgs& args, int blocks, int threads,
-                     cudaStream_t stream);
-
 // How a fused launch of `rows` rows of `row_vecs` vectors spreads over a grid of `grid` blocks
 // (NOTE [row groups] in kernels/norm_epilogue.cuh): with at least twice as many blocks as rows
 // (and slots for them), `group` blocks share a row, each an even `slice` of at least

@@ -23,10 +23,6 @@ void fillControlPage(uint32_t* page, uint32_t epoch_start) {
   for (int b = 0; b < kernels::kMaxBlocks; ++b) {
     page[WorkspaceLayout::kEpochsOffset / 4 + b] = epoch_start;
   }
-  // Copy-engine flag slots (NOTE [copy-engine path]): no live epoch equals epoch_start - 2.
-  for (uint64_t i = 0; i < WorkspaceLayout::kCeFlagBytes / 4; ++i) {
-    page[WorkspaceLayout::kCeFlagsOffset / 4 + i] = epoch_start - 2;
-  }
   // Row-group slots: {0.0f, epoch_start - 2}, a tag no live epoch equals (NOTE [row groups]).
   for (uint32_t i = 0; i < 2 * WorkspaceLayout::kRowPartialSlots; ++i) {
     page[WorkspaceLayout::kRowPartialsOffset / 4 + 2 * i + 1] = epoch_start - 2;
@@ -73,14 +69,6 @@ tparResult_t allocWorkspace(const WorkspaceLayout& layout, uint32_t epoch_start,
                             2 * WorkspaceLayout::kRowPartialSlots * sizeof(uint64_t) <=
                         WorkspaceLayout::kEpochsOffset,
                 "the row-group slots overlap DeviceState or the block epochs");
-  static_assert(WorkspaceLayout::kHeaderRegion <= WorkspaceLayout::kCeFlagsOffset &&
-                    WorkspaceLayout::kCeFlagsOffset + WorkspaceLayout::kCeFlagBytes <=
-                        WorkspaceLayout::kStateOffset,
-                "the copy-engine flags overlap the headers or DeviceState");
-  static_assert(WorkspaceLayout::kStateOffset + sizeof(kernels::DeviceState) <=
-                        WorkspaceLayout::kCeSourceOffset &&
-                    WorkspaceLayout::kCeSourceOffset + 16 <= WorkspaceLayout::kRowPartialsOffset,
-                "the copy-engine flag source overlaps DeviceState or the row-group slots");
   char* ws = nullptr;
   const uint64_t total = control_only ? WorkspaceLayout::kDataOffset : layout.totalBytes();
   TPAR_CUDA_TRY(cudaMalloc(reinterpret_cast<void**>(&ws), total));

@@ -278,11 +278,6 @@ Plan hostShape(Plan p, uint64_t bytes, const TunerContext& ctx) {
     p.pull = true;
   } else if (p.algo == kernels::Algo::kTwoShotLL) {
     p.active_blocks = ctx.ranks_per_gpu >= 8 ? 1 : 2;
-  } else if (p.algo == kernels::Algo::kTwoShotCe) {
-    // Pieces of about kCePieceBytes of a rank's chunk: each copy costs a few microseconds
-    // beyond its bytes, and fewer pieces overlap less of the two directions.
-    const uint64_t chunk = bytes / n;
-    p.steps = static_cast<int>(std::min<uint64_t>(std::max<uint64_t>(chunk / kCePieceBytes, 1), 8));
   } else if (p.algo == kernels::Algo::kOneShotPull || p.algo == kernels::Algo::kTwoShotPull) {
     const uint64_t blocks = bytes / (n * (16u << 10));
     p.active_blocks = static_cast<int>(std::min<uint64_t>(std::max<uint64_t>(blocks, 1), 32));

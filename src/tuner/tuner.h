@@ -83,9 +83,6 @@ uint64_t defaultOneShotMaxBytes(int nranks);
 constexpr int kDefaultGridBlocks = 32;
 constexpr int kSharedGpuGridBlocks = 64;
 
-// The copy-engine path's piece of a rank's chunk in host memory (hostShape).
-constexpr uint64_t kCePieceBytes = 512u << 10;
-
 // The built-in choice for this context (no table).
 Plan defaultPlan(uint64_t bytes, tparDataType_t dtype, const TunerContext& ctx,
                  int64_t one_shot_max_bytes);

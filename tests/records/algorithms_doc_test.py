@@ -141,9 +141,6 @@ class WorkedExampleBuilds(unittest.TestCase):
                     'TPAR_KERNEL_ALGORITHMS(S)\nTPAR_FUSED_ALGORITHMS(F)\n'
                     # The fused call's norm kernel (composite path), not a line of the list.
                     'extern const KernelSet addRmsNormKernels __attribute__((weak)) = '
-                    '{{{&fake, &fake}, {&fake, &fake}, {&fake, &fake}}};\n'
-                    # The copy-engine path's waits, not a line of the list either.
-                    'extern const KernelSet ceControlKernels __attribute__((weak)) = '
                     '{{{&fake, &fake}, {&fake, &fake}, {&fake, &fake}}};\n}}\n')
         exe = os.path.join(self.dir, "check")
         r = self.cxx("-DEXAMPLE_KEY=" + ids["key"], "-DEXAMPLE_PUB=" + ids["pub"],

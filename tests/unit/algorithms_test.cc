@@ -44,8 +44,7 @@ TEST(AlgorithmRegistry, EveryPublicAlgorithmHasExactlyOneRowAndItsName) {
 TEST(AlgorithmRegistry, PublicNamesStayAsTheyWere) {
   // TPAR_ALGO's choices, in tparAlgo_t order: scripts and tuning tables use these strings.
   EXPECT_STREQ(
-      "auto|oneshot|twoshot|staged|hier|oneshot-pull|twoshot-pull|nccl|pipelined|twoshot-ll|"
-      "twoshot-ce",
+      "auto|oneshot|twoshot|staged|hier|oneshot-pull|twoshot-pull|nccl|pipelined|twoshot-ll",
       publicAlgoChoices());
   kernels::Algo id;
   ASSERT_TRUE(algoFromName("twoshot-ll", &id));
@@ -81,7 +80,7 @@ TEST(AlgorithmRegistry, EveryKeyHasItsOwnCallHeaderWord) {
 
 TEST(AlgorithmRegistry, RowsNameScheduleProtocolDirectionAndEveryKernel) {
   const std::set<std::string> schedules = {"one-shot", "two-shot", "staged", "hierarchical"};
-  const std::set<std::string> protocols = {"sentinel", "ll", "flags", "copy"};
+  const std::set<std::string> protocols = {"sentinel", "ll", "flags"};
   const std::set<std::string> directions = {"push", "pull", "plan"};
   std::set<const kernels::KernelSet*> sets;
   for (const Algorithm& a : algorithms()) {
@@ -109,8 +108,6 @@ TEST(AlgorithmRegistry, RowsNameScheduleProtocolDirectionAndEveryKernel) {
   EXPECT_EQ(static_cast<size_t>(kNumFusedAlgos), fused);
   // And the norm kernel of the fused call's composite path: every set once, nothing else.
   EXPECT_TRUE(sets.insert(&kernels::addRmsNormKernels).second);
-  // And the copy-engine path's waits (its data kernels are its row's).
-  EXPECT_TRUE(sets.insert(&kernels::ceControlKernels).second);
   EXPECT_EQ(sets, std::set<const kernels::KernelSet*>(allKernelSets().begin(),
                                                       allKernelSets().end()));
   EXPECT_EQ(sets.size(), allKernelSets().size());
