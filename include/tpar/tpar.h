@@ -101,6 +101,18 @@ typedef enum {
   tparNumAlgos = 10
 } tparAlgo_t;
 
+/* Compressed wire formats for large all-reduces (docs/WIRE.md): opt-in, never the default. A
+ * format sends each block of 32 values as 32 codes and one bf16 scale, accumulates in fp32, and
+ * gives every rank the same bits; it applies to float16 and bfloat16 calls of the pipelined
+ * schedule from the size where it was measured to win (float32 calls stay lossless). */
+typedef enum {
+  tparWireNone = 0, /* lossless (the default) */
+  tparWireFp8 = 1,  /* FP8 e4m3 codes */
+  tparWireInt8 = 2, /* 8-bit integer codes */
+  tparWireInt4 = 3, /* 4-bit integer codes */
+  tparNumWires = 4
+} tparWire_t;
+
 /* How a communicator reaches its peers' receive regions. */
 typedef enum {
   tparTransportSameDevice = 0, /* every rank on one GPU ("virtual ranks", tests) */
@@ -142,6 +154,9 @@ typedef struct {
    * memory (tparTransportHost); 2: always GPU memory (fail when P2P is missing); -1 = env
    * TPAR_TRANSPORT. Every rank must pass the same value. */
   int transport;
+  /* Compressed wire format (tparWire_t) for large float16/bfloat16 calls; tparWireNone keeps
+   * every call lossless; -1 = env TPAR_WIRE. Every rank must pass the same value. */
+  int wire;
 } tparConfig_t;
 
 #define TPAR_CONFIG_MAGIC 0x74706172u /* "tpar" */
@@ -149,7 +164,7 @@ typedef struct {
 #define TPAR_CONFIG_INITIALIZER                                                         \
   {                                                                                     \
     sizeof(tparConfig_t), TPAR_CONFIG_MAGIC, TPAR_VERSION_CODE, 0, 0, TPAR_CONFIG_UNDEF_INT, \
-        TPAR_CONFIG_UNDEF_INT, TPAR_CONFIG_UNDEF_INT                                    \
+        TPAR_CONFIG_UNDEF_INT, TPAR_CONFIG_UNDEF_INT, TPAR_CONFIG_UNDEF_INT             \
   }
 
 /* Static text for a result code. Never NULL. */

@@ -46,6 +46,16 @@
   F(OneShotPullNorm, OneShotPull, "oneshot-pull+norm", oneShotPullNormKernels)    \
   F(TwoShotNorm, TwoShot, "twoshot+norm", twoShotNormKernels)
 
+// Variants that carry a compressed wire format (docs/WIRE.md) over a plain algorithm's
+// schedule: a line each, naming the plain algorithm and the format (tparWire_t); their keys
+// follow the fused ones (appended). No tparAlgo_t value: a communicator's wire setting picks
+// them for the plain algorithm's calls (wireAlgorithmFor).
+//   W(Key, plain Key, "name", tparWire_t, kernel set)
+#define TPAR_WIRE_ALGORITHMS(W)                                                      \
+  W(PipelinedFp8, Pipelined, "pipelined+fp8", tparWireFp8, pipelinedFp8Kernels)      \
+  W(PipelinedInt8, Pipelined, "pipelined+int8", tparWireInt8, pipelinedInt8Kernels)  \
+  W(PipelinedInt4, Pipelined, "pipelined+int4", tparWireInt4, pipelinedInt4Kernels)
+
 // The public values that run no tpar kernel: the communicator's choice, and the NCCL
 // communicator attached with tparCommSetNcclComm.
 //   Y(public value, "name")
@@ -61,18 +71,22 @@ constexpr int kCallHeaderAlgoBits = 5;
 // The kernel key: its value is the line's position (the kernel-side name is kernels::Algo).
 #define TPAR_ALGO_ENUM_(Key, pub, name, alias, set) k##Key,
 #define TPAR_FUSED_ENUM_(Key, plain, name, set) k##Key,
+#define TPAR_WIRE_ENUM_(Key, plain, name, wire, set) k##Key,
 enum class AlgoKey : int {
   TPAR_KERNEL_ALGORITHMS(TPAR_ALGO_ENUM_) TPAR_FUSED_ALGORITHMS(TPAR_FUSED_ENUM_)
+      TPAR_WIRE_ALGORITHMS(TPAR_WIRE_ENUM_)
 };
 #undef TPAR_ALGO_ENUM_
 #undef TPAR_FUSED_ENUM_
+#undef TPAR_WIRE_ENUM_
 
 #define TPAR_ALGO_COUNT_(...) +1
 // The plain algorithms (the registry's rows), and the fused variants after them.
 constexpr int kNumKernelAlgos = 0 TPAR_KERNEL_ALGORITHMS(TPAR_ALGO_COUNT_);
 constexpr int kNumFusedAlgos = 0 TPAR_FUSED_ALGORITHMS(TPAR_ALGO_COUNT_);
+constexpr int kNumWireAlgos = 0 TPAR_WIRE_ALGORITHMS(TPAR_ALGO_COUNT_);
 #undef TPAR_ALGO_COUNT_
-static_assert(kNumKernelAlgos + kNumFusedAlgos <= (1 << kCallHeaderAlgoBits),
+static_assert(kNumKernelAlgos + kNumFusedAlgos + kNumWireAlgos <= (1 << kCallHeaderAlgoBits),
               "the call header's algorithm field is too narrow for the algorithm list");
 
 // One public value and its names; `key` is the kernel key's value, -1 for the others.

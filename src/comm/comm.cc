@@ -439,6 +439,13 @@ void prepareAllReduce(const tparComm* comm, size_t count, tparDataType_t dtype, 
   const uint64_t bytes = uint64_t(count) * c.esize;
   c.plan = planFor(comm, bytes, dtype);
   if (c.plan.nccl) return;
+  // A wire format, where it applies (tuner.h, wirePlan), runs its variant of the pipelined
+  // schedule: that schedule's row (limits, threads), the variant's kernels and key.
+  bool wire = false;
+  c.plan = wirePlan(c.plan, bytes, dtype, comm->tuner_ctx, comm->cfg.forced_algo, comm->cfg.wire,
+                    &wire);
+  const WireAlgorithm* wa =
+      wire ? wireAlgorithmOf(c.plan.algo, static_cast<tparWire_t>(comm->cfg.wire)) : nullptr;
   // planFor already gives a plan the group can run (the tuner's fallback, tuner.h).
   c.algo = &algorithm(c.plan.algo);
   const Algorithm& algo = *c.algo;
@@ -449,12 +456,15 @@ void prepareAllReduce(const tparComm* comm, size_t count, tparDataType_t dtype, 
   const uint64_t algo_limit = algo.max_bytes(comm->layout, c.shape);
   const uint64_t piece_limit = std::min<uint64_t>(comm->cfg.max_bytes_per_call, algo_limit);
   c.piece_elems = piece_limit / c.esize;  // piece_limit is a multiple of 16
-  c.fn = algo.kernels->get(dtype, comm->nranks > 8);
+  // A wire format's pieces are whole blocks of 32 values, so that every piece encodes the
+  // blocks a single launch would (docs/WIRE.md: blocks count from the start of the buffer).
+  if (wa != nullptr) c.piece_elems = c.piece_elems / 32 * 32;
+  c.fn = (wa != nullptr ? wa->kernels : algo.kernels)->get(dtype, comm->nranks > 8);
 
   kernels::AllReduceArgs& args = c.args;
   args = comm->call_template;  // NOTE [call template]
-  args.meta = makeCallMeta(dtype, op, algo.id, uint64_t(count) ^ shape_hash,
-                           comm->nccl.comm != nullptr);
+  args.meta = makeCallMeta(dtype, op, wa != nullptr ? wa->id : algo.id,
+                           uint64_t(count) ^ shape_hash, comm->nccl.comm != nullptr);
   args.op = op;
   args.active_blocks = c.plan.active_blocks;
   if (algo.max_blocks > 0 && (args.active_blocks <= 0 || args.active_blocks > algo.max_blocks))

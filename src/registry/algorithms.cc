@@ -7,10 +7,13 @@ namespace kernels {
 // Defined by the schedule files (src/kernels/*.cu), one per line of the list.
 #define TPAR_DECLARE_KERNEL_SET_(Key, pub, name, alias, set) extern const KernelSet set;
 #define TPAR_DECLARE_FUSED_SET_(Key, plain, name, set) extern const KernelSet set;
+#define TPAR_DECLARE_WIRE_SET_(Key, plain, name, wire, set) extern const KernelSet set;
 TPAR_KERNEL_ALGORITHMS(TPAR_DECLARE_KERNEL_SET_)
 TPAR_FUSED_ALGORITHMS(TPAR_DECLARE_FUSED_SET_)
+TPAR_WIRE_ALGORITHMS(TPAR_DECLARE_WIRE_SET_)
 #undef TPAR_DECLARE_KERNEL_SET_
 #undef TPAR_DECLARE_FUSED_SET_
+#undef TPAR_DECLARE_WIRE_SET_
 }  // namespace kernels
 
 namespace {
@@ -207,11 +210,30 @@ const FusedAlgorithm* fusedAlgorithmOf(Algo plain) {
   return nullptr;
 }
 
+namespace {
+#define TPAR_WIRE_ROW_(Key, plain, name, wire, set) \
+  {Algo::k##Key, Algo::k##plain, name, wire, &kernels::set},
+const std::vector<WireAlgorithm>& wireTable() {
+  static const std::vector<WireAlgorithm> rows = {TPAR_WIRE_ALGORITHMS(TPAR_WIRE_ROW_)};
+  return rows;
+}
+#undef TPAR_WIRE_ROW_
+}  // namespace
+
+const std::vector<WireAlgorithm>& wireAlgorithms() { return wireTable(); }
+
+const WireAlgorithm* wireAlgorithmOf(Algo plain, tparWire_t wire) {
+  for (const WireAlgorithm& w : wireTable())
+    if (w.plain == plain && w.wire == wire) return &w;
+  return nullptr;
+}
+
 const std::vector<const kernels::KernelSet*>& allKernelSets() {
   static const std::vector<const kernels::KernelSet*> sets = [] {
     std::vector<const kernels::KernelSet*> v;
     for (const Algorithm& a : table()) v.push_back(a.kernels);
     for (const FusedAlgorithm& f : kFused) v.push_back(f.kernels);
+    for (const WireAlgorithm& w : wireTable()) v.push_back(w.kernels);
     v.push_back(&kernels::addRmsNormKernels);  // the fused call's composite path
     return v;
   }();

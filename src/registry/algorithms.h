@@ -93,6 +93,20 @@ struct FusedAlgorithm {
 // The fused variant of plain algorithm `plain`, or null.
 const FusedAlgorithm* fusedAlgorithmOf(kernels::Algo plain);
 
+// A wire variant (base/algorithm_list.h, docs/WIRE.md): its key and kernels, the plain
+// algorithm whose schedule and limits it shares, and its format.
+struct WireAlgorithm {
+  kernels::Algo id;
+  kernels::Algo plain;
+  const char* name;
+  tparWire_t wire;
+  const kernels::KernelSet* kernels;
+};
+// The variant of plain algorithm `plain` with format `wire`, or null (none, or tparWireNone).
+const WireAlgorithm* wireAlgorithmOf(kernels::Algo plain, tparWire_t wire);
+// Every wire variant, in list order.
+const std::vector<WireAlgorithm>& wireAlgorithms();
+
 // The kernel sets of every algorithm and fused variant (preload, occupancy).
 const std::vector<const kernels::KernelSet*>& allKernelSets();
 

@@ -349,6 +349,20 @@ Plan defaultPlan(uint64_t bytes, tparDataType_t dtype, const TunerContext& ctx,
   return p;
 }
 
+Plan wirePlan(const Plan& plan, uint64_t bytes, tparDataType_t dtype, const TunerContext& ctx,
+              tparAlgo_t forced, int wire, bool* applies) {
+  *applies = false;
+  if (wire <= tparWireNone || wire >= tparNumWires || plan.nccl || bytes < kWireMinBytes ||
+      (dtype != tparFloat16 && dtype != tparBfloat16))
+    return plan;
+  if (forced != tparAlgoAuto && forced != tparAlgoPipelined) return plan;
+  *applies = true;
+  if (plan.algo == kernels::Algo::kPipelined) return plan;
+  Plan p;
+  p.algo = kernels::Algo::kPipelined;
+  return ctx.host_transport ? hostShape(p, bytes, ctx) : p;
+}
+
 std::vector<uint64_t> defaultPlanBoundaries(const TunerContext& ctx, int64_t one_shot_max_bytes) {
   // Every size after which defaultPlan may pick another algorithm (keep in step with it).
   std::vector<uint64_t> b = {kStagedMaxBytes, kHostOneShotPullMaxBytes, kHostLLMaxBytes,

@@ -83,6 +83,19 @@ uint64_t defaultOneShotMaxBytes(int nranks);
 constexpr int kDefaultGridBlocks = 32;
 constexpr int kSharedGpuGridBlocks = 64;
 
+// The smallest call that a communicator's wire format (tparConfig_t::wire, TPAR_WIRE) carries;
+// smaller calls stay lossless. Below it the formats' encoding costs more than their bytes save
+// (docs/PERFORMANCE.md, "Wire formats: speed").
+constexpr uint64_t kWireMinBytes = 1u << 20;
+
+// The plan of a call of `bytes` when the communicator has a wire format: `plan` itself when the
+// format does not apply (none set, a datatype other than float16 and bfloat16, below
+// kWireMinBytes, NCCL, or a forced algorithm other than pipelined); else the pipelined schedule
+// (`plan` when it is one already, else its default shape), whose kernel with the format runs
+// (registry's wireAlgorithmOf). *applies says which.
+Plan wirePlan(const Plan& plan, uint64_t bytes, tparDataType_t dtype, const TunerContext& ctx,
+              tparAlgo_t forced, int wire, bool* applies);
+
 // The built-in choice for this context (no table).
 Plan defaultPlan(uint64_t bytes, tparDataType_t dtype, const TunerContext& ctx,
                  int64_t one_shot_max_bytes);

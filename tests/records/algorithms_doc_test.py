@@ -138,7 +138,9 @@ class WorkedExampleBuilds(unittest.TestCase):
                     '__attribute__((weak)) = {{{&fake, &fake}, {&fake, &fake}, {&fake, &fake}}};\n'
                     '#define F(K, p, n, set) extern const KernelSet set __attribute__((weak)) = '
                     '{{{&fake, &fake}, {&fake, &fake}, {&fake, &fake}}};\n'
-                    'TPAR_KERNEL_ALGORITHMS(S)\nTPAR_FUSED_ALGORITHMS(F)\n'
+                    '#define W(K, p, n, w, set) extern const KernelSet set __attribute__((weak)) = '
+                    '{{{&fake, &fake}, {&fake, &fake}, {&fake, &fake}}};\n'
+                    'TPAR_KERNEL_ALGORITHMS(S)\nTPAR_FUSED_ALGORITHMS(F)\nTPAR_WIRE_ALGORITHMS(W)\n'
                     # The fused call's norm kernel (composite path), not a line of the list.
                     'extern const KernelSet addRmsNormKernels __attribute__((weak)) = '
                     '{{{&fake, &fake}, {&fake, &fake}, {&fake, &fake}}};\n}}\n')

@@ -106,6 +106,23 @@ TEST(AlgorithmRegistry, RowsNameScheduleProtocolDirectionAndEveryKernel) {
     EXPECT_TRUE(sets.insert(f->kernels).second) << f->name << " shares another's kernels";
   }
   EXPECT_EQ(static_cast<size_t>(kNumFusedAlgos), fused);
+  // And the wire variants' (docs/WIRE.md): each behind its plain algorithm, one per format.
+  std::set<std::pair<int, int>> plain_and_format;
+  for (const WireAlgorithm& w : wireAlgorithms()) {
+    EXPECT_GE(static_cast<int>(w.id), kNumKernelAlgos + kNumFusedAlgos) << w.name;
+    EXPECT_LT(static_cast<int>(w.id), 1 << kCallHeaderAlgoBits) << w.name;
+    EXPECT_GT(w.wire, tparWireNone) << w.name;
+    EXPECT_LT(w.wire, tparNumWires) << w.name;
+    EXPECT_TRUE(plain_and_format.insert({static_cast<int>(w.plain), w.wire}).second) << w.name;
+    EXPECT_EQ(&w, wireAlgorithmOf(w.plain, w.wire)) << w.name;
+    EXPECT_EQ(nullptr, wireAlgorithmOf(w.plain, tparWireNone)) << w.name;
+    ASSERT_NE(nullptr, w.kernels) << w.name;
+    for (int d = 0; d < tparNumDataTypes; ++d)
+      for (bool wide : {false, true})
+        EXPECT_NE(nullptr, w.kernels->get(static_cast<tparDataType_t>(d), wide)) << w.name;
+    EXPECT_TRUE(sets.insert(w.kernels).second) << w.name << " shares another's kernels";
+  }
+  EXPECT_EQ(static_cast<size_t>(kNumWireAlgos), wireAlgorithms().size());
   // And the norm kernel of the fused call's composite path: every set once, nothing else.
   EXPECT_TRUE(sets.insert(&kernels::addRmsNormKernels).second);
   EXPECT_EQ(sets, std::set<const kernels::KernelSet*>(allKernelSets().begin(),

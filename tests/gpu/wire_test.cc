@@ -1,0 +1,165 @@
+// Compressed wire formats on the GPU (docs/WIRE.md): every rank's output against the host's
+// definition of the all-reduce a format computes (tests/common/wire_reference.h), value for
+// value, on both transports, 2 to 8 virtual ranks, float16 and bfloat16, odd counts, several
+// launch pieces, in place, NaN and Inf; and where a format must not apply (small calls,
+// float32), the lossless result.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "common/wire_reference.h"
+#include "gpu/test_util.h"
+
+namespace tpar_test {
+namespace {
+
+using tpar::kernels::WireFormat;
+
+float toFloat(uint16_t bits, tparDataType_t dtype) {
+  if (dtype == tparBfloat16) {
+    uint32_t u = uint32_t(bits) << 16;
+    float f;
+    std::memcpy(&f, &u, 4);
+    return f;
+  }
+  __half_raw r;
+  r.x = bits;
+  return __half2float(__half(r));
+}
+
+uint16_t fromFloat(float x, tparDataType_t dtype) {
+  if (dtype == tparBfloat16) {
+    const __nv_bfloat16 b = __float2bfloat16_rn(x);
+    return reinterpret_cast<const __nv_bfloat16_raw&>(b).x;
+  }
+  const __half h = __float2half_rn(x);
+  return reinterpret_cast<const __half_raw&>(h).x;
+}
+
+// The format's all-reduce of `op` as wire_reference.h defines it for sums: each contribution
+// through the format once, fp32 in rank order, the result through the format once more.
+std::vector<float> wireReference(WireFormat f, const std::vector<std::vector<float>>& in,
+                                 tparRedOp_t op) {
+  if (op == tparSum) return tpar::ref::wireAllReduce(f, 32, tpar::ref::WireAlgo::kTwoShot, in);
+  std::vector<float> acc, x;
+  for (size_t r = 0; r < in.size(); ++r) {
+    tpar::ref::wireRoundTrip(f, 32, in[r], &x);
+    if (r == 0) acc = x;
+    for (size_t i = 0; r > 0 && i < acc.size(); ++i)
+      acc[i] = op == tparMax ? std::fmax(acc[i], x[i]) : std::fmin(acc[i], x[i]);
+  }
+  tpar::ref::wireRoundTrip(f, 32, acc, &x);
+  return x;
+}
+
+struct Case {
+  int n;
+  size_t count;
+  tparDataType_t dtype;
+  tparRedOp_t op;
+  bool in_place;
+  bool specials;  // NaN and Inf among the inputs
+};
+
+// Runs one call on every rank of `g` and compares each output with the reference; returns the
+// number of values that differ (a NaN matches a NaN).
+size_t runWire(VirtualGroup& g, WireFormat f, const Case& c, std::mt19937_64& rng) {
+  const int n = g.size();
+  std::vector<std::vector<uint16_t>> bits(n, std::vector<uint16_t>(c.count));
+  std::vector<std::vector<float>> values(n, std::vector<float>(c.count));
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (int r = 0; r < n; ++r) {
+    for (size_t i = 0; i < c.count; ++i) {
+      float v = normal(rng);
+      if (i % 997 == 13) v *= 60.0f;  // outlier channels
+      if (c.specials && rng() % 4001 == 0) {
+        const int kind = static_cast<int>(rng() % 3);
+        v = kind == 0 ? NAN : kind == 1 ? INFINITY : -INFINITY;
+      }
+      bits[r][i] = fromFloat(v, c.dtype);
+      values[r][i] = toFloat(bits[r][i], c.dtype);
+    }
+  }
+  const std::vector<float> want = wireReference(f, values, c.op);
+  Buffers b;
+  EXPECT_EQ(cudaSuccess, b.alloc(n, c.count * 2));
+  for (int r = 0; r < n; ++r) {
+    EXPECT_EQ(cudaSuccess, cudaMemcpy(b.in[r], bits[r].data(), c.count * 2, cudaMemcpyHostToDevice));
+    if (!c.in_place) EXPECT_EQ(cudaSuccess, cudaMemset(b.out[r], 0xFF, c.count * 2));
+  }
+  for (int r = 0; r < n; ++r) {
+    void* out = c.in_place ? b.in[r] : b.out[r];
+    EXPECT_EQ(tparSuccess, tparAllReduce(b.in[r], out, c.count, c.dtype, c.op, g.comm(r),
+                                         g.stream(r)))
+        << tparGetLastError(g.comm(r));
+  }
+  size_t wrong = 0;
+  std::vector<uint16_t> got(c.count);
+  for (int r = 0; r < n; ++r) {
+    EXPECT_EQ(cudaSuccess, cudaStreamSynchronize(g.stream(r)));
+    const void* out = c.in_place ? b.in[r] : b.out[r];
+    EXPECT_EQ(cudaSuccess, cudaMemcpy(got.data(), out, c.count * 2, cudaMemcpyDeviceToHost));
+    for (size_t i = 0; i < c.count; ++i) {
+      const float w = toFloat(fromFloat(want[i], c.dtype), c.dtype);
+      const float v = toFloat(got[i], c.dtype);
+      const bool same = (std::isnan(w) && std::isnan(v)) || w == v;
+      if (!same && wrong++ < 5)
+        ADD_FAILURE() << "rank " << r << " value " << i << ": " << v << ", want " << w;
+    }
+  }
+  return wrong;
+}
+
+class WireFormats : public ::testing::TestWithParam<int> {};
+
+TEST_P(WireFormats, EveryRankGetsTheFormatsAllReduce) {
+  TPAR_REQUIRE_GPU();
+  std::mt19937_64 rng(freshSeed());
+  const struct {
+    const char* name;
+    int wire;
+    WireFormat f;
+  } formats[] = {{"fp8", tparWireFp8, WireFormat::kFp8},
+                 {"int8", tparWireInt8, WireFormat::kInt8},
+                 {"int4", tparWireInt4, WireFormat::kInt4}};
+  for (const auto& fmt : formats) {
+    for (int n : {2, 3, 8}) {
+      tparConfig_t cfg = sharedDeviceConfig();
+      cfg.transport = GetParam();
+      cfg.wire = fmt.wire;
+      VirtualGroup g;
+      ASSERT_EQ("", g.init(n, cfg));
+      // 1 MiB of 16-bit values and odd counts above it; 9 MiB runs in two launches on the host
+      // transport (and in many in GPU memory, whose pull areas are smaller).
+      const Case cases[] = {{n, size_t{1} << 19, tparBfloat16, tparSum, false, false},
+                            {n, (size_t{1} << 19) + 37, tparFloat16, tparSum, true, false},
+                            {n, (size_t{9} << 19) + 3, tparBfloat16, tparSum, false, true},
+                            {n, (size_t{1} << 19) + 1001, tparBfloat16, tparMax, false, false}};
+      for (const Case& c : cases) {
+        SCOPED_TRACE(std::string(fmt.name) + ", " + std::to_string(n) + " ranks, count " +
+                     std::to_string(c.count));
+        EXPECT_EQ(0u, runWire(g, fmt.f, c, rng));
+        if (HasFailure()) return;
+      }
+      // Where the format does not apply the call stays lossless: below its smallest size, and
+      // float32 at any size.
+      runAndCheck(g, 4096, tparBfloat16, tparSum, false);
+      runAndCheck(g, size_t{1} << 19, tparFloat32, tparSum, false);
+      if (HasFailure()) return;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Transports, WireFormats,
+                         ::testing::Values(kTransportDefault, kTransportHost),
+                         [](const ::testing::TestParamInfo<int>& info) {
+                           return transportLabel(info.param);
+                         });
+
+}  // namespace
+}  // namespace tpar_test
