@@ -1,11 +1,12 @@
 // The flag-line two-shot (the pipelined kernel's schedule, two_shot.cuh) with a compressed wire
 // format (docs/WIRE.md): the registry's pipelined+fp8, pipelined+int8 and pipelined+int4.
 //
-// The unit of work is a wire block of kBlock values (4 vectors of 16-bit data), counted from the
-// start of the launch: chunks, block slices and steps are whole wire blocks, so every rank
-// encodes the same blocks. A thread holds one wire block: it loads its values, encodes them
-// (WireBlock: kCodeVecs vectors of codes and a bf16 scale), and stores the codes at block w's
-// place in an area and the scale in the area's scale array after every code. Per block:
+// Chunks, block slices and steps are whole wire blocks of kBlock values (4 vectors of 16-bit
+// data), counted from the start of the launch, so every rank encodes the same blocks. A thread
+// holds one vector (8 values); the 4 lanes of a quad hold one wire block and agree on its scale
+// by two shuffles; each stores its 8 codes (8 bytes, or 4 for INT4) at its vector's place in an
+// area, the quad's first lane the block's bf16 scale in the area's scale array after every
+// code: consecutive lanes write consecutive bytes. Per block:
 //   scatter: each rank encodes its contribution once (its own too, in the reduction, so the sum
 //            does not depend on which rank reduces);
 //   reduce:  the owner decodes the n contributions and adds them in fp32 in rank order, encodes
@@ -27,144 +28,210 @@ enum WireRole { kWirePush, kWireReduce, kWireGather };
 template <WireFormat F>
 struct WireTwoShot {
   static constexpr int kBlock = 32;
-  using Blk = WireBlock<F, kBlock>;
-  static constexpr int kCodeVecs = Blk::kWords / 4;  // INT4: 1, FP8 and INT8: 2
-  static constexpr uint64_t kCodeBytes = uint64_t(kCodeVecs) * kVecBytes;
+  using Codes = WireCodes<F>;
+  // A thread holds one 16-byte vector of 8 values, so the 4 lanes of a quad hold one wire
+  // block; their codes are 8 bytes (FP8, INT8) or 4 (INT4) per vector, contiguous as
+  // WireBlock lays out a block.
+  static constexpr int kCodeWords = 8 * Codes::kBits / 32;  // per vector: 2 or 1
+  static constexpr uint64_t kVecCodeBytes = kCodeWords * 4;
 
   struct Call {
     const AllReduceArgs& a;
     const FlagBox& box;
     int n, me;
     bool pull, aligned;
-    uint64_t blocks;  // wire blocks of this launch
+    uint64_t vecs;    // vectors of this launch
     uint64_t chunk;   // wire blocks per rank's chunk
     uint64_t scales;  // offset of the scale array in an area
     uint64_t goff;    // the gather phase's areas
     char* own;
   };
 
-  // Wire block w of a 16-bit buffer: 4 vectors; values past `count` read as zero.
+  struct Coded {
+    uint32_t w[kCodeWords];
+    uint16_t scale;
+  };
+
+  // The block's scale from each lane's 8 values: largest finite magnitude and whether an
+  // infinity is there, over the quad (every lane of the warp takes part in the shuffles).
+  __device__ static uint16_t quadScale(const float* x) {
+    float amax = 0.0f;
+    uint32_t inf = 0;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      if (wire::isInf(x[i])) {
+        inf = 1;
+      } else if (!wire::isNan(x[i])) {
+        amax = fmaxf(amax, wire::absf(x[i]));
+      }
+    }
+    amax = fmaxf(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, 1));
+    amax = fmaxf(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, 2));
+    inf |= __shfl_xor_sync(0xFFFFFFFFu, inf, 1);
+    inf |= __shfl_xor_sync(0xFFFFFFFFu, inf, 2);
+    return wireScale<F>(amax, inf != 0);
+  }
+
+  __device__ static Coded encode(const float* x) {
+    Coded c;
+    c.scale = quadScale(x);
+#pragma unroll
+    for (int k = 0; k < kCodeWords; ++k) {
+      uint32_t word = 0;
+#pragma unroll
+      for (int i = 0; i < 32 / Codes::kBits; ++i)
+        word |= uint32_t(wireEncode<F>(x[k * (32 / Codes::kBits) + i], c.scale))
+                << (i * Codes::kBits);
+      c.w[k] = word;
+    }
+    return c;
+  }
+
+  __device__ static void decode(const Coded& c, float* x) {
+    constexpr uint32_t mask = (1u << Codes::kBits) - 1;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      const uint32_t code = (c.w[i / (32 / Codes::kBits)] >> ((i % (32 / Codes::kBits)) * Codes::kBits)) & mask;
+      x[i] = wireDecode<F>(static_cast<uint8_t>(code), c.scale);
+    }
+  }
+
   template <typename T>
-  __device__ static void load(const void* base, uint64_t w, uint64_t count, bool aligned,
+  __device__ static void load(const void* base, uint64_t v, uint64_t count, bool aligned,
                               float* x) {
+    const Vec u = loadUser<T>(base, v, count, aligned);
 #pragma unroll
-    for (int q = 0; q < 4; ++q) {
-      const Vec v = loadUser<T>(base, w * 4 + q, count, aligned);
-#pragma unroll
-      for (int i = 0; i < 8; ++i) x[q * 8 + i] = ElemTraits<T>::toFloat(v, i);
-    }
+    for (int i = 0; i < 8; ++i) x[i] = ElemTraits<T>::toFloat(u, i);
   }
 
   template <typename T>
-  __device__ static void store(void* base, uint64_t w, uint64_t count, bool aligned,
+  __device__ static void store(void* base, uint64_t v, uint64_t count, bool aligned,
                                const float* x) {
+    Vec u{{0, 0, 0, 0}};
 #pragma unroll
-    for (int q = 0; q < 4; ++q) {
-      Vec v{{0, 0, 0, 0}};
-#pragma unroll
-      for (int i = 0; i < 8; ++i) ElemTraits<T>::fromFloat(v, i, x[q * 8 + i]);
-      storeUser<T>(base, w * 4 + q, count, aligned, v);
-    }
+    for (int i = 0; i < 8; ++i) ElemTraits<T>::fromFloat(u, i, x[i]);
+    storeUser<T>(base, v, count, aligned, u);
   }
 
-  __device__ static void put(const Call& c, char* area, uint64_t w, const uint32_t* words,
-                             uint16_t scale) {
-#pragma unroll
-    for (int q = 0; q < kCodeVecs; ++q) {
-      storeVolatile(area + w * kCodeBytes + q * kVecBytes,
-                    Vec{{words[4 * q], words[4 * q + 1], words[4 * q + 2], words[4 * q + 3]}});
+  // Vector v's codes (and, from the quad's first lane, its block's scale) at v's place.
+  __device__ static void put(const Call& c, char* area, uint64_t v, const Coded& x) {
+    char* p = area + v * kVecCodeBytes;
+    if (kCodeWords == 2) {
+      asm volatile("st.volatile.global.v2.u32 [%0], {%1,%2};" ::"l"(p), "r"(x.w[0]),
+                   "r"(x.w[kCodeWords - 1])
+                   : "memory");
+    } else {
+      *reinterpret_cast<volatile uint32_t*>(p) = x.w[0];
     }
-    *reinterpret_cast<volatile uint16_t*>(area + c.scales + w * 2) = scale;
+    if ((v & 3) == 0) *reinterpret_cast<volatile uint16_t*>(area + c.scales + (v / 4) * 2) = x.scale;
   }
 
-  __device__ static void get(const Call& c, const char* area, uint64_t w, float* x) {
-    uint32_t words[Blk::kWords];
-#pragma unroll
-    for (int q = 0; q < kCodeVecs; ++q) {
-      const Vec v = loadVolatile(area + w * kCodeBytes + q * kVecBytes);
-#pragma unroll
-      for (int i = 0; i < 4; ++i) words[4 * q + i] = v.w[i];
+  __device__ static Coded get(const Call& c, const char* area, uint64_t v) {
+    Coded x;
+    const char* p = area + v * kVecCodeBytes;
+    if (kCodeWords == 2) {
+      uint32_t a, b;
+      asm volatile("ld.volatile.global.v2.u32 {%0,%1}, [%2];" : "=r"(a), "=r"(b) : "l"(p) : "memory");
+      x.w[0] = a;
+      x.w[kCodeWords - 1] = b;
+    } else {
+      x.w[0] = *reinterpret_cast<const volatile uint32_t*>(p);
     }
-    const uint16_t scale = *reinterpret_cast<const volatile uint16_t*>(area + c.scales + w * 2);
-    Blk::decode(words, scale, x, kBlock);
+    x.scale = *reinterpret_cast<const volatile uint16_t*>(area + c.scales + (v / 4) * 2);
+    return x;
   }
 
   __device__ static char* area(const Call& c, int r) { return c.box.area(r); }
 
-  // Our input's blocks of the other chunks at the positions of `pp`, encoded.
+  // Every loop below walks whole warps (the quads' shuffles need every lane): `base` is the
+  // warp's first index, lanes past the end take part with zeros and store nothing.
+
+  // Our input's vectors of the other chunks at the positions of `pp` (vectors), encoded.
   template <typename T>
   __device__ static void scatter(const Call& c, const CallContext& ctx, const PeerPositions& pp,
                                  uint32_t t, uint32_t nt) {
-    for (uint32_t u = t; u < pp.pairs(); u += nt) {
-      uint64_t j;
-      const int o = pp.peer(u, &j);
-      const uint64_t w = uint64_t(o) * c.chunk + j;
-      if (w >= c.blocks) continue;
-      float x[kBlock];
-      uint32_t words[Blk::kWords];
-      load<T>(c.a.send, w, c.a.count, c.aligned, x);
-      const uint16_t scale = Blk::encode(x, kBlock, words);
+    const uint32_t lane = t & 31;
+    for (uint32_t base = t - lane; base < pp.pairs(); base += nt) {
+      const uint32_t u = base + lane;
+      uint64_t j = 0;
+      const int o = u < pp.pairs() ? pp.peer(u, &j) : 0;
+      const uint64_t v = uint64_t(o) * c.chunk * 4 + j;
+      const bool in = u < pp.pairs() && v < c.vecs;
+      float x[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+      if (in) load<T>(c.a.send, v, c.a.count, c.aligned, x);
+      const Coded e = encode(x);
       if (ctx.failed) break;
+      if (!in) continue;
       if (c.pull) {
-        put(c, c.own, w, words, scale);
+        put(c, c.own, v, e);
       } else {
-        put(c, area(c, o), uint64_t(c.me) * c.chunk + j, words, scale);
+        put(c, area(c, o), uint64_t(c.me) * c.chunk * 4 + j, e);
       }
     }
   }
 
-  // Our chunk's blocks [j0, j1) in steps of nt: decode every rank's, add in rank order, encode
-  // the sum once, send or publish it, store its decode.
+  // Our chunk's vectors [j0, j1) (a multiple of 4 apart), warp by warp: decode every rank's,
+  // add in rank order, encode the sum once, send or publish it, store its decode.
   template <typename T>
-  __device__ static void reduce(const Call& c, uint64_t j0, uint64_t j1, uint32_t nt) {
+  __device__ static void reduce(const Call& c, uint64_t j0, uint64_t j1, uint32_t t,
+                                uint32_t nt) {
     const RuntimeOp op{c.a.op};
-    for (uint64_t j = j0; j < j1; j += nt) {
-      const uint64_t w = uint64_t(c.me) * c.chunk + j;
-      if (w >= c.blocks) break;
-      float acc[kBlock], x[kBlock];
-      uint32_t words[Blk::kWords];
+    const uint32_t lane = t & 31;
+    for (uint64_t base = j0 + (t - lane); base < j1; base += nt) {
+      const uint64_t j = base + lane;
+      const uint64_t v = uint64_t(c.me) * c.chunk * 4 + j;
+      const bool in = j < j1 && v < c.vecs;
+      float acc[8], x[8];
       for (int s = 0; s < c.n; ++s) {
         if (s == c.me) {
-          load<T>(c.a.send, w, c.a.count, c.aligned, x);
-          const uint16_t scale = Blk::encode(x, kBlock, words);
-          Blk::decode(words, scale, x, kBlock);
-        } else {
-          get(c, c.pull ? area(c, s) : c.own, c.pull ? w : uint64_t(s) * c.chunk + j, x);
+#pragma unroll
+          for (int i = 0; i < 8; ++i) x[i] = 0.0f;
+          if (in) load<T>(c.a.send, v, c.a.count, c.aligned, x);
+          decode(encode(x), x);
+        } else if (in) {
+          decode(get(c, c.pull ? area(c, s) : c.own, c.pull ? v : uint64_t(s) * c.chunk * 4 + j),
+                 x);
         }
 #pragma unroll
-        for (int i = 0; i < kBlock; ++i) acc[i] = s == 0 ? x[i] : op(acc[i], x[i]);
+        for (int i = 0; i < 8; ++i) acc[i] = s == 0 ? x[i] : op(acc[i], x[i]);
       }
-      const uint16_t scale = Blk::encode(acc, kBlock, words);
+      if (!in) {
+#pragma unroll
+        for (int i = 0; i < 8; ++i) acc[i] = 0.0f;
+      }
+      const Coded e = encode(acc);
+      if (!in) continue;
       if (c.pull) {
-        put(c, c.own + c.goff, w, words, scale);
+        put(c, c.own + c.goff, v, e);
       } else {
-        for (int i = 1; i < c.n; ++i) put(c, area(c, ahead(c.me, i, c.n)) + c.goff, w, words, scale);
+        for (int i = 1; i < c.n; ++i) put(c, area(c, ahead(c.me, i, c.n)) + c.goff, v, e);
       }
-      Blk::decode(words, scale, x, kBlock);
-      store<T>(c.a.recv, w, c.a.count, c.aligned, x);
+      decode(e, x);
+      store<T>(c.a.recv, v, c.a.count, c.aligned, x);
     }
   }
 
-  // The other ranks' reduced blocks at the positions of `pp`, decoded into the output.
+  // The other ranks' reduced vectors at the positions of `pp`, decoded into the output (no
+  // shuffles: any lane may stop).
   template <typename T>
   __device__ static void gather(const Call& c, const PeerPositions& pp, uint32_t t, uint32_t nt) {
     for (uint32_t u = t; u < pp.pairs(); u += nt) {
       uint64_t j;
       const int o = pp.peer(u, &j);
-      const uint64_t w = uint64_t(o) * c.chunk + j;
-      if (w >= c.blocks) continue;
-      float x[kBlock];
-      get(c, (c.pull ? area(c, o) : c.own) + c.goff, w, x);
-      store<T>(c.a.recv, w, c.a.count, c.aligned, x);
+      const uint64_t v = uint64_t(o) * c.chunk * 4 + j;
+      if (v >= c.vecs) continue;
+      float x[8];
+      decode(get(c, (c.pull ? area(c, o) : c.own) + c.goff, v), x);
+      store<T>(c.a.recv, v, c.a.count, c.aligned, x);
     }
   }
 
   template <typename T>
   __device__ static bool role(const Call& c, const CallContext& ctx, const Slice& s, int steps,
                               int r, int k, const Group& g, Waiter& w) {
-    uint64_t s0, s1;
+    uint64_t s0, s1;  // wire blocks of the slice's step k; the loops take vectors
     stepRange(s, steps, k, &s0, &s1);
-    const PeerPositions pp{c.n, c.me, s0, static_cast<uint32_t>(s1 - s0)};
+    const PeerPositions pp{c.n, c.me, 4 * s0, static_cast<uint32_t>(4 * (s1 - s0))};
     const uint32_t done = static_cast<uint32_t>(k + 1);
     if (r == kWirePush) {
       scatter<T>(c, ctx, pp, g.t, g.threads);
@@ -173,7 +240,7 @@ struct WireTwoShot {
     }
     if (r == kWireReduce) {
       if (!c.box.await(kScatterPhase, done, g, w)) return false;
-      reduce<T>(c, s0 + g.t, s1, g.threads);
+      reduce<T>(c, 4 * s0, 4 * s1, g.t, g.threads);
       c.box.commit(kGatherPhase, done, g);
       return true;
     }
@@ -201,9 +268,9 @@ struct WireTwoShot {
     const FlagBox box(a, ctx, grid, steps, pull);
     const uint64_t blocks = (a.count + kBlock - 1) / kBlock;
     const Slice s = blockSlice(blocks, a.nranks, grid, blockIdx.x, 1);
-    const uint64_t codes = uint64_t(a.nranks) * s.chunk * kCodeBytes;
-    Call c{a, box, a.nranks, a.rank, pull, a.vec_aligned != 0, blocks, s.chunk, codes,
-           box.gatherOffset(s.chunk, a.nranks), box.area(a.rank)};
+    const uint64_t codes = uint64_t(a.nranks) * s.chunk * 4 * kVecCodeBytes;
+    Call c{a, box, a.nranks, a.rank, pull, a.vec_aligned != 0, (a.count + 7) / 8, s.chunk,
+           codes, box.gatherOffset(s.chunk, a.nranks), box.area(a.rank)};
     Waiter w(a);
     __shared__ uint32_t s_bad[3];
     const bool overlap = steps > 1;

@@ -357,10 +357,16 @@ Plan wirePlan(const Plan& plan, uint64_t bytes, tparDataType_t dtype, const Tune
     return plan;
   if (forced != tparAlgoAuto && forced != tparAlgoPipelined) return plan;
   *applies = true;
-  if (plan.algo == kernels::Algo::kPipelined) return plan;
+  // A forced pipelined plan keeps its shape. Otherwise the lossless host
+  // shape's steps and direction, on every block of the grid, since encoding and decoding is
+  // work for the SMs that the lossless kernel's few blocks do not have to do.
+  if (plan.algo == kernels::Algo::kPipelined && forced == tparAlgoPipelined) return plan;
   Plan p;
   p.algo = kernels::Algo::kPipelined;
-  return ctx.host_transport ? hostShape(p, bytes, ctx) : p;
+  if (!ctx.host_transport) return p;
+  p = hostShape(p, bytes, ctx);
+  p.active_blocks = 0;
+  return p;
 }
 
 std::vector<uint64_t> defaultPlanBoundaries(const TunerContext& ctx, int64_t one_shot_max_bytes) {
