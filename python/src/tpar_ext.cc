@@ -36,6 +36,7 @@ struct ConfigArgs {
   int algorithm = TPAR_CONFIG_UNDEF_INT;
   int allow_shared_device = TPAR_CONFIG_UNDEF_INT;
   int transport = TPAR_CONFIG_UNDEF_INT;
+  int wire = TPAR_CONFIG_UNDEF_INT;
 };
 
 tparConfig_t makeConfig(const ConfigArgs& a) {
@@ -45,6 +46,7 @@ tparConfig_t makeConfig(const ConfigArgs& a) {
   cfg.algorithm = a.algorithm;
   cfg.allowSharedDevice = a.allow_shared_device;
   cfg.transport = a.transport;
+  cfg.wire = a.wire;
   return cfg;
 }
 
@@ -131,7 +133,7 @@ NB_MODULE(_C, m) {
   m.def(
       "comm_init_rank",
       [](int nranks, nb::bytes uid, int rank, int device, uint64_t max_bytes_per_call,
-         int64_t timeout_ms, int algorithm, int allow_shared_device, int transport) {
+         int64_t timeout_ms, int algorithm, int allow_shared_device, int transport, int wire) {
         tparUniqueId id;
         std::memset(&id, 0, sizeof(id));
         if (uid.size() != sizeof(id.internal)) {
@@ -139,7 +141,8 @@ NB_MODULE(_C, m) {
         }
         std::memcpy(id.internal, uid.c_str(), sizeof(id.internal));
         const tparConfig_t cfg =
-            makeConfig({max_bytes_per_call, timeout_ms, algorithm, allow_shared_device, transport});
+            makeConfig({max_bytes_per_call, timeout_ms, algorithm, allow_shared_device, transport,
+                        wire});
         tparComm_t comm = nullptr;
         tparResult_t rc;
         {
@@ -154,14 +157,15 @@ NB_MODULE(_C, m) {
       nb::arg("max_bytes_per_call") = 0, nb::arg("timeout_ms") = 0,
       nb::arg("algorithm") = TPAR_CONFIG_UNDEF_INT,
       nb::arg("allow_shared_device") = TPAR_CONFIG_UNDEF_INT,
-      nb::arg("transport") = TPAR_CONFIG_UNDEF_INT);
+      nb::arg("transport") = TPAR_CONFIG_UNDEF_INT, nb::arg("wire") = TPAR_CONFIG_UNDEF_INT);
 
   m.def(
       "comm_init_all",
       [](std::vector<int> devices, uint64_t max_bytes_per_call, int64_t timeout_ms, int algorithm,
-         int allow_shared_device, int transport) {
+         int allow_shared_device, int transport, int wire) {
         const tparConfig_t cfg =
-            makeConfig({max_bytes_per_call, timeout_ms, algorithm, allow_shared_device, transport});
+            makeConfig({max_bytes_per_call, timeout_ms, algorithm, allow_shared_device, transport,
+                        wire});
         std::vector<tparComm_t> comms(devices.size(), nullptr);
         tparResult_t rc;
         {
@@ -178,7 +182,7 @@ NB_MODULE(_C, m) {
       nb::arg("devices"), nb::arg("max_bytes_per_call") = 0, nb::arg("timeout_ms") = 0,
       nb::arg("algorithm") = TPAR_CONFIG_UNDEF_INT,
       nb::arg("allow_shared_device") = TPAR_CONFIG_UNDEF_INT,
-      nb::arg("transport") = TPAR_CONFIG_UNDEF_INT);
+      nb::arg("transport") = TPAR_CONFIG_UNDEF_INT, nb::arg("wire") = TPAR_CONFIG_UNDEF_INT);
 
   m.def("comm_destroy", [](uintptr_t comm) {
     nb::gil_scoped_release release;

@@ -19,7 +19,10 @@ _LIVE_LOCK = threading.Lock()
 
 _OPS = {"sum": 0, "max": 1, "min": 2}
 _TRANSPORTS = {"auto": 0, "host": 1, "p2p": 2}
-_CONFIG_KEYS = ("timeout_ms", "algorithm", "max_bytes_per_call", "transport", "allow_shared_device")
+# tparWire_t: compressed wire formats of large float16/bfloat16 calls (docs/WIRE.md), opt-in.
+_WIRES = {"none": 0, "fp8": 1, "int8": 2, "int4": 3}
+_CONFIG_KEYS = ("timeout_ms", "algorithm", "max_bytes_per_call", "transport", "allow_shared_device",
+                "wire")
 
 
 def _torch():
@@ -83,6 +86,13 @@ def _config_args(config: Optional[Mapping[str, Any]]) -> dict:
                 if value not in _TRANSPORTS:
                     raise TparArgumentError(f"config['transport'] {value!r} is not one of auto, host, p2p")
                 value = _TRANSPORTS[value]
+        elif key == "wire":
+            if isinstance(value, str):
+                if value not in _WIRES:
+                    raise TparArgumentError(f"config['wire'] {value!r} is not one of {', '.join(_WIRES)}")
+                value = _WIRES[value]
+            elif isinstance(value, int) and not isinstance(value, bool) and value >= len(_WIRES):
+                raise TparArgumentError(f"config['wire'] = {value} is not a tparWire_t (0..{len(_WIRES) - 1})")
         elif key == "allow_shared_device":
             value = 1 if value else 0
         if isinstance(value, bool) or not isinstance(value, int):
@@ -178,11 +188,13 @@ class Communicator:
     the unique id and sends it over the group, then every rank connects. ``device`` is the CUDA
     device of this rank (default: the current one); ``config`` a dict of ``timeout_ms``,
     ``algorithm`` (e.g. "auto", "oneshot", "twoshot"), ``max_bytes_per_call``, ``transport``
-    ("auto", "host", "p2p") and ``allow_shared_device``.
+    ("auto", "host", "p2p"), ``allow_shared_device`` and ``wire`` ("none", "fp8", "int8", "int4":
+    a lossy compressed wire format for large float16/bfloat16 calls, docs/WIRE.md). ``wire=``
+    may also be given as a keyword.
     """
 
     def __init__(self, group=None, device=None, config: Optional[Mapping[str, Any]] = None, *,
-                 id_exchange: str = "auto"):
+                 id_exchange: str = "auto", wire: Optional[str] = None):
         torch = _torch()
         import torch.distributed as dist
 
@@ -192,6 +204,10 @@ class Communicator:
                             "(or use Communicator.from_unique_id)")
         if group is None:
             group = dist.group.WORLD
+        if wire is not None:
+            if config is not None and "wire" in config:
+                raise TparArgumentError("wire given twice: as a keyword and in config")
+            config = dict(config or {}, wire=wire)
         args = _config_args(config)
         index = _device_index(device)
         rank = dist.get_rank(group)

@@ -440,10 +440,12 @@ void prepareAllReduce(const tparComm* comm, size_t count, tparDataType_t dtype, 
   c.plan = planFor(comm, bytes, dtype);
   if (c.plan.nccl) return;
   // A wire format, where it applies (tuner.h, wirePlan), runs its variant of the pipelined
-  // schedule: that schedule's row (limits, threads), the variant's kernels and key.
+  // schedule: that schedule's row (limits, threads), the variant's kernels and key. Plain calls
+  // only: the fused call's composite path (shape_hash != 0) stays lossless, like its one kernel.
   bool wire = false;
-  c.plan = wirePlan(c.plan, bytes, dtype, comm->tuner_ctx, comm->cfg.forced_algo, comm->cfg.wire,
-                    &wire);
+  if (shape_hash == 0)
+    c.plan = wirePlan(c.plan, bytes, dtype, comm->tuner_ctx, comm->cfg.forced_algo,
+                      comm->cfg.wire, &wire);
   const WireAlgorithm* wa =
       wire ? wireAlgorithmOf(c.plan.algo, static_cast<tparWire_t>(comm->cfg.wire)) : nullptr;
   // planFor already gives a plan the group can run (the tuner's fallback, tuner.h).

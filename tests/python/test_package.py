@@ -57,6 +57,8 @@ def test_unknown_result_codes_keep_their_number():
     ({"timeout": 5}, "timeout"),
     ({"algorithm": "fastest"}, "algorithm"),
     ({"transport": "pcie"}, "transport"),
+    ({"wire": "fp16"}, "wire"),
+    ({"wire": 7}, "wire"),
     ({"timeout_ms": -1}, "timeout_ms"),
     ({"timeout_ms": 1.5}, "timeout_ms"),
     ({"max_bytes_per_call": "8M"}, "max_bytes_per_call"),
@@ -69,9 +71,11 @@ def test_bad_config_is_refused_naming_the_key(config, word):
 
 def test_config_names_become_the_c_values():
     args = _config_args({"algorithm": "twoshot", "transport": "host", "allow_shared_device": True,
-                         "timeout_ms": 2500, "max_bytes_per_call": 1 << 20})
+                         "timeout_ms": 2500, "max_bytes_per_call": 1 << 20, "wire": "int4"})
     assert args == {"algorithm": tpar.algorithm_names().index("twoshot"), "transport": 1,
-                    "allow_shared_device": 1, "timeout_ms": 2500, "max_bytes_per_call": 1 << 20}
+                    "allow_shared_device": 1, "timeout_ms": 2500, "max_bytes_per_call": 1 << 20,
+                    "wire": 3}
+    assert [_config_args({"wire": w})["wire"] for w in ("none", "fp8", "int8", "int4")] == [0, 1, 2, 3]
 
 
 def test_ops_by_name_or_reduce_op():
