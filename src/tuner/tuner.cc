@@ -356,6 +356,7 @@ Plan wirePlan(const Plan& plan, uint64_t bytes, tparDataType_t dtype, const Tune
       (dtype != tparFloat16 && dtype != tparBfloat16))
     return plan;
   if (forced != tparAlgoAuto && forced != tparAlgoPipelined) return plan;
+  if (!ctx.host_transport && forced != tparAlgoPipelined) return plan;
   *applies = true;
   // A forced pipelined plan keeps its shape. Otherwise the lossless host
   // shape's steps and direction, on every block of the grid, since encoding and decoding is

@@ -84,15 +84,16 @@ constexpr int kDefaultGridBlocks = 32;
 constexpr int kSharedGpuGridBlocks = 64;
 
 // The smallest call that a communicator's wire format (tparConfig_t::wire, TPAR_WIRE) carries;
-// smaller calls stay lossless. Below it the formats' encoding costs more than their bytes save
-// (docs/PERFORMANCE.md, "Wire formats: speed").
-constexpr uint64_t kWireMinBytes = 1u << 20;
+// smaller calls stay lossless. The smallest size measured where every format was ahead of the
+// lossless path on the host transport (docs/PERFORMANCE.md, "Wire formats: first kernels").
+constexpr uint64_t kWireMinBytes = 4u << 20;
 
 // The plan of a call of `bytes` when the communicator has a wire format: `plan` itself when the
 // format does not apply (none set, a datatype other than float16 and bfloat16, below
-// kWireMinBytes, NCCL, or a forced algorithm other than pipelined); else the pipelined schedule
-// (`plan` when it is one already, else its default shape), whose kernel with the format runs
-// (registry's wireAlgorithmOf). *applies says which.
+// kWireMinBytes, NCCL, or a forced algorithm other than pipelined, or receive regions in GPU
+// memory unless pipelined is forced: there the formats measured slower than lossless); else the
+// pipelined schedule (`plan` when it is one already, else its default shape), whose kernel with
+// the format runs (registry's wireAlgorithmOf). *applies says which.
 Plan wirePlan(const Plan& plan, uint64_t bytes, tparDataType_t dtype, const TunerContext& ctx,
               tparAlgo_t forced, int wire, bool* applies);
 

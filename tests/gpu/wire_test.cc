@@ -14,6 +14,7 @@
 
 #include "common/wire_reference.h"
 #include "gpu/test_util.h"
+#include "tuner/tuner.h"
 
 namespace tpar_test {
 namespace {
@@ -132,14 +133,17 @@ TEST_P(WireFormats, EveryRankGetsTheFormatsAllReduce) {
       tparConfig_t cfg = sharedDeviceConfig();
       cfg.transport = GetParam();
       cfg.wire = fmt.wire;
+      // In GPU memory a format runs only under a forced pipelined schedule (wirePlan).
+      if (GetParam() != kTransportHost) cfg.algorithm = tparAlgoPipelined;
       VirtualGroup g;
       ASSERT_EQ("", g.init(n, cfg));
-      // 1 MiB of 16-bit values and odd counts above it; 9 MiB runs in two launches on the host
-      // transport (and in many in GPU memory, whose pull areas are smaller).
-      const Case cases[] = {{n, size_t{1} << 19, tparBfloat16, tparSum, false, false},
-                            {n, (size_t{1} << 19) + 37, tparFloat16, tparSum, true, false},
+      // The smallest size a format carries and odd counts above it; 9 MiB runs in two launches
+      // on the host transport (and in many in GPU memory, whose pull areas are smaller).
+      const size_t min = tpar::kWireMinBytes / 2;
+      const Case cases[] = {{n, min, tparBfloat16, tparSum, false, false},
+                            {n, min + 37, tparFloat16, tparSum, true, false},
                             {n, (size_t{9} << 19) + 3, tparBfloat16, tparSum, false, true},
-                            {n, (size_t{1} << 19) + 1001, tparBfloat16, tparMax, false, false}};
+                            {n, min + 1001, tparBfloat16, tparMax, false, false}};
       for (const Case& c : cases) {
         SCOPED_TRACE(std::string(fmt.name) + ", " + std::to_string(n) + " ranks, count " +
                      std::to_string(c.count));
@@ -148,9 +152,17 @@ TEST_P(WireFormats, EveryRankGetsTheFormatsAllReduce) {
       }
       // Where the format does not apply the call stays lossless: below its smallest size, and
       // float32 at any size.
-      runAndCheck(g, 4096, tparBfloat16, tparSum, false);
-      runAndCheck(g, size_t{1} << 19, tparFloat32, tparSum, false);
+      runAndCheck(g, tpar::kWireMinBytes / 2 - 8, tparBfloat16, tparSum, false);
+      runAndCheck(g, tpar::kWireMinBytes / 4, tparFloat32, tparSum, false);
       if (HasFailure()) return;
+      if (GetParam() != kTransportHost) {
+        // Not forced, GPU memory keeps every call lossless even with a format set.
+        cfg.algorithm = tparAlgoAuto;
+        VirtualGroup plain;
+        ASSERT_EQ("", plain.init(n, cfg));
+        runAndCheck(plain, tpar::kWireMinBytes / 2, tparBfloat16, tparSum, false);
+        if (HasFailure()) return;
+      }
     }
   }
 }

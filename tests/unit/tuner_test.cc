@@ -1004,3 +1004,51 @@ TEST(HostLayout, PullLimitsFitTheirAreasAndGrowWithThePieceOnlyInHostMemory) {
 
 }  // namespace
 }  // namespace tpar
+
+namespace tpar {
+namespace {
+
+// Where a communicator's wire format applies (wirePlan): the host transport from kWireMinBytes
+// for 16-bit data under auto or a forced pipelined; GPU memory only when pipelined is forced;
+// never for float32, smaller calls, other forced algorithms, NCCL or no format.
+TEST(WirePlan, AppliesOnlyWhereItWasMeasuredToWin) {
+  TunerContext host;
+  host.nranks = 4;
+  host.ranks_per_gpu = 4;
+  host.host_transport = true;
+  TunerContext gpu = host;
+  gpu.host_transport = false;
+  const uint64_t big = kWireMinBytes, small = kWireMinBytes - 2;
+  auto applies = [](const TunerContext& ctx, uint64_t bytes, tparDataType_t dt, tparAlgo_t forced,
+                    int wire, Plan* out = nullptr) {
+    const Plan base = selectPlan(bytes, dt, ctx, nullptr, forced, -1);
+    bool a = false;
+    const Plan p = wirePlan(base, bytes, dt, ctx, forced, wire, &a);
+    if (out != nullptr) *out = p;
+    return a;
+  };
+  for (int wire : {tparWireFp8, tparWireInt8, tparWireInt4}) {
+    Plan p;
+    EXPECT_TRUE(applies(host, big, tparBfloat16, tparAlgoAuto, wire, &p));
+    EXPECT_EQ(kernels::Algo::kPipelined, p.algo);
+    EXPECT_TRUE(p.pull);
+    EXPECT_EQ(0, p.active_blocks);  // every block of the grid
+    EXPECT_TRUE(applies(host, big, tparFloat16, tparAlgoPipelined, wire));
+    EXPECT_FALSE(applies(host, small, tparBfloat16, tparAlgoAuto, wire));
+    EXPECT_FALSE(applies(host, big, tparFloat32, tparAlgoAuto, wire));
+    EXPECT_FALSE(applies(host, big, tparBfloat16, tparAlgoTwoShot, wire));
+    EXPECT_FALSE(applies(host, big, tparBfloat16, tparAlgoNccl, wire));
+    EXPECT_FALSE(applies(gpu, big, tparBfloat16, tparAlgoAuto, wire));
+    EXPECT_TRUE(applies(gpu, big, tparBfloat16, tparAlgoPipelined, wire));
+  }
+  EXPECT_FALSE(applies(host, big, tparBfloat16, tparAlgoAuto, tparWireNone));
+  EXPECT_FALSE(applies(host, big, tparBfloat16, tparAlgoAuto, tparNumWires));
+  // Every format has a variant of the pipelined schedule, and none of another algorithm.
+  for (int wire : {tparWireFp8, tparWireInt8, tparWireInt4}) {
+    ASSERT_NE(nullptr, wireAlgorithmOf(kernels::Algo::kPipelined, static_cast<tparWire_t>(wire)));
+    EXPECT_EQ(nullptr, wireAlgorithmOf(kernels::Algo::kTwoShot, static_cast<tparWire_t>(wire)));
+  }
+}
+
+}  // namespace
+}  // namespace tpar
