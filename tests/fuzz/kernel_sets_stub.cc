@@ -5,13 +5,16 @@
 namespace tpar {
 namespace kernels {
 
-// One per line of the algorithm list, plain and fused.
+// One per line of the algorithm list, plain, fused and wire.
 #define TPAR_STUB_SET_(Key, pub, name, alias, set) extern const KernelSet set{};
 #define TPAR_STUB_FUSED_SET_(Key, plain, name, set) extern const KernelSet set{};
+#define TPAR_STUB_WIRE_SET_(Key, plain, name, wire, set) extern const KernelSet set{};
 TPAR_KERNEL_ALGORITHMS(TPAR_STUB_SET_)
 TPAR_FUSED_ALGORITHMS(TPAR_STUB_FUSED_SET_)
+TPAR_WIRE_ALGORITHMS(TPAR_STUB_WIRE_SET_)
 #undef TPAR_STUB_SET_
 #undef TPAR_STUB_FUSED_SET_
+#undef TPAR_STUB_WIRE_SET_
 // And the fused call's norm kernel (its composite path), not a line of the list.
 extern const KernelSet addRmsNormKernels{};
 
