@@ -49,7 +49,7 @@
 // Variants that carry a compressed wire format (docs/WIRE.md) over a plain algorithm's
 // schedule: a line each, naming the plain algorithm and the format (tparWire_t); their keys
 // follow the fused ones (appended). No tparAlgo_t value: a communicator's wire setting picks
-// them for the plain algorithm's calls (wireAlgorithmFor).
+// them for the plain algorithm's calls (wirePlan in tuner/tuner.h, wireAlgorithmOf).
 //   W(Key, plain Key, "name", tparWire_t, kernel set)
 #define TPAR_WIRE_ALGORITHMS(W)                                                      \
   W(PipelinedFp8, Pipelined, "pipelined+fp8", tparWireFp8, pipelinedFp8Kernels)      \

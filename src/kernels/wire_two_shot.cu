@@ -251,7 +251,7 @@ struct WireTwoShot {
 
   template <typename T, int kMax>
   __device__ static void run(const AllReduceArgs& a, const CallContext& ctx) {
-    // 16-bit data only: the host never launches these for fp32 (wireAlgorithmFor); should one
+    // 16-bit data only: the host never launches these for fp32 (wirePlan); should one
     // run, it fails the call rather than leave the output unwritten.
     if constexpr (ElemTraits<T>::kPerVec != 8) {
       if (threadIdx.x == 0) recordError(a, tparInternalError);

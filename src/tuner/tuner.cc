@@ -355,16 +355,17 @@ Plan wirePlan(const Plan& plan, uint64_t bytes, tparDataType_t dtype, const Tune
   if (wire <= tparWireNone || wire >= tparNumWires || plan.nccl || bytes < kWireMinBytes ||
       (dtype != tparFloat16 && dtype != tparBfloat16))
     return plan;
-  if (forced != tparAlgoAuto && forced != tparAlgoPipelined) return plan;
-  if (!ctx.host_transport && forced != tparAlgoPipelined) return plan;
+  // A forced pipelined plan (selectPlan's, in its shape) carries the format on either transport.
+  if (forced == tparAlgoPipelined) {
+    *applies = true;
+    return plan;
+  }
+  if (forced != tparAlgoAuto || !ctx.host_transport) return plan;
   *applies = true;
-  // A forced pipelined plan keeps its shape. Otherwise the lossless host
-  // shape's steps and direction, on every block of the grid, since encoding and decoding is
-  // work for the SMs that the lossless kernel's few blocks do not have to do.
-  if (plan.algo == kernels::Algo::kPipelined && forced == tparAlgoPipelined) return plan;
+  // Auto: the lossless host shape's steps and direction, on every block of the grid, since
+  // encoding and decoding is work for the SMs that the lossless kernel's few blocks do not do.
   Plan p;
   p.algo = kernels::Algo::kPipelined;
-  if (!ctx.host_transport) return p;
   p = hostShape(p, bytes, ctx);
   p.active_blocks = 0;
   return p;

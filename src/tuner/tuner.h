@@ -92,8 +92,9 @@ constexpr uint64_t kWireMinBytes = 4u << 20;
 // format does not apply (none set, a datatype other than float16 and bfloat16, below
 // kWireMinBytes, NCCL, or a forced algorithm other than pipelined, or receive regions in GPU
 // memory unless pipelined is forced: there the formats measured slower than lossless); else the
-// pipelined schedule (`plan` when it is one already, else its default shape), whose kernel with
-// the format runs (registry's wireAlgorithmOf). *applies says which.
+// pipelined schedule (`plan` itself when pipelined is forced, else the host shape on every block
+// of the grid), whose kernel with the format runs (registry's wireAlgorithmOf). *applies says
+// which.
 Plan wirePlan(const Plan& plan, uint64_t bytes, tparDataType_t dtype, const TunerContext& ctx,
               tparAlgo_t forced, int wire, bool* applies);
 
