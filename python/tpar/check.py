@@ -8,6 +8,8 @@ seed, splits its attention and MLP column/row-parallel by hand (two all-reduces 
 the engines do), and checks that the final hidden states are bitwise equal on every rank and
 close to the unsplit model; then it times one decode step of 1, 8 and 64 tokens under CUDA
 graphs with tpar, with torch.distributed (NCCL) and with no all-reduce at all (compute only).
+With `--wire fp8 int8 int4` it also runs each compressed wire format (docs/WIRE.md) and reports
+its relative error against the lossless path and fp32; its ranks must agree bit for bit.
 
 `overhead` measures the CPU time an eager Communicator.all_reduce adds over the C call
 (10,000 calls each, the stream held by an earlier kernel so that launches never wait for the
@@ -209,11 +211,18 @@ def run_model(world, args):
                          f"{args.intermediate} must divide by the TP size {tp}")
     dtype = torch.bfloat16
     comm = tpar.Communicator(world.gloo)
+    # --wire: a communicator per compressed format (docs/WIRE.md), whose outputs are compared
+    # with the lossless path's and the fp32 reference's. A format applies only where its
+    # communicator uses it (large calls: TPAR_TRANSPORT, the size), elsewhere it is lossless.
+    wires = [w for w in dict.fromkeys(args.wire) if w != "none"]
+    wire_comms = {w: tpar.Communicator(world.gloo, wire=w) for w in wires}
     mode = {"name": "tpar"}
 
     def reduce(y):
         if mode["name"] == "tpar":
             return all_reduce_(y, comm)
+        if mode["name"] in wire_comms:
+            return all_reduce_(y, wire_comms[mode["name"]])
         if mode["name"] == "nccl":
             dist.all_reduce(y)
         return y
@@ -251,6 +260,22 @@ def run_model(world, args):
                 check["close_to_unsplit"] = e_tp <= 1.5 * e_full + 1e-3
                 del full, ref32
                 torch.cuda.empty_cache()
+            for w in wires:
+                mode["name"] = w
+                out_w = model(h, pe)
+                torch.cuda.synchronize()
+                outs_w = world.gather(out_w)
+                w_agree = all(torch.equal(o.view(torch.int16), outs_w[0].view(torch.int16))
+                              for o in outs_w)
+                entry = {"wire": w, "ranks_bitwise_equal": w_agree,
+                         "vs_lossless_rel_err": rel_err(out_w, out_tpar)}
+                if world.rank == 0:
+                    entry["vs_fp32_rel_err"] = rel_err(out_w, out_ref)
+                check.setdefault("wire", []).append(entry)
+                agree &= w_agree
+                world.log(f"tokens {tokens:3d}, wire {w}: ranks bitwise equal {w_agree}; rel. "
+                          f"error vs lossless {entry['vs_lossless_rel_err']:.2e}" +
+                          (f", vs fp32 {entry['vs_fp32_rel_err']:.2e}" if world.rank == 0 else ""))
             flags = torch.tensor([1 if check.get("close_to_unsplit", True) and agree else 0],
                                  device=world.device)
             dist.all_reduce(flags, op=dist.ReduceOp.MIN)
@@ -289,8 +314,9 @@ def run_model(world, args):
                       f"{row['nccl_step_us']:9.1f} {row['none_step_us']:9.1f} "
                       f"{100 * row['tpar_all_reduce_share']:7.1f}% {100 * row['nccl_all_reduce_share']:7.1f}% "
                       f"{row['step_speedup_vs_nccl']:6.2f}x")
-    comm.check_async_error()
-    comm.close()
+    for c in [comm] + list(wire_comms.values()):
+        c.check_async_error()
+        c.close()
     results["passed"] = ok
     return results, ok
 
@@ -370,6 +396,9 @@ def main(argv=None):
     p.add_argument("--kv-heads", type=int, default=8)
     p.add_argument("--intermediate", type=int, default=14336)
     p.add_argument("--seed", type=int, default=1234)
+    p.add_argument("--wire", nargs="+", default=["none"], choices=["none", "fp8", "int8", "int4"],
+                   help="model: also run each compressed wire format and compare it with the "
+                        "lossless path and fp32 (docs/WIRE.md)")
     p.add_argument("--replays", type=int, default=20)
     p.add_argument("--calls", type=int, default=10000)
     p.add_argument("--batch", type=int, default=200, help="launches per held stream")

@@ -36,6 +36,10 @@ Fallback commForcedFallback(tparComm_t comm) { return forcedFallback(comm); }
 
 std::string commAlgorithmTable(tparComm_t comm) { return algorithmTable(comm); }
 
+const char* commWireVariant(tparComm_t comm, uint64_t bytes, tparDataType_t dtype) {
+  return wireVariantName(comm, bytes, dtype);
+}
+
 bool launchOverlapOnDevice(int device) {
   KeepLastError keep;  // a malformed environment is reported by every init, not here
   const Env* env = nullptr;

@@ -58,6 +58,10 @@ void commUsePlan(tparComm_t comm, const Plan& plan);
 // why == nullptr when nothing falls back (tuner.h, forcedFallback).
 Fallback commForcedFallback(tparComm_t comm);
 
+// The wire variant ("pipelined+fp8") a plain all-reduce of `bytes` of `dtype` runs on `comm`,
+// or null when that call is lossless (docs/WIRE.md: where a format applies).
+const char* commWireVariant(tparComm_t comm, uint64_t bytes, tparDataType_t dtype);
+
 // "256 B-32 KiB oneshot, 64 KiB-64 MiB twoshot": the algorithm per bfloat16 size, as the init
 // log prints it.
 std::string commAlgorithmTable(tparComm_t comm);

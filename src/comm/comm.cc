@@ -432,6 +432,21 @@ tparResult_t launchFailed(tparComm* comm, cudaError_t err, const char* what) {
 
 }  // namespace
 
+const WireAlgorithm* wireVariantOf(const tparComm* comm, uint64_t bytes, tparDataType_t dtype,
+                                   Plan* plan) {
+  bool wire = false;
+  *plan = wirePlan(*plan, bytes, dtype, comm->tuner_ctx, comm->cfg.forced_algo, comm->cfg.wire,
+                   &wire);
+  return wire ? wireAlgorithmOf(plan->algo, static_cast<tparWire_t>(comm->cfg.wire)) : nullptr;
+}
+
+const char* wireVariantName(const tparComm* comm, uint64_t bytes, tparDataType_t dtype) {
+  Plan plan = planFor(comm, bytes, dtype);
+  if (plan.nccl) return nullptr;
+  const WireAlgorithm* wa = wireVariantOf(comm, bytes, dtype, &plan);
+  return wa != nullptr ? wa->name : nullptr;
+}
+
 void prepareAllReduce(const tparComm* comm, size_t count, tparDataType_t dtype, tparRedOp_t op,
                       CallLaunch* out, uint64_t shape_hash) {
   CallLaunch& c = *out;
@@ -439,15 +454,10 @@ void prepareAllReduce(const tparComm* comm, size_t count, tparDataType_t dtype, 
   const uint64_t bytes = uint64_t(count) * c.esize;
   c.plan = planFor(comm, bytes, dtype);
   if (c.plan.nccl) return;
-  // A wire format, where it applies (tuner.h, wirePlan), runs its variant of the pipelined
-  // schedule: that schedule's row (limits, threads), the variant's kernels and key. Plain calls
-  // only: the fused call's composite path (shape_hash != 0) stays lossless, like its one kernel.
-  bool wire = false;
-  if (shape_hash == 0)
-    c.plan = wirePlan(c.plan, bytes, dtype, comm->tuner_ctx, comm->cfg.forced_algo,
-                      comm->cfg.wire, &wire);
-  const WireAlgorithm* wa =
-      wire ? wireAlgorithmOf(c.plan.algo, static_cast<tparWire_t>(comm->cfg.wire)) : nullptr;
+  // A wire format, where it applies, runs its variant of the pipelined schedule: that
+  // schedule's row (limits, threads), the variant's kernels and key. Plain calls only: the
+  // fused call's composite path (shape_hash != 0) stays lossless, like its one kernel.
+  const WireAlgorithm* wa = shape_hash == 0 ? wireVariantOf(comm, bytes, dtype, &c.plan) : nullptr;
   // planFor already gives a plan the group can run (the tuner's fallback, tuner.h).
   c.algo = &algorithm(c.plan.algo);
   const Algorithm& algo = *c.algo;

@@ -109,6 +109,11 @@ tparResult_t describeSelf(const tparComm& comm, PeerInfo* out);
 // The plan a call of `bytes` gets on this communicator.
 Plan planFor(const tparComm* comm, uint64_t bytes, tparDataType_t dtype);
 
+// The wire variant (registry/algorithms.h) a plain call of `bytes` of `dtype` runs after its
+// plan `*plan` (tuner.h, wirePlan, which may reshape `*plan`), or null: lossless.
+const WireAlgorithm* wireVariantOf(const tparComm* comm, uint64_t bytes, tparDataType_t dtype,
+                                   Plan* plan);
+
 // NOTE [call template]
 // A call's launch arguments are mostly the communicator's: peer workspaces, control words,
 // timeout, layout, rank and islands. prepareCalls builds that part once into call_template;

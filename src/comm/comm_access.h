@@ -26,6 +26,11 @@ void usePlan(tparComm* comm, const Plan& plan);
 // its group (tuner.h); why == nullptr when nothing falls back.
 Fallback forcedFallback(const tparComm* comm);
 
+// The name of the wire variant ("pipelined+fp8") a plain all-reduce of `bytes` of `dtype`
+// runs on this communicator, or null when the call is lossless (no format set, below the
+// size where the format applies, another datatype, or routed to NCCL).
+const char* wireVariantName(const tparComm* comm, uint64_t bytes, tparDataType_t dtype);
+
 }  // namespace tpar
 
 #endif  // TPAR_COMM_COMM_ACCESS_H_

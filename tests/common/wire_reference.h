@@ -12,6 +12,7 @@
 #define TPAR_TESTS_COMMON_WIRE_REFERENCE_H_
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <stdexcept>
 #include <string>
@@ -20,6 +21,7 @@
 #include <cuda_bf16.h>
 
 #include "kernels/prims/wire.h"
+#include "tpar/tpar.h"
 
 namespace tpar {
 namespace ref {
@@ -69,6 +71,24 @@ inline std::vector<float> wireAllReduce(kernels::WireFormat f, int block, WireAl
   if (algo == WireAlgo::kOneShot) return sum;
   wireRoundTrip(f, block, sum, &decoded);
   return decoded;
+}
+
+// The same with max or min in place of the sum (tparSum: as above): the combination of the
+// decoded contributions in rank order, then, two-shot, through the format once more.
+inline std::vector<float> wireAllReduce(kernels::WireFormat f, int block, WireAlgo algo,
+                                        const std::vector<std::vector<float>>& inputs,
+                                        tparRedOp_t op) {
+  if (op == tparSum) return wireAllReduce(f, block, algo, inputs);
+  std::vector<float> acc, x;
+  for (size_t r = 0; r < inputs.size(); ++r) {
+    wireRoundTrip(f, block, inputs[r], &x);
+    if (r == 0) acc = x;
+    for (size_t i = 0; r > 0 && i < acc.size(); ++i)
+      acc[i] = op == tparMax ? std::fmax(acc[i], x[i]) : std::fmin(acc[i], x[i]);
+  }
+  if (algo == WireAlgo::kOneShot) return acc;
+  wireRoundTrip(f, block, acc, &x);
+  return x;
 }
 
 // The lossless all-reduce: fp32 in rank order, no wire rounding.

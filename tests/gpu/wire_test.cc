@@ -42,22 +42,6 @@ uint16_t fromFloat(float x, tparDataType_t dtype) {
   return reinterpret_cast<const __half_raw&>(h).x;
 }
 
-// The format's all-reduce of `op` as wire_reference.h defines it for sums: each contribution
-// through the format once, fp32 in rank order, the result through the format once more.
-std::vector<float> wireReference(WireFormat f, const std::vector<std::vector<float>>& in,
-                                 tparRedOp_t op) {
-  if (op == tparSum) return tpar::ref::wireAllReduce(f, 32, tpar::ref::WireAlgo::kTwoShot, in);
-  std::vector<float> acc, x;
-  for (size_t r = 0; r < in.size(); ++r) {
-    tpar::ref::wireRoundTrip(f, 32, in[r], &x);
-    if (r == 0) acc = x;
-    for (size_t i = 0; r > 0 && i < acc.size(); ++i)
-      acc[i] = op == tparMax ? std::fmax(acc[i], x[i]) : std::fmin(acc[i], x[i]);
-  }
-  tpar::ref::wireRoundTrip(f, 32, acc, &x);
-  return x;
-}
-
 struct Case {
   int n;
   size_t count;
@@ -86,7 +70,8 @@ size_t runWire(VirtualGroup& g, WireFormat f, const Case& c, std::mt19937_64& rn
       values[r][i] = toFloat(bits[r][i], c.dtype);
     }
   }
-  const std::vector<float> want = wireReference(f, values, c.op);
+  const std::vector<float> want =
+      tpar::ref::wireAllReduce(f, 32, tpar::ref::WireAlgo::kTwoShot, values, c.op);
   Buffers b;
   EXPECT_EQ(cudaSuccess, b.alloc(n, c.count * 2));
   for (int r = 0; r < n; ++r) {

@@ -223,6 +223,63 @@ TEST(BenchArgs, TparLongOptionsStillWork) {
   EXPECT_EQ((std::vector<int>{8}), benchRankCounts(parsed(""), 1));
 }
 
+TEST(BenchArgs, WireRunsEachTparBackendOncePerFormatNamedWithIt) {
+  // The spelling: bf16 is the lossless wire, as none.
+  BenchOptions o = parsed("--wire bf16,fp8,int8,int4 --backends tpar,nccl,tpar:pipelined");
+  EXPECT_EQ((std::vector<int>{tparWireNone, tparWireFp8, tparWireInt8, tparWireInt4}), o.wires);
+  EXPECT_EQ((std::vector<std::string>{"tpar+none", "tpar+fp8", "tpar+int8", "tpar+int4", "nccl",
+                                      "tpar:pipelined+none", "tpar:pipelined+fp8",
+                                      "tpar:pipelined+int8", "tpar:pipelined+int4"}),
+            withWires(o.backends, o.wires));
+  // A repeated format runs once; no --wire leaves the names alone (TPAR_WIRE decides).
+  EXPECT_EQ((std::vector<int>{tparWireInt4, tparWireNone}), parsed("--wire int4,none,int4").wires);
+  BenchOptions plain = parsed("--backends tpar,nccl");
+  EXPECT_TRUE(plain.wires.empty());
+  EXPECT_EQ(plain.backends, withWires(plain.backends, plain.wires));
+  // A format named by hand stays as given; --backends takes it.
+  BenchOptions named = parsed("--backends tpar+int8,nccl --wire fp8");
+  EXPECT_EQ((std::vector<std::string>{"tpar+int8", "nccl"}), withWires(named.backends, named.wires));
+  // A child gets the backend's name with its format, and parses it back.
+  std::vector<std::string> args = childBenchArgs(o, "tpar+int4");
+  args.erase(args.begin());
+  BenchOptions c;
+  ASSERT_EQ("", parseBenchArgs(args, &c));
+  EXPECT_EQ((std::vector<std::string>{"tpar+int4"}), c.backends);
+  // What cannot carry a format says so.
+  for (const char* bad : {"--wire fp16", "--wire", "--backends nccl+fp8", "--backends tpar+fp4",
+                          "--fused --wire fp8"}) {
+    BenchOptions b;
+    EXPECT_NE("", parseBenchArgs(words(bad), &b)) << bad;
+  }
+  BenchOptions b;
+  EXPECT_NE(std::string::npos, parseBenchArgs(words("--wire fp16"), &b).find("--wire"));
+  BenchOptions f;
+  EXPECT_NE(std::string::npos, parseBenchArgs(words("--fused --wire int8"), &f).find("--wire"));
+}
+
+TEST(BenchTable, WireRowsAreComparedWithTheirLosslessRows) {
+  auto row = [](const std::string& backend, const std::string& chosen, double us) {
+    BenchRow r;
+    r.backend = backend;
+    r.chosen = chosen;
+    r.ranks = 4;
+    r.bytes = 64u << 20;
+    r.count = r.bytes / 2;
+    r.us_out = r.us_in = us;
+    return r;
+  };
+  const std::vector<BenchRow> rows = {row("tpar+none", "pipelined", 1000.0),
+                                      row("tpar+fp8", "pipelined+fp8", 400.0),
+                                      row("tpar+int4", "pipelined", 1010.0)};
+  const std::string c = tableComparisons(rows);
+  // The ratio is the lossless time over the format's, with what ran.
+  EXPECT_NE(std::string::npos, c.find("tpar+fp8")) << c;
+  EXPECT_NE(std::string::npos, c.find("pipelined+fp8     2.50x")) << c;
+  EXPECT_NE(std::string::npos, c.find("0.99x")) << c;
+  // Without lossless rows there is nothing to compare with.
+  EXPECT_EQ(std::string::npos, tableComparisons({rows[1]}).find("wire format")) << c;
+}
+
 TEST(BenchArgs, BadAndUnsupportedValuesAreRejectedWithTheirName) {
   struct Bad {
     const char* line;

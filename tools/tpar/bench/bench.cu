@@ -188,6 +188,14 @@ std::string measureBenchRow(Backend& b, Ranks& rk, size_t bytes, tparDataType_t 
   row->bytes = count * es;
   row->count = count;
   row->chosen = b.chosen(count * es);
+  // A wire format's results are not the exact sums: such rows are checked bit for bit against
+  // the format's reference instead (docs/WIRE.md), and named by the variant that ran.
+  int wire = tparWireNone;
+  if (const std::string v = b.wireVariant(count * es, dtype); !v.empty()) {
+    std::string plain;
+    if (!splitWireSuffix(v, &plain, &wire)) return "unknown wire variant '" + v + "'";
+    row->chosen = v;
+  }
   row->graph = usesGraph(opt, row->bytes);
   TimingPlan plan;
   plan.iters = opt.iters;
@@ -238,8 +246,11 @@ std::string measureBenchRow(Backend& b, Ranks& rk, size_t bytes, tparDataType_t 
       if (std::string e = issue(); !e.empty()) return e;
       if (std::string e = rk.sync(); !e.empty()) return e;
       if (std::string e = b.asyncError(); !e.empty()) return e;
-      if (std::string e = rk.countWrongIn(out_bufs, count, dtype, &wrong, op, seed); !e.empty())
-        return e;
+      const std::string e =
+          wire != tparWireNone
+              ? rk.countWireWrongIn(out_bufs, count, dtype, wire, &wrong, op, seed)
+              : rk.countWrongIn(out_bufs, count, dtype, &wrong, op, seed);
+      if (!e.empty()) return e;
     }
     (in_place ? row->wrong_in : row->wrong_out) = wrong;
   }
@@ -356,7 +367,7 @@ int runBench(const BenchOptions& opt) {
   if (opt.fused) return runFusedBench(opt);
   const std::vector<int> rank_counts = benchRankCounts(opt, ngpus);
   const std::vector<std::string> backends =
-      opt.backends.empty() ? defaultBackends(ngpus) : opt.backends;
+      withWires(opt.backends.empty() ? defaultBackends(ngpus) : opt.backends, opt.wires);
   const auto sizes = benchSizes(opt);
   const size_t max_bytes = *std::max_element(sizes.begin(), sizes.end());
   std::vector<BenchRow> rows;

@@ -58,6 +58,9 @@ struct BenchOptions {
   // tparConfig_t::transport of the tpar backends (--transport auto|host|p2p: 0, 1, 2);
   // TPAR_CONFIG_UNDEF_INT: TPAR_TRANSPORT decides.
   int transport = TPAR_CONFIG_UNDEF_INT;
+  // --wire: tparConfig_t::wire values; each tpar backend runs once per format, named with it
+  // ("tpar+fp8"); empty: TPAR_WIRE decides and the names carry none.
+  std::vector<int> wires;
   bool procs = false;             // one process per rank instead of one thread for all
   // --host-cost: instead of the table, the host time to enqueue one call with every rank's
   // stream held (no launch queue fills), against a bare launch of tpar's parameter size.
@@ -85,6 +88,11 @@ std::vector<std::string> defaultBackends(int ngpus);
 
 // The sizes a run covers: --sizes, or min..max by factor (factor > 1) or by step_bytes.
 std::vector<size_t> benchSizes(const BenchOptions& opt);
+
+// The backends as --wire asks: every tpar backend once per format of `wires`, named with it
+// ("tpar" with fp8: "tpar+fp8"), in that order; NCCL's unchanged. `wires` empty: `backends`.
+std::vector<std::string> withWires(const std::vector<std::string>& backends,
+                                   const std::vector<int>& wires);
 
 // The rank counts a run covers on a machine with `gpus` GPUs.
 std::vector<int> benchRankCounts(const BenchOptions& opt, int gpus);

@@ -209,12 +209,37 @@ void registerOptions(CLI::App* app, BenchOptions* opt, Accepted* given,
         const auto& known = backendNames();
         const std::string e = parseList("--backends", v, [&](const std::string& item) {
           opt->backends.push_back(item);
-          return ncclVariants().count(item) ||
-                 std::find(known.begin(), known.end(), item) != known.end();
+          std::string base = item;
+          int wire = 0;
+          if (splitWireSuffix(item, &base, &wire) && base.rfind("tpar", 0) != 0) return false;
+          return ncclVariants().count(base) ||
+                 std::find(known.begin(), known.end(), base) != known.end();
         });
-        if (!e.empty()) setError(e + " (" + backendNameList() + ", nccl:p2p-sys, nccl:shm)");
+        if (!e.empty())
+          setError(e + " (" + backendNameList() +
+                   ", nccl:p2p-sys, nccl:shm; a tpar backend may end in +none, +fp8, +int8 or "
+                   "+int4)");
       },
-      "comma-separated: " + backendNameList() + ", nccl:p2p-sys, nccl:shm (default: all)");
+      "comma-separated: " + backendNameList() +
+          ", nccl:p2p-sys, nccl:shm (default: all); a tpar backend with a wire format after "
+          "'+' (tpar+fp8) runs with that format");
+  app->add_option_function<std::string>(
+         "--wire",
+         [opt, setError](const std::string& v) {
+           opt->wires.clear();
+           const std::string e = parseList("--wire", v, [&](const std::string& item) {
+             int w = 0;
+             if (!parseWireName(item, &w)) return false;
+             if (std::find(opt->wires.begin(), opt->wires.end(), w) == opt->wires.end())
+               opt->wires.push_back(w);
+             return true;
+           });
+           if (!e.empty()) setError(e + " (none or bf16 for lossless, fp8, int8, int4)");
+         },
+         "wire formats (docs/WIRE.md), a list: each tpar backend runs once per format, its rows "
+         "named with it (tpar+fp8); none (or bf16) is lossless. Rows that run a format are "
+         "checked against its reference on the host")
+      ->default_str("TPAR_WIRE");
   app->add_option_function<std::string>(
          "--transport",
          [opt, setError](const std::string& v) {
@@ -299,6 +324,8 @@ std::string finish(const CLI::App& app, const Accepted& given, BenchOptions* opt
   if (opt->fused && (opt->procs || opt->host_cost))
     return "--fused runs every rank from one thread; --procs and --host-cost are not "
            "supported with it";
+  if (opt->fused && !opt->wires.empty())
+    return "--fused measures the lossless fused call; --wire applies to the all-reduce table";
   if (opt->fused && opt->dtypes.size() != 1)
     return "--fused measures one datatype: give -d float, half or bfloat16";
   if (has("--ranks") && (has("--nthreads") || has("--ngpus")))
@@ -366,6 +393,23 @@ std::vector<size_t> benchSizes(const BenchOptions& opt) {
   std::vector<size_t> out;
   for (size_t b = opt.min_bytes; b <= opt.max_bytes && out.size() <= kMaxSizes; b += opt.step_bytes)
     out.push_back(b);
+  return out;
+}
+
+std::vector<std::string> withWires(const std::vector<std::string>& backends,
+                                   const std::vector<int>& wires) {
+  if (wires.empty()) return backends;
+  std::vector<std::string> out;
+  for (const std::string& b : backends) {
+    std::string base = b;
+    int given = 0;
+    const bool has = splitWireSuffix(b, &base, &given);
+    if (base.rfind("tpar", 0) != 0 || has) {  // NCCL, or a format named by hand: as given
+      out.push_back(b);
+      continue;
+    }
+    for (int w : wires) out.push_back(b + "+" + wireOptionName(w));
+  }
   return out;
 }
 

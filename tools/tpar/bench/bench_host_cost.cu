@@ -124,7 +124,7 @@ int runHostCost(const BenchOptions& opt, const std::vector<GpuInfo>& gpus) {
   };
   const int ngpus = static_cast<int>(gpus.size());
   const std::vector<std::string> backends =
-      opt.backends.empty() ? defaultBackends(ngpus) : opt.backends;
+      withWires(opt.backends.empty() ? defaultBackends(ngpus) : opt.backends, opt.wires);
   const auto sizes = benchSizes(opt);
   const size_t max_bytes = *std::max_element(sizes.begin(), sizes.end());
   std::printf("# tpar bench --host-cost: host time to enqueue one call per rank (steady clock), "

@@ -19,6 +19,10 @@ namespace {
 constexpr int kTimeWidth = 7;
 constexpr int kBwWidth = 6;
 
+bool endsWith(const std::string& s, const std::string& tail) {
+  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
+}
+
 std::string fmt(const char* f, ...) __attribute__((format(printf, 1, 2)));
 std::string fmt(const char* f, ...) {
   char buf[512];
@@ -151,6 +155,24 @@ std::string tableComparisons(const std::vector<BenchRow>& rows) {
           s += fmt("#  %-17s %3d ranks %12zu B %8s %4s %7.2fx\n", r.backend.c_str(), r.ranks,
                    r.bytes, ncclTestsTypeName(r.dtype), ncclTestsOpName(r.op),
                    q.us_out / r.us_out);
+      }
+    }
+  }
+  // --wire: each format's rows against the lossless rows of the same backend ("tpar+none").
+  bool any_lossless = false;
+  for (const BenchRow& r : rows) any_lossless |= endsWith(r.backend, "+none");
+  if (any_lossless) {
+    s += "#\n# speed-up of each wire format against its backend's lossless rows (+none time / "
+         "backend time, out of place; algo: what ran)\n";
+    for (const BenchRow& r : rows) {
+      const size_t plus = r.backend.rfind('+');
+      if (plus == std::string::npos || endsWith(r.backend, "+none")) continue;
+      const std::string lossless = r.backend.substr(0, plus) + "+none";
+      for (const BenchRow& q : rows) {
+        if (q.backend == lossless && same(q, r) && r.us_out > 0)
+          s += fmt("#  %-17s %3d ranks %12zu B %8s %4s %-15s %7.2fx\n", r.backend.c_str(),
+                   r.ranks, r.bytes, ncclTestsTypeName(r.dtype), ncclTestsOpName(r.op),
+                   r.chosen.c_str(), q.us_out / r.us_out);
       }
     }
   }

@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "api/internal.h"
+#include "tools/tpar/common/cli_options.h"
 #include "tools/tpar/common/nccl_loader.h"
 
 namespace tpar_cli {
@@ -43,21 +44,24 @@ namespace {
 
 class TparBackend : public Backend {
  public:
-  TparBackend(tparAlgo_t algo, int transport, int64_t timeout_ms, std::string topo_file)
+  TparBackend(tparAlgo_t algo, int transport, int64_t timeout_ms, std::string topo_file, int wire)
       : algo_(algo), transport_(transport), timeout_ms_(timeout_ms),
-        topo_file_(std::move(topo_file)) {}
+        topo_file_(std::move(topo_file)), wire_(wire) {}
   ~TparBackend() override {
     for (tparComm_t c : comms_) tparCommDestroy(c);
     for (NcclComm c : nccl_comms_) nccl_->commDestroy(c);
   }
   std::string name() const override {
-    return algo_ == tparAlgoAuto ? "tpar" : std::string("tpar:") + tparAlgoName(algo_);
+    const std::string base =
+        algo_ == tparAlgoAuto ? "tpar" : std::string("tpar:") + tparAlgoName(algo_);
+    return wire_ == TPAR_CONFIG_UNDEF_INT ? base : base + "+" + wireOptionName(wire_);
   }
   std::string init(const std::vector<int>& devs) override {
     tparConfig_t cfg = TPAR_CONFIG_INITIALIZER;
     cfg.algorithm = algo_;
     cfg.transport = transport_;
     cfg.timeoutMs = timeout_ms_;
+    cfg.wire = wire_;
     for (size_t i = 0; i < devs.size(); ++i)
       for (size_t j = i + 1; j < devs.size(); ++j)
         if (devs[i] == devs[j]) cfg.allowSharedDevice = 1;
@@ -81,6 +85,7 @@ class TparBackend : public Backend {
     cfg.algorithm = algo_;
     cfg.transport = transport_;
     cfg.timeoutMs = timeout_ms_;
+    cfg.wire = wire_;
     cfg.allowSharedDevice = 1;  // several processes on one GPU are a test setup, not an error
     if (cudaSetDevice(dev) != cudaSuccess) return "cudaSetDevice failed";
     tparComm_t c = nullptr;
@@ -132,6 +137,11 @@ class TparBackend : public Backend {
     tparAlgo_t a = tparAlgoAuto;
     tparCommSelectAlgorithm(comms_[0], bytes, &a);
     return tparAlgoName(a);
+  }
+  std::string wireVariant(size_t bytes, tparDataType_t dtype) override {
+    if (comms_.empty()) return "";
+    const char* v = tpar::commWireVariant(comms_[0], bytes, dtype);
+    return v != nullptr ? v : "";
   }
   std::string transport() override {
     tparCommInfo_t info;
@@ -186,6 +196,7 @@ class TparBackend : public Backend {
   int transport_;
   int64_t timeout_ms_;
   std::string topo_file_;
+  int wire_;
   std::vector<tparComm_t> comms_;
   const NcclLib* nccl_ = nullptr;
   std::vector<NcclComm> nccl_comms_;
@@ -289,8 +300,8 @@ class NcclBackend : public Backend {
 }  // namespace
 
 std::unique_ptr<Backend> makeTparBackend(tparAlgo_t algo, int transport, int64_t timeout_ms,
-                                         const std::string& topo_file) {
-  return std::make_unique<TparBackend>(algo, transport, timeout_ms, topo_file);
+                                         const std::string& topo_file, int wire) {
+  return std::make_unique<TparBackend>(algo, transport, timeout_ms, topo_file, wire);
 }
 
 std::unique_ptr<Backend> makeNcclBackend(std::string* why) {
@@ -336,14 +347,28 @@ std::string backendNameList() {
   return list;
 }
 
+bool splitWireSuffix(const std::string& name, std::string* base, int* wire) {
+  const size_t plus = name.rfind('+');
+  if (plus == std::string::npos || !parseWireName(name.substr(plus + 1), wire)) return false;
+  *base = name.substr(0, plus);
+  return true;
+}
+
 std::unique_ptr<Backend> makeBackend(const std::string& name, std::string* why,
                                      int tpar_transport, int64_t tpar_timeout_ms) {
-  if (name == "tpar") return makeTparBackend(tparAlgoAuto, tpar_transport, tpar_timeout_ms);
+  std::string base = name;
+  int wire = TPAR_CONFIG_UNDEF_INT;
+  const bool has_wire = splitWireSuffix(name, &base, &wire);
+  if (base == "tpar") return makeTparBackend(tparAlgoAuto, tpar_transport, tpar_timeout_ms, "", wire);
   for (int a = 0; a < tparNumAlgos; ++a) {
     const tparAlgo_t algo = static_cast<tparAlgo_t>(a);
     if (algo != tparAlgoAuto && algo != tparAlgoNccl &&
-        name == std::string("tpar:") + tparAlgoName(algo))
-      return makeTparBackend(algo, tpar_transport, tpar_timeout_ms);
+        base == std::string("tpar:") + tparAlgoName(algo))
+      return makeTparBackend(algo, tpar_transport, tpar_timeout_ms, "", wire);
+  }
+  if (has_wire) {
+    if (why) *why = "backend '" + name + "': only tpar's backends take a wire format";
+    return nullptr;
   }
   if (name == "nccl") return makeNcclBackend(why);
   if (why) *why = "unknown backend '" + name + "' (" + backendNameList() + ", nccl:p2p-sys, nccl:shm)";

@@ -51,6 +51,9 @@ class Backend {
   // When its forced algorithm cannot run on this group: what runs instead and why, as
   // "twoshot (one island)"; "" when it runs (or none is forced).
   virtual std::string fallback() { return ""; }
+  // The wire variant ("pipelined+fp8", docs/WIRE.md) a call of `bytes` of `dtype` runs, ""
+  // when it is lossless (every backend but tpar with a format).
+  virtual std::string wireVariant(size_t bytes, tparDataType_t dtype) { return ""; }
   // tparCommQuery of its first rank; false when it has none (not tpar, not initialized).
   virtual bool info(tparCommInfo_t* out) { return false; }
 };
@@ -58,9 +61,11 @@ class Backend {
 // tparAlgoAuto for "tpar"; a forced algorithm otherwise. `transport` is
 // tparConfig_t::transport (0 auto, 1 host memory, 2 GPU memory; -1: TPAR_TRANSPORT);
 // `timeout_ms` its timeoutMs (0: TPAR_TIMEOUT_MS); `topo_file` an hwloc XML file whose first
-// GPUs the ranks take as their topology, as TPAR_TOPO_FILE does ("": the machine's).
+// GPUs the ranks take as their topology, as TPAR_TOPO_FILE does ("": the machine's); `wire`
+// its tparConfig_t::wire (-1: TPAR_WIRE; set, the name carries it: "tpar+fp8").
 std::unique_ptr<Backend> makeTparBackend(tparAlgo_t algo, int transport = TPAR_CONFIG_UNDEF_INT,
-                                         int64_t timeout_ms = 0, const std::string& topo_file = "");
+                                         int64_t timeout_ms = 0, const std::string& topo_file = "",
+                                         int wire = TPAR_CONFIG_UNDEF_INT);
 // nullptr with `why` filled when NCCL cannot be loaded.
 std::unique_ptr<Backend> makeNcclBackend(std::string* why);
 
@@ -75,7 +80,13 @@ bool fromHex(const std::string& hex, char* bytes, size_t n);
 const std::vector<std::string>& backendNames();
 std::string backendNameList();
 
-// Parses one --backends entry; nullptr with `why` for unknown names. NCCL variants that need
+// A tpar backend's name with a wire format after '+' ("tpar+fp8", "tpar:pipelined+int4"):
+// the name before it in `base` and the format (parseWireName) in `wire`. False when `name`
+// has no '+', or what follows it is no format.
+bool splitWireSuffix(const std::string& name, std::string* base, int* wire);
+
+// Parses one --backends entry; nullptr with `why` for unknown names. A tpar backend may carry a
+// wire format after '+' ("tpar+int8"), which its communicators take as tparConfig_t::wire. NCCL variants that need
 // their own environment ("nccl:p2p-sys", "nccl:shm") are parsed by the caller. tpar backends
 // get `tpar_transport` as their tparConfig_t::transport.
 std::unique_ptr<Backend> makeBackend(const std::string& name, std::string* why,

@@ -97,6 +97,25 @@ const char* transportOptionName(int transport) {
   }
 }
 
+bool parseWireName(const std::string& name, int* out) {
+  if (name == "none" || name == "bf16") *out = tparWireNone;
+  else if (name == "fp8") *out = tparWireFp8;
+  else if (name == "int8") *out = tparWireInt8;
+  else if (name == "int4") *out = tparWireInt4;
+  else return false;
+  return true;
+}
+
+const char* wireOptionName(int wire) {
+  switch (wire) {
+    case tparWireNone: return "none";
+    case tparWireFp8: return "fp8";
+    case tparWireInt8: return "int8";
+    case tparWireInt4: return "int4";
+    default: return "env";
+  }
+}
+
 std::string checkOutputPath(const std::string& path) {
   if (path.empty()) return "an empty path";
   struct stat st;

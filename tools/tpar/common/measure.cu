@@ -2,11 +2,15 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>
+#include <thread>
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
 #include "api/internal.h"
+// The specification of the wire formats' results, which the GPU tests check bit for bit too.
+#include "tests/common/wire_reference.h"
 
 namespace tpar_cli {
 namespace {
@@ -14,7 +18,7 @@ namespace {
 // Inputs whose sums are exact in every datatype: small integers, |sum| <= 8 * ranks (<= 128,
 // exact in bf16). `seed` moves the pattern, so that a check on fresh inputs cannot pass on a
 // stale output.
-__device__ inline float inputValue(size_t i, int rank, unsigned seed) {
+__host__ __device__ inline float inputValue(size_t i, int rank, unsigned seed) {
   return static_cast<float>(
              static_cast<int>((i * 7 + rank * 3 + seed * 5 + (i >> 10)) % 17) - 8);
 }
@@ -159,6 +163,58 @@ std::string Ranks::countWrongIn(const std::vector<void*>& bufs, size_t count, tp
   }
   if (std::string e = sync(); !e.empty()) return e;
   *result = static_cast<long long>(*wrong);
+  return "";
+}
+
+std::string Ranks::countWireWrongIn(const std::vector<void*>& bufs, size_t count,
+                                    tparDataType_t dtype, int wire, long long* result,
+                                    tparRedOp_t op, unsigned seed) {
+  if ((dtype != tparFloat16 && dtype != tparBfloat16) || wire <= tparWireNone ||
+      wire >= tparNumWires)
+    return "no wire format applies to this call";
+  const auto format = static_cast<tpar::kernels::WireFormat>(wire);
+  const int n = world > 0 ? world : static_cast<int>(devs.size());
+  std::vector<std::vector<uint16_t>> got(devs.size(), std::vector<uint16_t>(count));
+  for (size_t r = 0; r < devs.size(); ++r) {
+    TPAR_CLI_CUDA(cudaSetDevice(devs[r]));
+    TPAR_CLI_CUDA(cudaMemcpy(got[r].data(), bufs[r], count * 2, cudaMemcpyDeviceToHost));
+  }
+  // The reference of whole wire blocks (32 values: a segment starting at a multiple of 32
+  // encodes the blocks the whole buffer does), segments spread over the host's cores.
+  constexpr size_t kSegment = size_t{1} << 16;
+  const size_t segments = (count + kSegment - 1) / kSegment;
+  const unsigned workers = std::max(1u, std::min<unsigned>(std::thread::hardware_concurrency(), 32));
+  std::vector<unsigned long long> wrong(workers, 0);
+  auto work = [&](unsigned w) {
+    std::vector<std::vector<float>> in(n);
+    for (size_t sg = w; sg < segments; sg += workers) {
+      const size_t a = sg * kSegment, b = std::min(count, a + kSegment);
+      for (int r = 0; r < n; ++r) {
+        in[r].resize(b - a);
+        for (size_t i = a; i < b; ++i) in[r][i - a] = inputValue(i, r, seed);
+      }
+      const std::vector<float> want =
+          tpar::ref::wireAllReduce(format, 32, tpar::ref::WireAlgo::kTwoShot, in, op);
+      for (size_t i = a; i < b; ++i) {
+        uint16_t bits;
+        if (dtype == tparBfloat16) {
+          const __nv_bfloat16 v = __float2bfloat16_rn(want[i - a]);
+          std::memcpy(&bits, &v, 2);
+        } else {
+          const __half v = __float2half_rn(want[i - a]);
+          std::memcpy(&bits, &v, 2);
+        }
+        for (size_t r = 0; r < got.size(); ++r) wrong[w] += got[r][i] != bits;
+      }
+    }
+  };
+  std::vector<std::thread> threads;
+  for (unsigned w = 1; w < workers; ++w) threads.emplace_back(work, w);
+  work(0);
+  for (std::thread& t : threads) t.join();
+  long long total = 0;
+  for (unsigned long long x : wrong) total += static_cast<long long>(x);
+  *result = total;
   return "";
 }
 

@@ -49,6 +49,13 @@ struct Ranks {
   // of `seed`.
   std::string countWrongIn(const std::vector<void*>& bufs, size_t count, tparDataType_t dtype,
                            long long* result, tparRedOp_t op = tparSum, unsigned seed = 0);
+  // Elements of `bufs` (every rank of this process) whose bits differ from what wire format
+  // `wire` (tparWire_t) gives for the inputs of `seed` (every rank's, `world` of them): the
+  // two-shot of tests/common/wire_reference.h, the kernels' specification, computed on the
+  // host. Float16 and bfloat16.
+  std::string countWireWrongIn(const std::vector<void*>& bufs, size_t count,
+                               tparDataType_t dtype, int wire, long long* result,
+                               tparRedOp_t op = tparSum, unsigned seed = 0);
 };
 
 // How calls are timed (nccl-tests' -n -w -m -G -z).
