@@ -174,87 +174,11 @@ struct WireTwoShot {
     }
   }
 
-  // Loads in flight per lane. A host-memory area is read across the link, where a read costs a
-  // round trip and throughput is bytes in flight over latency: the lossless kernel keeps n-1
-  // 16-byte vectors per thread in flight in its reduction and 4 in its gather
-  // (FlagBox::kGatherDepth). A vector's codes are 8 or 4 bytes, so the reduction takes several
-  // vectors per lane at once: kDepth vectors of every peer, up to 16 bytes per peer while all
-  // ranks' codes take at most 32 registers (with 512 threads a thread has 128, and the call's
-  // state takes most of the rest). Variants for 2, 4 and 8 ranks, chosen by the rank count, so
-  // that two ranks get the depth that eight could not hold.
-  template <int kRanks>
-  static constexpr int reduceDepth() {
-    constexpr int by_bytes = static_cast<int>(16 / kVecCodeBytes);
-    constexpr int by_registers = kCodeRegisters / (kRanks * (kCodeWords + 1));
-    return by_registers < 1 ? 1 : by_registers < by_bytes ? by_registers : by_bytes;
-  }
-  static constexpr int kCodeRegisters = 16;
-  static constexpr int kGatherDepth = 4;
-
-  // Our chunk's vectors [j0, j1) (a multiple of 4 apart), warp by warp, each warp 32 x kDepth
-  // consecutive vectors at a time (quads stay aligned: j0 and every warp's base are multiples
-  // of 4), for at most kRanks ranks: every peer's codes loaded first (ours encoded meanwhile),
-  // then per vector every rank's decoded and added in rank order, the sum encoded once, sent
-  // or published, and its decode stored.
-  template <typename T, int kRanks>
-  __device__ static void reduceAtOnce(const Call& c, uint64_t j0, uint64_t j1, uint32_t t,
-                                      uint32_t nt) {
-    constexpr int kDepth = reduceDepth<kRanks>();
-    const RuntimeOp op{c.a.op};
-    const uint32_t lane = t & 31;
-    for (uint64_t base = j0 + uint64_t(t - lane) * kDepth; base < j1;
-         base += uint64_t(nt) * kDepth) {
-      Coded in[kRanks][kDepth];
-#pragma unroll
-      for (int s = 0; s < kRanks; ++s) {
-#pragma unroll
-        for (int d = 0; d < kDepth; ++d) {
-          const uint64_t j = base + 32 * d + lane;
-          const uint64_t v = uint64_t(c.me) * c.chunk * 4 + j;
-          if (s < c.n && s != c.me && j < j1 && v < c.vecs)
-            in[s][d] = get(c, c.pull ? area(c, s) : c.own,
-                           c.pull ? v : uint64_t(s) * c.chunk * 4 + j);
-        }
-      }
-      // Our own contribution goes through the format too (every lane, for the quads'
-      // shuffles: lanes past the end encode zeros), while the loads are in flight.
-      Coded own[kDepth];
-#pragma unroll
-      for (int d = 0; d < kDepth; ++d) {
-        const uint64_t j = base + 32 * d + lane;
-        const uint64_t v = uint64_t(c.me) * c.chunk * 4 + j;
-        float x[8];
-#pragma unroll
-        for (int i = 0; i < 8; ++i) x[i] = 0.0f;
-        if (j < j1 && v < c.vecs) load<T>(c.a.send, v, c.a.count, c.aligned, x);
-        own[d] = encode(x);
-      }
-#pragma unroll
-      for (int d = 0; d < kDepth; ++d) {
-        const uint64_t j = base + 32 * d + lane;
-        const uint64_t v = uint64_t(c.me) * c.chunk * 4 + j;
-        float acc[8], x[8];
-#pragma unroll
-        for (int s = 0; s < kRanks; ++s) {
-          if (s >= c.n) break;
-          // Copies by value at fixed indices keep `in` in registers (a conditional reference
-          // would take the arrays' addresses and move them to local memory).
-          Coded cs = in[s][d];
-          if (s == c.me) cs = own[d];
-          decode(cs, x);
-#pragma unroll
-          for (int i = 0; i < 8; ++i) acc[i] = s == 0 ? x[i] : op(acc[i], x[i]);
-        }
-        finish<T>(c, v, j < j1 && v < c.vecs, acc);
-      }
-    }
-  }
-
-  // The same one vector per lane and one peer at a time: more than 8 ranks, whose codes would
-  // not fit the registers at once.
+  // Our chunk's vectors [j0, j1) (a multiple of 4 apart), warp by warp: decode every rank's,
+  // add in rank order, encode the sum once, send or publish it, store its decode.
   template <typename T>
-  __device__ static void reduceSerial(const Call& c, uint64_t j0, uint64_t j1, uint32_t t,
-                                      uint32_t nt) {
+  __device__ static void reduce(const Call& c, uint64_t j0, uint64_t j1, uint32_t t,
+                                uint32_t nt) {
     const RuntimeOp op{c.a.op};
     const uint32_t lane = t & 31;
     for (uint64_t base = j0 + (t - lane); base < j1; base += nt) {
@@ -275,78 +199,38 @@ struct WireTwoShot {
 #pragma unroll
         for (int i = 0; i < 8; ++i) acc[i] = s == 0 ? x[i] : op(acc[i], x[i]);
       }
-      finish<T>(c, v, in, acc);
-    }
-  }
-
-  // A reduced vector `acc` of our chunk (every lane, for the quads' shuffles; `in`: v is one
-  // of the call's): encoded once, sent (push) or published (pull), and its decode stored.
-  template <typename T>
-  __device__ static void finish(const Call& c, uint64_t v, bool in, float* acc) {
-    if (!in) {
+      if (!in) {
 #pragma unroll
-      for (int i = 0; i < 8; ++i) acc[i] = 0.0f;
-    }
-    const Coded e = encode(acc);
-    if (!in) return;
-    if (c.pull) {
-      put(c, c.own + c.goff, v, e);
-    } else {
-      for (int i = 1; i < c.n; ++i) put(c, area(c, ahead(c.me, i, c.n)) + c.goff, v, e);
-    }
-    float x[8];
-    decode(e, x);
-    store<T>(c.a.recv, v, c.a.count, c.aligned, x);
-  }
-
-  template <typename T, int kMax>
-  __device__ static void reduce(const Call& c, uint64_t j0, uint64_t j1, uint32_t t,
-                                uint32_t nt) {
-    if constexpr (kMax > 8) {
-      reduceSerial<T>(c, j0, j1, t, nt);
-    } else if (c.n <= 2) {
-      reduceAtOnce<T, 2>(c, j0, j1, t, nt);
-    } else if (c.n <= 4) {
-      reduceAtOnce<T, 4>(c, j0, j1, t, nt);
-    } else {
-      reduceSerial<T>(c, j0, j1, t, nt);
+        for (int i = 0; i < 8; ++i) acc[i] = 0.0f;
+      }
+      const Coded e = encode(acc);
+      if (!in) continue;
+      if (c.pull) {
+        put(c, c.own + c.goff, v, e);
+      } else {
+        for (int i = 1; i < c.n; ++i) put(c, area(c, ahead(c.me, i, c.n)) + c.goff, v, e);
+      }
+      decode(e, x);
+      store<T>(c.a.recv, v, c.a.count, c.aligned, x);
     }
   }
 
-  // The other ranks' reduced vectors at the positions of `pp`, decoded into the output,
-  // kGatherDepth loads in flight per lane before their stores (no shuffles: any lane may stop).
+  // The other ranks' reduced vectors at the positions of `pp`, decoded into the output (no
+  // shuffles: any lane may stop).
   template <typename T>
   __device__ static void gather(const Call& c, const PeerPositions& pp, uint32_t t, uint32_t nt) {
-    const uint32_t pairs = pp.pairs();
-    for (uint32_t u0 = t; u0 < pairs; u0 += kGatherDepth * nt) {
-      Coded x[kGatherDepth];
-      uint64_t vv[kGatherDepth];
-#pragma unroll
-      for (int d = 0; d < kGatherDepth; ++d) {
-        const uint32_t u = u0 + d * nt;
-        vv[d] = c.vecs;  // nothing to read
-        if (u < pairs) {
-          uint64_t j;
-          const int o = pp.peer(u, &j);
-          const uint64_t v = uint64_t(o) * c.chunk * 4 + j;
-          if (v < c.vecs) {
-            vv[d] = v;
-            x[d] = get(c, (c.pull ? area(c, o) : c.own) + c.goff, v);
-          }
-        }
-      }
-#pragma unroll
-      for (int d = 0; d < kGatherDepth; ++d) {
-        if (vv[d] < c.vecs) {
-          float y[8];
-          decode(x[d], y);
-          store<T>(c.a.recv, vv[d], c.a.count, c.aligned, y);
-        }
-      }
+    for (uint32_t u = t; u < pp.pairs(); u += nt) {
+      uint64_t j;
+      const int o = pp.peer(u, &j);
+      const uint64_t v = uint64_t(o) * c.chunk * 4 + j;
+      if (v >= c.vecs) continue;
+      float x[8];
+      decode(get(c, (c.pull ? area(c, o) : c.own) + c.goff, v), x);
+      store<T>(c.a.recv, v, c.a.count, c.aligned, x);
     }
   }
 
-  template <typename T, int kMax>
+  template <typename T>
   __device__ static bool role(const Call& c, const CallContext& ctx, const Slice& s, int steps,
                               int r, int k, const Group& g, Waiter& w) {
     uint64_t s0, s1;  // wire blocks of the slice's step k; the loops take vectors
@@ -360,7 +244,7 @@ struct WireTwoShot {
     }
     if (r == kWireReduce) {
       if (!c.box.await(kScatterPhase, done, g, w)) return false;
-      reduce<T, kMax>(c, 4 * s0, 4 * s1, g.t, g.threads);
+      reduce<T>(c, 4 * s0, 4 * s1, g.t, g.threads);
       c.box.commit(kGatherPhase, done, g);
       return true;
     }
@@ -376,11 +260,11 @@ struct WireTwoShot {
     if constexpr (ElemTraits<T>::kPerVec != 8) {
       if (threadIdx.x == 0) recordError(a, tparInternalError);
     } else {
-      runWire<T, kMax>(a, ctx);
+      runWire<T>(a, ctx);
     }
   }
 
-  template <typename T, int kMax>
+  template <typename T>
   __device__ static void runWire(const AllReduceArgs& a, const CallContext& ctx) {
     const int grid = activeBlocks(a);
     const int steps = a.steps > 1 ? a.steps : 1;
@@ -398,11 +282,11 @@ struct WireTwoShot {
       if (s.width() == 0) return;
       if (threadIdx.x == 0) s_bad[0] = 0;
       const Group whole{0, static_cast<int>(blockDim.x), static_cast<int>(threadIdx.x), s_bad};
-      for (int k = 0; k < steps; ++k) role<T, kMax>(c, ctx, s, steps, kWirePush, k, whole, w);
+      for (int k = 0; k < steps; ++k) role<T>(c, ctx, s, steps, kWirePush, k, whole, w);
       for (int k = 0; k < steps; ++k)
-        if (!role<T, kMax>(c, ctx, s, steps, kWireReduce, k, whole, w)) return;
+        if (!role<T>(c, ctx, s, steps, kWireReduce, k, whole, w)) return;
       for (int k = 0; k < steps; ++k)
-        if (!role<T, kMax>(c, ctx, s, steps, kWireGather, k, whole, w)) return;
+        if (!role<T>(c, ctx, s, steps, kWireGather, k, whole, w)) return;
       return;
     }
     // Groups of whole warps, as the lossless kernel: a quarter push, a quarter gather, the rest
@@ -419,7 +303,7 @@ struct WireTwoShot {
     const Group g{1 + r, group_warps * 32, static_cast<int>(threadIdx.x) - first_warp * 32,
                   &s_bad[r]};
     for (int k = 0; k < steps; ++k)
-      if (!role<T, kMax>(c, ctx, s, steps, r, k, g, w)) return;
+      if (!role<T>(c, ctx, s, steps, r, k, g, w)) return;
   }
 };
 
