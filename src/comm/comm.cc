@@ -436,7 +436,7 @@ const WireAlgorithm* wireVariantOf(const tparComm* comm, uint64_t bytes, tparDat
                                    Plan* plan) {
   bool wire = false;
   *plan = wirePlan(*plan, bytes, dtype, comm->tuner_ctx, comm->cfg.forced_algo, comm->cfg.wire,
-                   &wire);
+                   &wire, comm->cfg.wire_min_bytes);
   return wire ? wireAlgorithmOf(plan->algo, static_cast<tparWire_t>(comm->cfg.wire)) : nullptr;
 }
 

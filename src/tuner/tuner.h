@@ -83,20 +83,22 @@ uint64_t defaultOneShotMaxBytes(int nranks);
 constexpr int kDefaultGridBlocks = 32;
 constexpr int kSharedGpuGridBlocks = 64;
 
-// The smallest call that a communicator's wire format (tparConfig_t::wire, TPAR_WIRE) carries;
-// smaller calls stay lossless. The smallest size measured where every format was ahead of the
-// lossless path on the host transport (docs/PERFORMANCE.md, "Wire formats: first kernels").
+// The smallest call that a communicator's wire format (tparConfig_t::wire, TPAR_WIRE) carries
+// by default (TPAR_WIRE_MIN_BYTES moves it); smaller calls stay lossless. The break-even sizes
+// measured on the host transport (docs/PERFORMANCE.md, "Wire formats: the bench table and the
+// break-even size").
 constexpr uint64_t kWireMinBytes = 4u << 20;
 
 // The plan of a call of `bytes` when the communicator has a wire format: `plan` itself when the
 // format does not apply (none set, a datatype other than float16 and bfloat16, below
-// kWireMinBytes, NCCL, or a forced algorithm other than pipelined, or receive regions in GPU
-// memory unless pipelined is forced: there the formats measured slower than lossless); else the
+// `min_bytes` (TPAR_WIRE_MIN_BYTES; -1: kWireMinBytes), NCCL, or a forced algorithm other than
+// pipelined, or receive regions in GPU memory unless pipelined is forced: there the formats
+// measured slower than lossless); else the
 // pipelined schedule (`plan` itself when pipelined is forced, else the host shape on every block
 // of the grid), whose kernel with the format runs (registry's wireAlgorithmOf). *applies says
 // which.
 Plan wirePlan(const Plan& plan, uint64_t bytes, tparDataType_t dtype, const TunerContext& ctx,
-              tparAlgo_t forced, int wire, bool* applies);
+              tparAlgo_t forced, int wire, bool* applies, int64_t min_bytes = -1);
 
 // The built-in choice for this context (no table).
 Plan defaultPlan(uint64_t bytes, tparDataType_t dtype, const TunerContext& ctx,

@@ -45,6 +45,40 @@ TEST(CliBench, ShortRunChecksEveryResultAndWritesJson) {
   unlink(json.c_str());
 }
 
+// --wire: each format's rows named with it, run with it (algo), checked bit for bit against its
+// reference; one process per rank too, where each child takes the format from the name.
+TEST(CliBench, WireRowsRunTheirFormatAndAreChecked) {
+  TPAR_REQUIRE_GPU();
+  for (const bool procs : {false, true}) {
+    const std::string json = "/tmp/tpar_cli_bench_wire_" + std::to_string(getpid()) + ".json";
+    std::vector<std::string> args = {TPAR_CLI_BINARY, "bench", "--wire", "bf16,int4,fp8",
+                                     "--transport", "host", "--ranks", "2", "--backends", "tpar",
+                                     "--sizes", "1M,4M", "-n", "2", "-w", "1", "--json", json};
+    if (procs) args.insert(args.begin() + 2, "--procs");
+    std::string out;
+    const int rc = runProcess(args, {"TPAR_WIRE_MIN_BYTES=2M"}, 600, &out);
+    ASSERT_EQ(0, rc) << out;
+    EXPECT_NE(std::string::npos, out.find("# ok: 0 wrong elements")) << out;
+    std::ifstream f(json);
+    nlohmann::json j;
+    ASSERT_NO_THROW(f >> j) << out;
+    ASSERT_EQ(6u, j["rows"].size()) << out;
+    for (const auto& r : j["rows"]) {
+      const std::string backend = r["backend"], chosen = r["chosen"];
+      const size_t bytes = r["bytes"];
+      EXPECT_EQ(0, r["wrong_out_of_place"].get<int>()) << r.dump();
+      EXPECT_EQ(0, r["wrong_in_place"].get<int>()) << r.dump();
+      // Below TPAR_WIRE_MIN_BYTES every row is lossless; above it, the row's format ran.
+      if (backend == "tpar+none" || bytes < (2u << 20))
+        EXPECT_EQ(std::string::npos, chosen.find('+')) << r.dump();
+      else
+        EXPECT_EQ("pipelined" + backend.substr(4), chosen) << r.dump();
+    }
+    if (!procs) EXPECT_NE(std::string::npos, out.find("speed-up of each wire format")) << out;
+    unlink(json.c_str());
+  }
+}
+
 TEST(CliBench, BadArgumentsExitWithTwoAndSayWhy) {
   TPAR_REQUIRE_GPU();
   std::string out;

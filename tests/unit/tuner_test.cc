@@ -1043,6 +1043,19 @@ TEST(WirePlan, AppliesOnlyWhereItWasMeasuredToWin) {
   }
   EXPECT_FALSE(applies(host, big, tparBfloat16, tparAlgoAuto, tparWireNone));
   EXPECT_FALSE(applies(host, big, tparBfloat16, tparAlgoAuto, tparNumWires));
+  // TPAR_WIRE_MIN_BYTES moves the smallest size either way; -1 is the default.
+  for (int wire : {tparWireFp8, tparWireInt4}) {
+    const Plan base = selectPlan(1u << 20, tparBfloat16, host, nullptr, tparAlgoAuto, -1);
+    bool a = false;
+    wirePlan(base, 1u << 20, tparBfloat16, host, tparAlgoAuto, wire, &a, 1u << 20);
+    EXPECT_TRUE(a);
+    wirePlan(base, (1u << 20) - 2, tparBfloat16, host, tparAlgoAuto, wire, &a, 1u << 20);
+    EXPECT_FALSE(a);
+    wirePlan(base, big, tparBfloat16, host, tparAlgoAuto, wire, &a, int64_t{big} * 2);
+    EXPECT_FALSE(a);
+    wirePlan(base, big, tparBfloat16, host, tparAlgoAuto, wire, &a, -1);
+    EXPECT_TRUE(a);
+  }
   // Every format has a variant of the pipelined schedule, and none of another algorithm.
   for (int wire : {tparWireFp8, tparWireInt8, tparWireInt4}) {
     ASSERT_NE(nullptr, wireAlgorithmOf(kernels::Algo::kPipelined, static_cast<tparWire_t>(wire)));
