@@ -352,7 +352,8 @@ Plan defaultPlan(uint64_t bytes, tparDataType_t dtype, const TunerContext& ctx,
 Plan wirePlan(const Plan& plan, uint64_t bytes, tparDataType_t dtype, const TunerContext& ctx,
               tparAlgo_t forced, int wire, bool* applies, int64_t min_bytes) {
   *applies = false;
-  const uint64_t least = min_bytes >= 0 ? static_cast<uint64_t>(min_bytes) : kWireMinBytes;
+  const uint64_t least =
+      min_bytes >= 0 ? static_cast<uint64_t>(min_bytes) : defaultWireMinBytes(ctx.nranks);
   if (wire <= tparWireNone || wire >= tparNumWires || plan.nccl || bytes < least ||
       (dtype != tparFloat16 && dtype != tparBfloat16))
     return plan;

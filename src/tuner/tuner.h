@@ -84,14 +84,19 @@ constexpr int kDefaultGridBlocks = 32;
 constexpr int kSharedGpuGridBlocks = 64;
 
 // The smallest call that a communicator's wire format (tparConfig_t::wire, TPAR_WIRE) carries
-// by default (TPAR_WIRE_MIN_BYTES moves it); smaller calls stay lossless. The break-even sizes
-// measured on the host transport (docs/PERFORMANCE.md, "Wire formats: the bench table and the
-// break-even size").
-constexpr uint64_t kWireMinBytes = 4u << 20;
+// by default (TPAR_WIRE_MIN_BYTES moves it); smaller calls stay lossless. From the break-even
+// sizes measured on the host transport (docs/PERFORMANCE.md, "Wire formats: the break-even
+// size"): every format ahead from 1 MiB at 2 and 4 ranks; at 8, ahead from 512 KiB but not at
+// 2 MiB, so from 4 MiB there.
+constexpr uint64_t kWireMinBytesFew = 1u << 20;   // up to 4 ranks
+constexpr uint64_t kWireMinBytesMany = 4u << 20;  // more
+inline uint64_t defaultWireMinBytes(int nranks) {
+  return nranks <= 4 ? kWireMinBytesFew : kWireMinBytesMany;
+}
 
 // The plan of a call of `bytes` when the communicator has a wire format: `plan` itself when the
 // format does not apply (none set, a datatype other than float16 and bfloat16, below
-// `min_bytes` (TPAR_WIRE_MIN_BYTES; -1: kWireMinBytes), NCCL, or a forced algorithm other than
+// `min_bytes` (TPAR_WIRE_MIN_BYTES; -1: defaultWireMinBytes), NCCL, or a forced algorithm other than
 // pipelined, or receive regions in GPU memory unless pipelined is forced: there the formats
 // measured slower than lossless); else the
 // pipelined schedule (`plan` itself when pipelined is forced, else the host shape on every block

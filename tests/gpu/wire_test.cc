@@ -124,7 +124,7 @@ TEST_P(WireFormats, EveryRankGetsTheFormatsAllReduce) {
       ASSERT_EQ("", g.init(n, cfg));
       // The smallest size a format carries and odd counts above it; 9 MiB runs in two launches
       // on the host transport (and in many in GPU memory, whose pull areas are smaller).
-      const size_t min = tpar::kWireMinBytes / 2;
+      const size_t min = tpar::defaultWireMinBytes(n) / 2;
       const Case cases[] = {{n, min, tparBfloat16, tparSum, false, false},
                             {n, min + 37, tparFloat16, tparSum, true, false},
                             {n, (size_t{9} << 19) + 3, tparBfloat16, tparSum, false, true},
@@ -137,15 +137,15 @@ TEST_P(WireFormats, EveryRankGetsTheFormatsAllReduce) {
       }
       // Where the format does not apply the call stays lossless: below its smallest size, and
       // float32 at any size.
-      runAndCheck(g, tpar::kWireMinBytes / 2 - 8, tparBfloat16, tparSum, false);
-      runAndCheck(g, tpar::kWireMinBytes / 4, tparFloat32, tparSum, false);
+      runAndCheck(g, tpar::defaultWireMinBytes(n) / 2 - 8, tparBfloat16, tparSum, false);
+      runAndCheck(g, tpar::defaultWireMinBytes(n) / 4, tparFloat32, tparSum, false);
       if (HasFailure()) return;
       if (GetParam() != kTransportHost) {
         // Not forced, GPU memory keeps every call lossless even with a format set.
         cfg.algorithm = tparAlgoAuto;
         VirtualGroup plain;
         ASSERT_EQ("", plain.init(n, cfg));
-        runAndCheck(plain, tpar::kWireMinBytes / 2, tparBfloat16, tparSum, false);
+        runAndCheck(plain, tpar::defaultWireMinBytes(n) / 2, tparBfloat16, tparSum, false);
         if (HasFailure()) return;
       }
     }

@@ -1008,7 +1008,7 @@ TEST(HostLayout, PullLimitsFitTheirAreasAndGrowWithThePieceOnlyInHostMemory) {
 namespace tpar {
 namespace {
 
-// Where a communicator's wire format applies (wirePlan): the host transport from kWireMinBytes
+// Where a communicator's wire format applies (wirePlan): the host transport from defaultWireMinBytes
 // for 16-bit data under auto or a forced pipelined; GPU memory only when pipelined is forced;
 // never for float32, smaller calls, other forced algorithms, NCCL or no format.
 TEST(WirePlan, AppliesOnlyWhereItWasMeasuredToWin) {
@@ -1018,7 +1018,7 @@ TEST(WirePlan, AppliesOnlyWhereItWasMeasuredToWin) {
   host.host_transport = true;
   TunerContext gpu = host;
   gpu.host_transport = false;
-  const uint64_t big = kWireMinBytes, small = kWireMinBytes - 2;
+  const uint64_t big = defaultWireMinBytes(host.nranks), small = big - 2;
   auto applies = [](const TunerContext& ctx, uint64_t bytes, tparDataType_t dt, tparAlgo_t forced,
                     int wire, Plan* out = nullptr) {
     const Plan base = selectPlan(bytes, dt, ctx, nullptr, forced, -1);
@@ -1043,6 +1043,16 @@ TEST(WirePlan, AppliesOnlyWhereItWasMeasuredToWin) {
   }
   EXPECT_FALSE(applies(host, big, tparBfloat16, tparAlgoAuto, tparWireNone));
   EXPECT_FALSE(applies(host, big, tparBfloat16, tparAlgoAuto, tparNumWires));
+  // The default: 1 MiB up to 4 ranks, 4 MiB beyond (the measured break-even sizes).
+  EXPECT_EQ(uint64_t{1} << 20, defaultWireMinBytes(2));
+  EXPECT_EQ(uint64_t{1} << 20, defaultWireMinBytes(4));
+  EXPECT_EQ(uint64_t{4} << 20, defaultWireMinBytes(5));
+  EXPECT_EQ(uint64_t{4} << 20, defaultWireMinBytes(8));
+  TunerContext eight = host;
+  eight.nranks = eight.ranks_per_gpu = 8;
+  EXPECT_FALSE(applies(eight, 2u << 20, tparBfloat16, tparAlgoAuto, tparWireFp8));
+  EXPECT_TRUE(applies(eight, 4u << 20, tparBfloat16, tparAlgoAuto, tparWireFp8));
+  EXPECT_TRUE(applies(host, 1u << 20, tparBfloat16, tparAlgoAuto, tparWireFp8));
   // TPAR_WIRE_MIN_BYTES moves the smallest size either way; -1 is the default.
   for (int wire : {tparWireFp8, tparWireInt4}) {
     const Plan base = selectPlan(1u << 20, tparBfloat16, host, nullptr, tparAlgoAuto, -1);
