@@ -130,8 +130,7 @@ struct WireTwoShot {
     if ((v & 3) == 0) *reinterpret_cast<volatile uint16_t*>(area + c.scales + (v / 4) * 2) = x.scale;
   }
 
-  // Vector v's codes at v's place (its scale left for the caller).
-  __device__ static Coded getCodes(const char* area, uint64_t v) {
+  __device__ static Coded get(const Call& c, const char* area, uint64_t v) {
     Coded x;
     const char* p = area + v * kVecCodeBytes;
     if (kCodeWords == 2) {
@@ -142,16 +141,7 @@ struct WireTwoShot {
     } else {
       x.w[0] = *reinterpret_cast<const volatile uint32_t*>(p);
     }
-    return x;
-  }
-
-  __device__ static uint16_t getScale(const Call& c, const char* area, uint64_t block) {
-    return *reinterpret_cast<const volatile uint16_t*>(area + c.scales + block * 2);
-  }
-
-  __device__ static Coded get(const Call& c, const char* area, uint64_t v) {
-    Coded x = getCodes(area, v);
-    x.scale = getScale(c, area, v / 4);
+    x.scale = *reinterpret_cast<const volatile uint16_t*>(area + c.scales + (v / 4) * 2);
     return x;
   }
 
@@ -185,11 +175,9 @@ struct WireTwoShot {
   }
 
   // Our chunk's vectors [j0, j1) (a multiple of 4 apart), warp by warp: decode every rank's,
-  // add in rank order, encode the sum once, send or publish it, store its decode. One peer's
-  // vector at a time with its own scale: more than 8 ranks (reduceRuns would hold a scale per
-  // rank in registers).
+  // add in rank order, encode the sum once, send or publish it, store its decode.
   template <typename T>
-  __device__ static void reduceSerial(const Call& c, uint64_t j0, uint64_t j1, uint32_t t,
+  __device__ static void reduce(const Call& c, uint64_t j0, uint64_t j1, uint32_t t,
                                 uint32_t nt) {
     const RuntimeOp op{c.a.op};
     const uint32_t lane = t & 31;
@@ -227,133 +215,22 @@ struct WireTwoShot {
     }
   }
 
-  // NOTE [wire scale runs]
-  // Across PCIe a read costs by the request more than by the byte, and a warp's 32 vectors are
-  // 256 (FP8, INT8) or 128 (INT4) bytes of codes but only 8 scales, 16 bytes: loaded with each
-  // vector, the scales took as many requests as the codes of INT4 (docs/PERFORMANCE.md, "where
-  // the time goes"). So the reading loops take runs of kRun consecutive vectors per warp: lane l
-  // loads the scale of the run's block l once (kRun / 4 = 32 blocks, one request per source),
-  // and each vector's quad takes it from there by a shuffle while the warp walks the run's
-  // kRun / 32 vectors per lane. Runs are aligned in the area's vector numbering; a lane outside
-  // the range loads and stores nothing but takes part in the shuffles.
-  static constexpr uint64_t kRun = 128;
-
-  // The scale of this lane's vector in the run's iteration `it` from `held` (lane l holds the
-  // run's block l).
-  __device__ static uint16_t runScale(uint16_t held, int it, uint32_t lane) {
-    return static_cast<uint16_t>(__shfl_sync(0xFFFFFFFFu, uint32_t(held), it * 8 + (lane >> 2)));
-  }
-
-  // reduceSerial's work for up to kMax ranks, by runs (NOTE [wire scale runs]): every peer's
-  // scales of the run first, then per vector every rank's decode added in rank order.
-  template <typename T, int kMax>
-  __device__ static void reduceRuns(const Call& c, uint64_t j0, uint64_t j1, uint32_t t,
-                                    uint32_t nt) {
-    const RuntimeOp op{c.a.op};
-    const uint32_t lane = t & 31;
-    const uint64_t vb = uint64_t(c.me) * c.chunk * 4;  // vector number of our chunk's first
-    const uint64_t v0 = vb + j0, v1 = vb + j1 < c.vecs ? vb + j1 : c.vecs;
-    for (uint64_t rv = (v0 / kRun + (t >> 5)) * kRun; rv < v1; rv += uint64_t(nt >> 5) * kRun) {
-      const uint64_t bl = rv / 4 + lane;  // the block whose scales this lane holds
-      const bool held_in = bl * 4 >= v0 && bl * 4 < v1;
-      uint16_t held[kMax];
-#pragma unroll
-      for (int s = 0; s < kMax; ++s) {
-        held[s] = 0;
-        // Pull: rank s's area at our vector numbers; push: ours, where rank s put its codes at
-        // s's slot of our chunk.
-        if (s < c.n && s != c.me && held_in)
-          held[s] = c.pull ? getScale(c, area(c, s), bl)
-                           : getScale(c, c.own, uint64_t(s) * c.chunk + (bl - vb / 4));
-      }
-      for (int it = 0; it < static_cast<int>(kRun / 32); ++it) {
-        const uint64_t v = rv + it * 32 + lane;
-        const bool in = v >= v0 && v < v1;
-        float x[8];
-#pragma unroll
-        for (int i = 0; i < 8; ++i) x[i] = 0.0f;
-        if (in) load<T>(c.a.send, v, c.a.count, c.aligned, x);
-        const Coded own = encode(x);
-        float acc[8];
-#pragma unroll
-        for (int s = 0; s < kMax; ++s) {
-          if (s >= c.n) break;
-          Coded cs = own;
-          const uint16_t scale = runScale(held[s], it, lane);
-          if (s != c.me) {
-            cs.scale = scale;
-            if (in) {
-              const Coded g = getCodes(c.pull ? area(c, s) : c.own,
-                                       c.pull ? v : uint64_t(s) * c.chunk * 4 + (v - vb));
-#pragma unroll
-              for (int k = 0; k < kCodeWords; ++k) cs.w[k] = g.w[k];
-            }
-          }
-          decode(cs, x);
-#pragma unroll
-          for (int i = 0; i < 8; ++i) acc[i] = s == 0 ? x[i] : op(acc[i], x[i]);
-        }
-        if (!in) {
-#pragma unroll
-          for (int i = 0; i < 8; ++i) acc[i] = 0.0f;
-        }
-        const Coded e = encode(acc);
-        if (!in) continue;
-        if (c.pull) {
-          put(c, c.own + c.goff, v, e);
-        } else {
-          for (int i = 1; i < c.n; ++i) put(c, area(c, ahead(c.me, i, c.n)) + c.goff, v, e);
-        }
-        decode(e, x);
-        store<T>(c.a.recv, v, c.a.count, c.aligned, x);
-      }
-    }
-  }
-
-  template <typename T, int kMax>
-  __device__ static void reduce(const Call& c, uint64_t j0, uint64_t j1, uint32_t t,
-                                uint32_t nt) {
-    if constexpr (kMax <= 8) {
-      reduceRuns<T, kMax>(c, j0, j1, t, nt);
-    } else {
-      reduceSerial<T>(c, j0, j1, t, nt);
-    }
-  }
-
-  // The other ranks' reduced vectors at the positions of `pp` (each peer's vectors [s0, s0 +
-  // width) of its chunk), decoded into the output, by runs (NOTE [wire scale runs]): the warps
-  // take (peer, run) pairs in turn.
+  // The other ranks' reduced vectors at the positions of `pp`, decoded into the output (no
+  // shuffles: any lane may stop).
   template <typename T>
   __device__ static void gather(const Call& c, const PeerPositions& pp, uint32_t t, uint32_t nt) {
-    const uint32_t lane = t & 31;
-    // Runs a peer's range can touch: its start is not aligned to kRun.
-    const uint64_t per_peer = (pp.width + kRun - 1) / kRun + 1;
-    const uint64_t pairs = uint64_t(c.n - 1) * per_peer;
-    for (uint64_t q = t >> 5; q < pairs; q += nt >> 5) {
-      const int o = ahead(c.me, 1 + static_cast<int>(q / per_peer), c.n);
-      const uint64_t v0 = uint64_t(o) * c.chunk * 4 + pp.s0;
-      const uint64_t v1 = v0 + pp.width < c.vecs ? v0 + pp.width : c.vecs;
-      const uint64_t rv = (v0 / kRun + q % per_peer) * kRun;
-      if (rv >= v1) continue;  // the whole warp: rv, v0 and v1 are the warp's
-      const char* src = (c.pull ? area(c, o) : c.own) + c.goff;
-      const uint64_t bl = rv / 4 + lane;
-      const uint16_t held = bl * 4 + 4 > v0 && bl * 4 < v1 ? getScale(c, src, bl) : 0;
-      for (int it = 0; it < static_cast<int>(kRun / 32); ++it) {
-        const uint64_t v = rv + it * 32 + lane;
-        Coded x;
-        x.scale = runScale(held, it, lane);
-        if (v < v0 || v >= v1) continue;
-        const Coded g = getCodes(src, v);
-#pragma unroll
-        for (int k = 0; k < kCodeWords; ++k) x.w[k] = g.w[k];
-        float y[8];
-        decode(x, y);
-        store<T>(c.a.recv, v, c.a.count, c.aligned, y);
-      }
+    for (uint32_t u = t; u < pp.pairs(); u += nt) {
+      uint64_t j;
+      const int o = pp.peer(u, &j);
+      const uint64_t v = uint64_t(o) * c.chunk * 4 + j;
+      if (v >= c.vecs) continue;
+      float x[8];
+      decode(get(c, (c.pull ? area(c, o) : c.own) + c.goff, v), x);
+      store<T>(c.a.recv, v, c.a.count, c.aligned, x);
     }
   }
 
-  template <typename T, int kMax>
+  template <typename T>
   __device__ static bool role(const Call& c, const CallContext& ctx, const Slice& s, int steps,
                               int r, int k, const Group& g, Waiter& w) {
     uint64_t s0, s1;  // wire blocks of the slice's step k; the loops take vectors
@@ -367,7 +244,7 @@ struct WireTwoShot {
     }
     if (r == kWireReduce) {
       if (!c.box.await(kScatterPhase, done, g, w)) return false;
-      reduce<T, kMax>(c, 4 * s0, 4 * s1, g.t, g.threads);
+      reduce<T>(c, 4 * s0, 4 * s1, g.t, g.threads);
       c.box.commit(kGatherPhase, done, g);
       return true;
     }
@@ -383,11 +260,11 @@ struct WireTwoShot {
     if constexpr (ElemTraits<T>::kPerVec != 8) {
       if (threadIdx.x == 0) recordError(a, tparInternalError);
     } else {
-      runWire<T, kMax>(a, ctx);
+      runWire<T>(a, ctx);
     }
   }
 
-  template <typename T, int kMax>
+  template <typename T>
   __device__ static void runWire(const AllReduceArgs& a, const CallContext& ctx) {
     const int grid = activeBlocks(a);
     const int steps = a.steps > 1 ? a.steps : 1;
@@ -405,11 +282,11 @@ struct WireTwoShot {
       if (s.width() == 0) return;
       if (threadIdx.x == 0) s_bad[0] = 0;
       const Group whole{0, static_cast<int>(blockDim.x), static_cast<int>(threadIdx.x), s_bad};
-      for (int k = 0; k < steps; ++k) role<T, kMax>(c, ctx, s, steps, kWirePush, k, whole, w);
+      for (int k = 0; k < steps; ++k) role<T>(c, ctx, s, steps, kWirePush, k, whole, w);
       for (int k = 0; k < steps; ++k)
-        if (!role<T, kMax>(c, ctx, s, steps, kWireReduce, k, whole, w)) return;
+        if (!role<T>(c, ctx, s, steps, kWireReduce, k, whole, w)) return;
       for (int k = 0; k < steps; ++k)
-        if (!role<T, kMax>(c, ctx, s, steps, kWireGather, k, whole, w)) return;
+        if (!role<T>(c, ctx, s, steps, kWireGather, k, whole, w)) return;
       return;
     }
     // Groups of whole warps, as the lossless kernel: a quarter push, a quarter gather, the rest
@@ -426,7 +303,7 @@ struct WireTwoShot {
     const Group g{1 + r, group_warps * 32, static_cast<int>(threadIdx.x) - first_warp * 32,
                   &s_bad[r]};
     for (int k = 0; k < steps; ++k)
-      if (!role<T, kMax>(c, ctx, s, steps, r, k, g, w)) return;
+      if (!role<T>(c, ctx, s, steps, r, k, g, w)) return;
   }
 };
 
