@@ -72,3 +72,18 @@ def test_a_wrong_split_is_detected():
         half = Decoder(cfg, dev, dtype, seed=11).shard(0, 2, lambda y: y)
         got = half(h, half.rotary(h, pos))
     assert rel_err(got, want) > 1e-2
+
+
+def test_check_takes_the_wire_formats_and_refuses_others(monkeypatch, capsys):
+    """`tpar.check model --wire ...` parses the formats (then asks for torchrun, which this
+    process is not under) and refuses a format tpar does not have, naming the option."""
+    from tpar import check
+
+    monkeypatch.delenv("LOCAL_RANK", raising=False)
+    with pytest.raises(SystemExit) as e:
+        check.main(["model", "--wire", "fp8", "int8", "int4", "none"])
+    assert "torchrun" in str(e.value)
+    with pytest.raises(SystemExit) as e:
+        check.main(["model", "--wire", "fp9"])
+    assert e.value.code == 2
+    assert "--wire" in capsys.readouterr().err
