@@ -266,6 +266,13 @@ bool setHostFloor(BenchRow* row, const HostLinkSummary& link, int ranks_per_link
   row->has_phys = row->has_floor &&
                   lowestHostFloor(row->bytes, row->ranks, ranks_per_link, link, &row->phys,
                                   &row->phys_algo);
+  // A format's row: the lossless algorithms move more bytes than it does, so its own floor is
+  // the lowest that carries the message in that format.
+  if (row->has_phys && row->chosen.find('+') != std::string::npos &&
+      row->floor.us < row->phys.us) {
+    row->phys = row->floor;
+    row->phys_algo = row->chosen;
+  }
   return row->has_floor;
 }
 

@@ -132,10 +132,19 @@ bool hostLinkFloor(const std::string& algo, size_t bytes, int nranks, int ranks_
   // Bytes per call of all ranks together, in units of the message size M, and rounds: the
   // algorithm's byte model in the registry (docs/PERFORMANCE.md says where each term comes from).
   const tpar::Algorithm* a = tpar::findAlgorithm(algo);
+  // A wire variant ("pipelined+fp8"): its plain algorithm's model, with the bytes of 16-bit
+  // values as its codes and one 2-byte scale per block of 32 (docs/WIRE.md).
+  double per_byte = 1.0;
+  for (const tpar::WireAlgorithm& v : tpar::wireAlgorithms()) {
+    if (a != nullptr || algo != v.name) continue;
+    a = &tpar::algorithm(v.plain);
+    const double code_bits = v.wire == tparWireInt4 ? 4.0 : 8.0;
+    per_byte = (32.0 * code_bits / 8.0 + 2.0) / (32.0 * 2.0);
+  }
   if (a == nullptr) return false;
   const double n = nranks;
-  const double w = a->bytes.write(n);
-  const double r = a->bytes.read(n);
+  const double w = a->bytes.write(n) * per_byte;
+  const double r = a->bytes.read(n) * per_byte;
   const int rounds = a->bytes.rounds;
   // Only the ranks on one GPU share its link.
   const double share = static_cast<double>(std::min(ranks_per_link, nranks)) / n;

@@ -51,8 +51,10 @@ std::string algorithmTable();
 // For a message of `bytes` over `nranks` ranks with algorithm `algo` (a registry name,
 // tparAlgoName), of which `ranks_per_link` share one GPU's link (all of them for virtual ranks
 // on one GPU, 1 with one rank per GPU), at the measured bandwidths (GB/s) and hand-off time
-// `rtt_us`, from the algorithm's byte model. False, with *out untouched, for an algorithm
-// without a model ("nccl", "") or fewer than two ranks.
+// `rtt_us`, from the algorithm's byte model; a wire variant ("pipelined+int4", 16-bit data)
+// takes its plain algorithm's model with each value's bytes as its code's plus the scales'.
+// False, with *out untouched, for an algorithm without a model ("nccl", "") or fewer than two
+// ranks.
 bool hostLinkFloor(const std::string& algo, size_t bytes, int nranks, int ranks_per_link,
                    double write_gbps, double read_gbps, double rtt_us, HostLinkFloor* out);
 
