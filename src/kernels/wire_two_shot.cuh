@@ -31,7 +31,7 @@ enum WireRole { kWirePush, kWireReduce, kWireGather };
 
 template <WireFormat F>
 struct WireTwoShot {
-  static constexpr int kBlock = 32;
+  static constexpr int kBlock = kWireKernelBlock;
   using Codes = WireCodes<F>;
   // A thread holds one 16-byte vector of 8 values, so the 4 lanes of a quad hold one wire
   // block; their codes are 8 bytes (FP8, INT8) or 4 (INT4) per vector, contiguous as

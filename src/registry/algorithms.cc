@@ -2,6 +2,8 @@
 
 #include <iterator>
 
+#include "kernels/prims/wire.h"
+
 namespace tpar {
 namespace kernels {
 // Defined by the schedule files (src/kernels/*.cu), one per line of the list.
@@ -211,8 +213,14 @@ const FusedAlgorithm* fusedAlgorithmOf(Algo plain) {
 }
 
 namespace {
-#define TPAR_WIRE_ROW_(Key, plain, name, wire, set) \
-  {Algo::k##Key, Algo::k##plain, name, wire, &kernels::set},
+// tparWire_t's values are kernels::WireFormat's.
+static_assert(static_cast<int>(kernels::WireFormat::kFp8) == tparWireFp8 &&
+                  static_cast<int>(kernels::WireFormat::kInt8) == tparWireInt8 &&
+                  static_cast<int>(kernels::WireFormat::kInt4) == tparWireInt4,
+              "tparWire_t and kernels::WireFormat number the formats alike");
+#define TPAR_WIRE_ROW_(Key, plain, name, wire, set)                 \
+  {Algo::k##Key, Algo::k##plain, name, wire, &kernels::set,         \
+   kernels::wireBytesPerValue<static_cast<kernels::WireFormat>(wire)>()},
 const std::vector<WireAlgorithm>& wireTable() {
   static const std::vector<WireAlgorithm> rows = {TPAR_WIRE_ALGORITHMS(TPAR_WIRE_ROW_)};
   return rows;

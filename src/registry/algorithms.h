@@ -101,6 +101,7 @@ struct WireAlgorithm {
   const char* name;
   tparWire_t wire;
   const kernels::KernelSet* kernels;
+  double bytes_per_value;  // on the wire: codes and scales (kernels/prims/wire.h)
 };
 // The variant of plain algorithm `plain` with format `wire`, or null (none, or tparWireNone).
 const WireAlgorithm* wireAlgorithmOf(kernels::Algo plain, tparWire_t wire);

@@ -96,12 +96,11 @@ inline uint64_t defaultWireMinBytes(int nranks) {
 
 // The plan of a call of `bytes` when the communicator has a wire format: `plan` itself when the
 // format does not apply (none set, a datatype other than float16 and bfloat16, below
-// `min_bytes` (TPAR_WIRE_MIN_BYTES; -1: defaultWireMinBytes), NCCL, or a forced algorithm other than
-// pipelined, or receive regions in GPU memory unless pipelined is forced: there the formats
-// measured slower than lossless); else the
-// pipelined schedule (`plan` itself when pipelined is forced, else the host shape on every block
-// of the grid), whose kernel with the format runs (registry's wireAlgorithmOf). *applies says
-// which.
+// `min_bytes` (TPAR_WIRE_MIN_BYTES; -1: defaultWireMinBytes), NCCL, or a forced algorithm
+// other than pipelined, or receive regions in GPU memory unless pipelined is forced: there the
+// formats measured slower than lossless); else the pipelined schedule (`plan` itself when
+// pipelined is forced, else the host shape on every block of the grid), whose kernel with the
+// format runs (registry's wireAlgorithmOf). *applies says which.
 Plan wirePlan(const Plan& plan, uint64_t bytes, tparDataType_t dtype, const TunerContext& ctx,
               tparAlgo_t forced, int wire, bool* applies, int64_t min_bytes = -1);
 

@@ -188,6 +188,15 @@ TPAR_HD uint16_t wireBlockScale(const float* x, int n) {
   return wireScale<F>(amax, inf);
 }
 
+// The block the kernels send (wire_two_shot.cuh): 32 values, one bf16 scale.
+constexpr int kWireKernelBlock = 32;
+
+// Bytes on the wire per value in the kernels' blocks: the codes and the block's scale.
+template <WireFormat F>
+constexpr double wireBytesPerValue() {
+  return (kWireKernelBlock * WireCodes<F>::kBits / 8 + 2) / static_cast<double>(kWireKernelBlock);
+}
+
 // One block in 32-bit words, as a thread of a kernel holds it: code i in bits 8i (FP8, INT8) or
 // 4i (INT4) of the stream of words, lowest first (the byte order of both host and GPU). n <= kBlock
 // values of x, the rest count as zero; returns the scale.

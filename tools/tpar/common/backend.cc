@@ -57,11 +57,7 @@ class TparBackend : public Backend {
     return wire_ == TPAR_CONFIG_UNDEF_INT ? base : base + "+" + wireOptionName(wire_);
   }
   std::string init(const std::vector<int>& devs) override {
-    tparConfig_t cfg = TPAR_CONFIG_INITIALIZER;
-    cfg.algorithm = algo_;
-    cfg.transport = transport_;
-    cfg.timeoutMs = timeout_ms_;
-    cfg.wire = wire_;
+    tparConfig_t cfg = config();
     for (size_t i = 0; i < devs.size(); ++i)
       for (size_t j = i + 1; j < devs.size(); ++j)
         if (devs[i] == devs[j]) cfg.allowSharedDevice = 1;
@@ -81,11 +77,7 @@ class TparBackend : public Backend {
   std::string initRank(int nranks, int rank, const std::string& id_hex, int dev) override {
     tparUniqueId id;
     if (!fromHex(id_hex, id.internal, sizeof(id.internal))) return "bad unique id";
-    tparConfig_t cfg = TPAR_CONFIG_INITIALIZER;
-    cfg.algorithm = algo_;
-    cfg.transport = transport_;
-    cfg.timeoutMs = timeout_ms_;
-    cfg.wire = wire_;
+    tparConfig_t cfg = config();
     cfg.allowSharedDevice = 1;  // several processes on one GPU are a test setup, not an error
     if (cudaSetDevice(dev) != cudaSuccess) return "cudaSetDevice failed";
     tparComm_t c = nullptr;
@@ -159,6 +151,16 @@ class TparBackend : public Backend {
   }
 
  private:
+  // The communicators' configuration, as this backend was made (both init paths).
+  tparConfig_t config() const {
+    tparConfig_t cfg = TPAR_CONFIG_INITIALIZER;
+    cfg.algorithm = algo_;
+    cfg.transport = transport_;
+    cfg.timeoutMs = timeout_ms_;
+    cfg.wire = wire_;
+    return cfg;
+  }
+
   // tpar as deployed: where the tuning table (or TPAR_ALGO) sends sizes to NCCL, an NCCL
   // communicator of the same GPUs is attached, so that those sizes run (and are reported) as
   // NCCL. Without one, or on virtual ranks where NCCL cannot run, tpar's own choice runs.

@@ -179,8 +179,8 @@ std::string Ranks::countWireWrongIn(const std::vector<void*>& bufs, size_t count
     TPAR_CLI_CUDA(cudaSetDevice(devs[r]));
     TPAR_CLI_CUDA(cudaMemcpy(got[r].data(), bufs[r], count * 2, cudaMemcpyDeviceToHost));
   }
-  // The reference of whole wire blocks (32 values: a segment starting at a multiple of 32
-  // encodes the blocks the whole buffer does), segments spread over the host's cores.
+  // The reference of whole wire blocks (a segment starting at a multiple of the block encodes
+  // the blocks the whole buffer does), segments spread over the host's cores.
   constexpr size_t kSegment = size_t{1} << 16;
   const size_t segments = (count + kSegment - 1) / kSegment;
   const unsigned workers = std::max(1u, std::min<unsigned>(std::thread::hardware_concurrency(), 32));
@@ -194,7 +194,8 @@ std::string Ranks::countWireWrongIn(const std::vector<void*>& bufs, size_t count
         for (size_t i = a; i < b; ++i) in[r][i - a] = inputValue(i, r, seed);
       }
       const std::vector<float> want =
-          tpar::ref::wireAllReduce(format, 32, tpar::ref::WireAlgo::kTwoShot, in, op);
+          tpar::ref::wireAllReduce(format, tpar::kernels::kWireKernelBlock,
+                                   tpar::ref::WireAlgo::kTwoShot, in, op);
       for (size_t i = a; i < b; ++i) {
         uint16_t bits;
         if (dtype == tparBfloat16) {

@@ -132,14 +132,14 @@ bool hostLinkFloor(const std::string& algo, size_t bytes, int nranks, int ranks_
   // Bytes per call of all ranks together, in units of the message size M, and rounds: the
   // algorithm's byte model in the registry (docs/PERFORMANCE.md says where each term comes from).
   const tpar::Algorithm* a = tpar::findAlgorithm(algo);
-  // A wire variant ("pipelined+fp8"): its plain algorithm's model, with the bytes of 16-bit
-  // values as its codes and one 2-byte scale per block of 32 (docs/WIRE.md).
+  // A wire variant ("pipelined+fp8", 16-bit data): its plain algorithm's model, each 2-byte
+  // value replaced by its bytes on the wire.
   double per_byte = 1.0;
   for (const tpar::WireAlgorithm& v : tpar::wireAlgorithms()) {
-    if (a != nullptr || algo != v.name) continue;
-    a = &tpar::algorithm(v.plain);
-    const double code_bits = v.wire == tparWireInt4 ? 4.0 : 8.0;
-    per_byte = (32.0 * code_bits / 8.0 + 2.0) / (32.0 * 2.0);
+    if (a == nullptr && algo == v.name) {
+      a = &tpar::algorithm(v.plain);
+      per_byte = v.bytes_per_value / 2.0;
+    }
   }
   if (a == nullptr) return false;
   const double n = nranks;
