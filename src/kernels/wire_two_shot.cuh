@@ -49,6 +49,7 @@ struct WireTwoShot {
     uint64_t scales;  // offset of the scale array in an area
     uint64_t goff;    // the gather phase's areas
     char* own;
+    uint16_t* sm[3];  // shared memory for the scales of the reduction, the gather and the push
   };
 
   struct Coded {
@@ -117,8 +118,8 @@ struct WireTwoShot {
     storeUser<T>(base, v, count, aligned, u);
   }
 
-  // Vector v's codes (and, from the quad's first lane, its block's scale) at v's place.
-  __device__ static void put(const Call& c, char* area, uint64_t v, const Coded& x) {
+  // Vector v's codes at v's place.
+  __device__ static void putCodes(char* area, uint64_t v, const Coded& x) {
     char* p = area + v * kVecCodeBytes;
     if (kCodeWords == 2) {
       asm volatile("st.volatile.global.v2.u32 [%0], {%1,%2};" ::"l"(p), "r"(x.w[0]),
@@ -127,10 +128,19 @@ struct WireTwoShot {
     } else {
       *reinterpret_cast<volatile uint32_t*>(p) = x.w[0];
     }
-    if ((v & 3) == 0) *reinterpret_cast<volatile uint16_t*>(area + c.scales + (v / 4) * 2) = x.scale;
   }
 
-  __device__ static Coded get(const Call& c, const char* area, uint64_t v) {
+  __device__ static void putScale(const Call& c, char* area, uint64_t block, uint16_t scale) {
+    *reinterpret_cast<volatile uint16_t*>(area + c.scales + block * 2) = scale;
+  }
+
+  // Vector v's codes and, from the quad's first lane, its block's scale.
+  __device__ static void put(const Call& c, char* area, uint64_t v, const Coded& x) {
+    putCodes(area, v, x);
+    if ((v & 3) == 0) putScale(c, area, v / 4, x.scale);
+  }
+
+  __device__ static Coded getCodes(const char* area, uint64_t v) {
     Coded x;
     const char* p = area + v * kVecCodeBytes;
     if (kCodeWords == 2) {
@@ -141,7 +151,16 @@ struct WireTwoShot {
     } else {
       x.w[0] = *reinterpret_cast<const volatile uint32_t*>(p);
     }
-    x.scale = *reinterpret_cast<const volatile uint16_t*>(area + c.scales + (v / 4) * 2);
+    return x;
+  }
+
+  __device__ static uint16_t getScale(const Call& c, const char* area, uint64_t block) {
+    return *reinterpret_cast<const volatile uint16_t*>(area + c.scales + block * 2);
+  }
+
+  __device__ static Coded get(const Call& c, const char* area, uint64_t v) {
+    Coded x = getCodes(area, v);
+    x.scale = getScale(c, area, v / 4);
     return x;
   }
 
@@ -150,11 +169,25 @@ struct WireTwoShot {
   // Every loop below walks whole warps (the quads' shuffles need every lane): `base` is the
   // warp's first index, lanes past the end take part with zeros and store nothing.
 
+  // NOTE [wire scales in shared memory]
+  // A block's scale is 2 bytes beside 16 or 32 bytes of codes, in an array of its own: stored
+  // and loaded beside each warp's codes, every warp moves 16 bytes of scales per request, and
+  // across the host link such small requests cost nearly what full ones do. So each group stages
+  // the scales of its step in shared memory: a sender's quads put theirs there and the group
+  // stores them after its codes, each destination's run in consecutive 2-byte pieces; a reader's
+  // group loads every source's run the same way before it decodes. Both happen before the
+  // phase's commit (its group barrier and fence order them like the codes) or after its await.
+  // Where a step's runs do not fit (wider slices than the launches make), scales go beside the
+  // codes as before.
+  static constexpr int kSmemScales = 4096;
+
   // Our input's vectors of the other chunks at the positions of `pp` (vectors), encoded.
   template <typename T>
   __device__ static void scatter(const Call& c, const CallContext& ctx, const PeerPositions& pp,
-                                 uint32_t t, uint32_t nt) {
+                                 uint32_t t, uint32_t nt, const Group& g, uint16_t* sm) {
     const uint32_t lane = t & 31;
+    const uint64_t nb = pp.width / 4, s0 = pp.s0 / 4;
+    const bool staged = nb * uint64_t(c.n - 1) <= uint64_t(kSmemScales);
     for (uint32_t base = t - lane; base < pp.pairs(); base += nt) {
       const uint32_t u = base + lane;
       uint64_t j = 0;
@@ -166,21 +199,50 @@ struct WireTwoShot {
       const Coded e = encode(x);
       if (ctx.failed) break;
       if (!in) continue;
-      if (c.pull) {
-        put(c, c.own, v, e);
+      char* dst = c.pull ? c.own : area(c, o);
+      const uint64_t at = c.pull ? v : uint64_t(c.me) * c.chunk * 4 + j;
+      if (staged) {
+        putCodes(dst, at, e);
+        if ((j & 3) == 0) sm[uint64_t(u / pp.width) * nb + (j / 4 - s0)] = e.scale;
       } else {
-        put(c, area(c, o), uint64_t(c.me) * c.chunk * 4 + j, e);
+        put(c, dst, at, e);
+      }
+    }
+    if (!staged) return;
+    g.sync();
+    if (ctx.failed) return;
+    for (uint64_t i = t; i < nb * uint64_t(c.n - 1); i += nt) {
+      const int o = ahead(c.me, 1 + static_cast<int>(i / nb), c.n);
+      const uint64_t b = s0 + i % nb;
+      if ((uint64_t(o) * c.chunk + b) * 4 >= c.vecs) continue;
+      if (c.pull) {
+        putScale(c, c.own, uint64_t(o) * c.chunk + b, sm[i]);
+      } else {
+        putScale(c, area(c, o), uint64_t(c.me) * c.chunk + b, sm[i]);
       }
     }
   }
 
   // Our chunk's vectors [j0, j1) (a multiple of 4 apart), warp by warp: decode every rank's,
   // add in rank order, encode the sum once, send or publish it, store its decode.
+
   template <typename T>
   __device__ static void reduce(const Call& c, uint64_t j0, uint64_t j1, uint32_t t,
-                                uint32_t nt) {
+                                uint32_t nt, const Group& g, uint16_t* sm) {
     const RuntimeOp op{c.a.op};
     const uint32_t lane = t & 31;
+    const uint64_t s0 = j0 / 4, nb = (j1 - j0) / 4;
+    const bool staged = nb * uint64_t(c.n) <= uint64_t(kSmemScales);
+    if (staged) {
+      for (uint64_t i = t; i < nb * uint64_t(c.n); i += nt) {
+        const int s = static_cast<int>(i / nb);
+        const uint64_t b = s0 + i % nb;
+        if (s != c.me)
+          sm[i] = c.pull ? getScale(c, area(c, s), uint64_t(c.me) * c.chunk + b)
+                         : getScale(c, c.own, uint64_t(s) * c.chunk + b);
+      }
+      g.sync();
+    }
     for (uint64_t base = j0 + (t - lane); base < j1; base += nt) {
       const uint64_t j = base + lane;
       const uint64_t v = uint64_t(c.me) * c.chunk * 4 + j;
@@ -193,8 +255,16 @@ struct WireTwoShot {
           if (in) load<T>(c.a.send, v, c.a.count, c.aligned, x);
           decode(encode(x), x);
         } else if (in) {
-          decode(get(c, c.pull ? area(c, s) : c.own, c.pull ? v : uint64_t(s) * c.chunk * 4 + j),
-                 x);
+          const char* src = c.pull ? area(c, s) : c.own;
+          const uint64_t at = c.pull ? v : uint64_t(s) * c.chunk * 4 + j;
+          Coded cs;
+          if (staged) {
+            cs = getCodes(src, at);
+            cs.scale = sm[uint64_t(s) * nb + (j / 4 - s0)];
+          } else {
+            cs = get(c, src, at);
+          }
+          decode(cs, x);
         }
 #pragma unroll
         for (int i = 0; i < 8; ++i) acc[i] = s == 0 ? x[i] : op(acc[i], x[i]);
@@ -205,7 +275,15 @@ struct WireTwoShot {
       }
       const Coded e = encode(acc);
       if (!in) continue;
-      if (c.pull) {
+      if (staged) {
+        // Our own run of sm is free (we read no scales of ours): the sums' scales go there.
+        if ((j & 3) == 0) sm[uint64_t(c.me) * nb + (j / 4 - s0)] = e.scale;
+        if (c.pull) {
+          putCodes(c.own + c.goff, v, e);
+        } else {
+          for (int i = 1; i < c.n; ++i) putCodes(area(c, ahead(c.me, i, c.n)) + c.goff, v, e);
+        }
+      } else if (c.pull) {
         put(c, c.own + c.goff, v, e);
       } else {
         for (int i = 1; i < c.n; ++i) put(c, area(c, ahead(c.me, i, c.n)) + c.goff, v, e);
@@ -213,21 +291,51 @@ struct WireTwoShot {
       decode(e, x);
       store<T>(c.a.recv, v, c.a.count, c.aligned, x);
     }
+    if (!staged) return;
+    g.sync();
+    const uint64_t dests = c.pull ? 1 : uint64_t(c.n - 1);
+    for (uint64_t i = t; i < nb * dests; i += nt) {
+      const uint64_t b = uint64_t(c.me) * c.chunk + s0 + i % nb;
+      if (b * 4 >= c.vecs) continue;
+      char* dst = c.pull ? c.own : area(c, ahead(c.me, 1 + static_cast<int>(i / nb), c.n));
+      putScale(c, dst + c.goff, b, sm[uint64_t(c.me) * nb + i % nb]);
+    }
+    g.sync();  // the next step's scales go where these were
   }
 
   // The other ranks' reduced vectors at the positions of `pp`, decoded into the output (no
   // shuffles: any lane may stop).
   template <typename T>
-  __device__ static void gather(const Call& c, const PeerPositions& pp, uint32_t t, uint32_t nt) {
+  __device__ static void gather(const Call& c, const PeerPositions& pp, uint32_t t, uint32_t nt,
+                                const Group& g, uint16_t* sm) {
+    const uint64_t nb = pp.width / 4, s0 = pp.s0 / 4;
+    const bool staged = nb * uint64_t(c.n - 1) <= uint64_t(kSmemScales);
+    if (staged) {
+      for (uint64_t i = t; i < nb * uint64_t(c.n - 1); i += nt) {
+        const int o = ahead(c.me, 1 + static_cast<int>(i / nb), c.n);
+        sm[i] = getScale(c, (c.pull ? area(c, o) : c.own) + c.goff,
+                         uint64_t(o) * c.chunk + s0 + i % nb);
+      }
+      g.sync();
+    }
     for (uint32_t u = t; u < pp.pairs(); u += nt) {
       uint64_t j;
       const int o = pp.peer(u, &j);
       const uint64_t v = uint64_t(o) * c.chunk * 4 + j;
       if (v >= c.vecs) continue;
-      float x[8];
-      decode(get(c, (c.pull ? area(c, o) : c.own) + c.goff, v), x);
-      store<T>(c.a.recv, v, c.a.count, c.aligned, x);
+      const char* src = (c.pull ? area(c, o) : c.own) + c.goff;
+      Coded x;
+      if (staged) {
+        x = getCodes(src, v);
+        x.scale = sm[uint64_t(u / pp.width) * nb + (j / 4 - s0)];
+      } else {
+        x = get(c, src, v);
+      }
+      float y[8];
+      decode(x, y);
+      store<T>(c.a.recv, v, c.a.count, c.aligned, y);
     }
+    if (staged) g.sync();  // the next step's scales go where these were
   }
 
   template <typename T>
@@ -238,18 +346,18 @@ struct WireTwoShot {
     const PeerPositions pp{c.n, c.me, 4 * s0, static_cast<uint32_t>(4 * (s1 - s0))};
     const uint32_t done = static_cast<uint32_t>(k + 1);
     if (r == kWirePush) {
-      scatter<T>(c, ctx, pp, g.t, g.threads);
+      scatter<T>(c, ctx, pp, g.t, g.threads, g, c.sm[2]);
       c.box.commit(kScatterPhase, done, g);
       return true;
     }
     if (r == kWireReduce) {
       if (!c.box.await(kScatterPhase, done, g, w)) return false;
-      reduce<T>(c, 4 * s0, 4 * s1, g.t, g.threads);
+      reduce<T>(c, 4 * s0, 4 * s1, g.t, g.threads, g, c.sm[0]);
       c.box.commit(kGatherPhase, done, g);
       return true;
     }
     if (!c.box.await(kGatherPhase, done, g, w)) return false;
-    gather<T>(c, pp, g.t, g.threads);
+    gather<T>(c, pp, g.t, g.threads, g, c.sm[1]);
     return true;
   }
 
@@ -273,8 +381,10 @@ struct WireTwoShot {
     const uint64_t blocks = (a.count + kBlock - 1) / kBlock;
     const Slice s = blockSlice(blocks, a.nranks, grid, blockIdx.x, 1);
     const uint64_t codes = uint64_t(a.nranks) * s.chunk * 4 * kVecCodeBytes;
-    Call c{a, box, a.nranks, a.rank, pull, a.vec_aligned != 0, (a.count + 7) / 8, s.chunk,
-           codes, box.gatherOffset(s.chunk, a.nranks), box.area(a.rank)};
+    __shared__ uint16_t s_scales[3][kSmemScales];
+    Call c{a,      box,   a.nranks, a.rank, pull, a.vec_aligned != 0, (a.count + 7) / 8, s.chunk,
+           codes, box.gatherOffset(s.chunk, a.nranks), box.area(a.rank),
+           {s_scales[0], s_scales[1], s_scales[2]}};
     Waiter w(a);
     __shared__ uint32_t s_bad[3];
     const bool overlap = steps > 1;
