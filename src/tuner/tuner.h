@@ -85,14 +85,13 @@ constexpr int kSharedGpuGridBlocks = 64;
 
 // The smallest call that a communicator's wire format (tparConfig_t::wire, TPAR_WIRE) carries
 // by default (TPAR_WIRE_MIN_BYTES moves it); smaller calls stay lossless. From the break-even
-// sizes measured on the host transport (docs/PERFORMANCE.md, "Wire formats: the break-even
-// size"): every format ahead from 1 MiB at 2 and 4 ranks; at 8, ahead from 512 KiB but not at
-// 2 MiB, so from 4 MiB there.
-constexpr uint64_t kWireMinBytesFew = 1u << 20;   // up to 4 ranks
-constexpr uint64_t kWireMinBytesMany = 4u << 20;  // more
-inline uint64_t defaultWireMinBytes(int nranks) {
-  return nranks <= 4 ? kWireMinBytesFew : kWireMinBytesMany;
-}
+// sizes measured on the host transport with the scales staged in shared memory
+// (docs/PERFORMANCE.md, "Wire formats: the break-even size"): at 2, 4 and 8 ranks every format
+// is ahead from 512 KiB at every size measured above it (INT4 from 256 KiB, and 8 ranks from
+// 128 KiB by a few percent). One threshold for every rank count: the counts between were not
+// measured, and none measured wants a larger one.
+constexpr uint64_t kWireMinBytes = 512u << 10;
+inline uint64_t defaultWireMinBytes(int /*nranks*/) { return kWireMinBytes; }
 
 // The plan of a call of `bytes` when the communicator has a wire format: `plan` itself when the
 // format does not apply (none set, a datatype other than float16 and bfloat16, below

@@ -1043,15 +1043,14 @@ TEST(WirePlan, AppliesOnlyWhereItWasMeasuredToWin) {
   }
   EXPECT_FALSE(applies(host, big, tparBfloat16, tparAlgoAuto, tparWireNone));
   EXPECT_FALSE(applies(host, big, tparBfloat16, tparAlgoAuto, tparNumWires));
-  // The default: 1 MiB up to 4 ranks, 4 MiB beyond (the measured break-even sizes).
-  EXPECT_EQ(uint64_t{1} << 20, defaultWireMinBytes(2));
-  EXPECT_EQ(uint64_t{1} << 20, defaultWireMinBytes(4));
-  EXPECT_EQ(uint64_t{4} << 20, defaultWireMinBytes(5));
-  EXPECT_EQ(uint64_t{4} << 20, defaultWireMinBytes(8));
+  // The default: 512 KiB at every rank count (the measured break-even sizes).
+  for (int n : {2, 3, 4, 5, 8, 16}) EXPECT_EQ(uint64_t{512} << 10, defaultWireMinBytes(n)) << n;
   TunerContext eight = host;
   eight.nranks = eight.ranks_per_gpu = 8;
-  EXPECT_FALSE(applies(eight, 2u << 20, tparBfloat16, tparAlgoAuto, tparWireFp8));
-  EXPECT_TRUE(applies(eight, 4u << 20, tparBfloat16, tparAlgoAuto, tparWireFp8));
+  EXPECT_FALSE(applies(eight, (512u << 10) - 16, tparBfloat16, tparAlgoAuto, tparWireFp8));
+  EXPECT_TRUE(applies(eight, 512u << 10, tparBfloat16, tparAlgoAuto, tparWireFp8));
+  EXPECT_TRUE(applies(eight, 2u << 20, tparBfloat16, tparAlgoAuto, tparWireFp8));
+  EXPECT_FALSE(applies(host, 256u << 10, tparBfloat16, tparAlgoAuto, tparWireFp8));
   EXPECT_TRUE(applies(host, 1u << 20, tparBfloat16, tparAlgoAuto, tparWireFp8));
   // TPAR_WIRE_MIN_BYTES moves the smallest size either way; -1 is the default.
   for (int wire : {tparWireFp8, tparWireInt4}) {
