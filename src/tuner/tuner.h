@@ -86,10 +86,10 @@ constexpr int kSharedGpuGridBlocks = 64;
 // The smallest call that a communicator's wire format (tparConfig_t::wire, TPAR_WIRE) carries
 // by default (TPAR_WIRE_MIN_BYTES moves it); smaller calls stay lossless. From the break-even
 // sizes measured on the host transport with the scales staged in shared memory
-// (docs/PERFORMANCE.md, "Wire formats: the break-even size"): at 2, 4 and 8 ranks every format
-// is ahead from 512 KiB at every size measured above it (INT4 from 256 KiB, and 8 ranks from
-// 128 KiB by a few percent). One threshold for every rank count: the counts between were not
-// measured, and none measured wants a larger one.
+// (docs/PERFORMANCE.md, "Wire formats: scales in shared memory"): at 2, 4 and 8 ranks every
+// format is ahead from 512 KiB at every size measured above it (INT4 from 256 KiB, and 8 ranks
+// from 128 KiB by a few percent). One threshold for every rank count: the counts between were
+// not measured, and none measured wants a larger one.
 constexpr uint64_t kWireMinBytes = 512u << 10;
 inline uint64_t defaultWireMinBytes(int /*nranks*/) { return kWireMinBytes; }
 
