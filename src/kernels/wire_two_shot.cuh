@@ -225,7 +225,6 @@ struct WireTwoShot {
 
   // Our chunk's vectors [j0, j1) (a multiple of 4 apart), warp by warp: decode every rank's,
   // add in rank order, encode the sum once, send or publish it, store its decode.
-
   template <typename T>
   __device__ static void reduce(const Call& c, uint64_t j0, uint64_t j1, uint32_t t,
                                 uint32_t nt, const Group& g, uint16_t* sm) {
