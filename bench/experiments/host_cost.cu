@@ -14,6 +14,10 @@
 //                                  launched as tpar's (launch bound, grid-constant argument,
 //                                  grid, block, attribute), in alternating batches, and the
 //                                  median of their differences
+//   paired: runtime / driver ...   the tpar-shaped launch through the runtime (the kernel's host
+//                                  stub) against the same launch through the driver's
+//                                  cuLaunchKernelEx, with the kernel's handle resolved once
+//                                  (cudaGetKernel, or cudaGetFuncBySymbol for this context)
 //   driver calls                   each query tparAllReduce makes, alone
 // tparAllReduce minus the launch row with tpar's parameter size and attribute is tpar's own
 // cost (checks, plan, arguments) plus its driver queries.
@@ -23,6 +27,7 @@
 //        -LBUILD -ltpar -Xlinker -rpath=BUILD -o host_cost
 // (or cmake --build BUILD --target tpar_host_cost). Run: ./host_cost [--ranks N] [--bytes N]
 //   [--batch N] [--batches N]
+#include <cuda.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -281,6 +286,67 @@ int main(int argc, char** argv) {
     std::printf("%-40s %8.0f\n", "paired: tparAllReduce", m[0]);
     std::printf("%-40s %8.0f\n", "paired: tpar-shaped launch +pdl", m[1]);
     std::printf("%-40s %8.0f\n", "paired: median of the differences", m[2]);
+  }
+
+  // The same launch through the driver, its kernel handle resolved once: what the runtime's
+  // launch adds on top (its lookup of the host stub, its own checks).
+  {
+    using LaunchEx = CUresult (*)(const CUlaunchConfig*, CUfunction, void**, void**);
+    void* sym = nullptr;
+    cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
+    CK(cudaGetDriverEntryPointByVersion("cuLaunchKernelEx", &sym, 12000, cudaEnableDefault, &q));
+    if (q != cudaDriverEntryPointSuccess || sym == nullptr) {
+      std::printf("%-40s %8s\n", "paired: driver launch", "n/a");
+    } else {
+      const auto launch_ex = reinterpret_cast<LaunchEx>(sym);
+      const void* stub = reinterpret_cast<const void*>(&tparShaped);
+      cudaKernel_t kernel = nullptr;
+      CK(cudaGetKernel(&kernel, stub));
+      cudaFunction_t func = nullptr;
+      CK(cudaGetFuncBySymbol(&func, stub));
+      tpar::kernels::AllReduceArgs args;
+      std::memset(&args, 0, sizeof(args));
+      void* params[] = {&args};
+      auto driver = [&](CUfunction f) {
+        return [&, f](int r) {
+          if (h.devs.size() > 1) CK(cudaSetDevice(h.devs[r]));
+          CUlaunchConfig config = {};
+          config.gridDimX = info.blocksPerRank;
+          config.gridDimY = config.gridDimZ = 1;
+          config.blockDimX = 64;
+          config.blockDimY = config.blockDimZ = 1;
+          config.hStream = reinterpret_cast<CUstream>(h.streams[r]);
+          CUlaunchAttribute attr[1];
+          attr[0].id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+          attr[0].value.programmaticStreamSerializationAllowed = 1;
+          config.attrs = attr;
+          config.numAttrs = 1;
+          const CUresult e = launch_ex(&config, f, params, nullptr);
+          if (e != CUDA_SUCCESS) {
+            std::fprintf(stderr, "cuLaunchKernelEx: error %d\n", static_cast<int>(e));
+            std::exit(1);
+          }
+        };
+      };
+      auto runtime = [&](int r) { launchPdl(h, r, stub, params, info.blocksPerRank, 64); };
+      double m[3];
+      timePaired(h, batch, batches, runtime, driver(reinterpret_cast<CUfunction>(kernel)), m);
+      std::printf("%-40s %8.0f\n", "paired: runtime launch (host stub)", m[0]);
+      std::printf("%-40s %8.0f\n", "paired: driver launch (cudaGetKernel)", m[1]);
+      std::printf("%-40s %8.0f\n", "paired: median of the differences", m[2]);
+      timePaired(h, batch, batches, runtime, driver(reinterpret_cast<CUfunction>(func)), m);
+      std::printf("%-40s %8.0f\n", "paired: runtime launch (host stub)", m[0]);
+      std::printf("%-40s %8.0f\n", "paired: driver launch (cudaGetFuncBySymbol)", m[1]);
+      std::printf("%-40s %8.0f\n", "paired: median of the differences", m[2]);
+      auto call = [&](int r) {
+        TK(tparAllReduce(bufs[r], bufs[r], count, tparBfloat16, tparSum, comms[r], h.streams[r]),
+           comms[r]);
+      };
+      timePaired(h, batch, batches, call, driver(reinterpret_cast<CUfunction>(kernel)), m);
+      std::printf("%-40s %8.0f\n", "paired: tparAllReduce", m[0]);
+      std::printf("%-40s %8.0f\n", "paired: driver launch (cudaGetKernel)", m[1]);
+      std::printf("%-40s %8.0f\n", "paired: median of the differences", m[2]);
+    }
   }
 
   // The queries tparAllReduce makes (and candidates to replace them), on rank 0's stream.
