@@ -30,6 +30,11 @@ Plan commDefaultPlan(tparComm_t comm, uint64_t bytes, tparDataType_t dtype) {
                     oneShotMaxBytesOf(comm));
 }
 
+Plan commForcedPlan(tparComm_t comm, uint64_t bytes, tparDataType_t dtype, tparAlgo_t algo) {
+  return selectPlan(bytes, dtype, tunerContextOf(comm), /*table=*/nullptr, algo,
+                    oneShotMaxBytesOf(comm));
+}
+
 void commUsePlan(tparComm_t comm, const Plan& plan) { usePlan(comm, plan); }
 
 Fallback commForcedFallback(tparComm_t comm) { return forcedFallback(comm); }

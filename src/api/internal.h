@@ -49,6 +49,11 @@ const TunerContext& commTunerContext(tparComm_t comm);
 // that `tpar tune` measures first.
 Plan commDefaultPlan(tparComm_t comm, uint64_t bytes, tparDataType_t dtype);
 
+// The plan a call of `bytes` bytes of `dtype` runs on this group when `algo` is forced
+// (TPAR_ALGO, tparConfig_t::forcedAlgorithm), in the shape the forced algorithm gets here:
+// what a user who forces it by hand measures, and so a candidate `tpar tune` measures too.
+Plan commForcedPlan(tparComm_t comm, uint64_t bytes, tparDataType_t dtype, tparAlgo_t algo);
+
 // Makes every later call of `comm` take `plan`, as a one-entry tuning table: the path a saved
 // table takes, so that a plan measured this way is what a table gives. Calls of `comm` must
 // not run concurrently with it.

@@ -88,7 +88,16 @@ tparResult_t tpar::checkAllReduceArgs(tparComm* comm, const void* sendbuff, void
 }
 
 // The stream of a call: a valid stream of the communicator's GPU.
+// NOTE [checked stream]
+// The two queries of this check cost about a tenth of a microsecond per eager call
+// (docs/PERFORMANCE.md, "Host cost of one call"), so the last stream that passed is
+// remembered and passes again without them: a stream keeps its device for its whole life, and
+// a destroyed stream is no valid argument anyway (CUDA's own calls do not promise to detect it
+// either). The default streams are not remembered: which GPU they mean follows the caller's
+// current device.
 tparResult_t checkStream(tparComm* comm, cudaStream_t stream) {
+  const bool named = stream != nullptr && stream != cudaStreamLegacy && stream != cudaStreamPerThread;
+  if (named && stream == comm->checked_stream) return tparSuccess;
   // cudaStreamGetDevice is not allowed while a stream captures (it would invalidate the
   // capture); the check runs on eager calls, and a graph inherits the stream it captured on.
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
@@ -111,6 +120,7 @@ tparResult_t checkStream(tparComm* comm, cudaStream_t stream) {
                       "stream belongs to GPU %d but the communicator to GPU %d", stream_device,
                       comm->device);
     }
+    if (named) comm->checked_stream = stream;
   }
   return tparSuccess;
 }

@@ -89,6 +89,9 @@ tparResult_t createLocal(int rank, int nranks, const ResolvedConfig& cfg, int ra
   TPAR_CUDA_TRY(preloadKernels(sets.data(), static_cast<int>(sets.size())));
 
   auto comm = new tparComm();
+  comm->kernel_handles.resolve(sets.data(), static_cast<int>(sets.size()));
+  TPAR_INFO(kLogInit, "rank %d: %zu kernels launch through the driver (cuLaunchKernelEx), the rest through the runtime",
+            rank, comm->kernel_handles.size());
   comm->rank = rank;
   comm->nranks = nranks;
   comm->device = device;
@@ -524,7 +527,7 @@ tparResult_t allReduce(tparComm* comm, const void* send, void* recv, size_t coun
   tparResult_t result = tparSuccess;
   for (uint64_t done = 0; done < count; done += call.piece_elems) {
     const int threads = setPiece(comm, &call, send, recv, count, done);
-    cudaError_t err = launchAllReduce(call.fn, call.args, comm->max_blocks, threads,
+    cudaError_t err = launchAllReduce(&comm->kernel_handles, call.fn, call.args, comm->max_blocks, threads,
                                                comm->launch_overlap, stream);
     if (err != cudaSuccess) {
       result = launchFailed(comm, err, "launching the all-reduce kernel");
@@ -672,7 +675,7 @@ tparResult_t allReduceAddRmsNorm(tparComm* comm, const void* input,
       int prev = -1;
       TPAR_CUDA_TRY(cudaGetDevice(&prev));
       if (prev != comm->device) TPAR_CUDA_TRY(cudaSetDevice(comm->device));
-      const cudaError_t err = launchAddRmsNorm(fn, norm, sum,
+      const cudaError_t err = launchAddRmsNorm(&comm->kernel_handles, fn, norm, sum,
                                                static_cast<int>(std::min<uint64_t>(rows, 1024)),
                                                threads, stream);
       if (prev != comm->device) cudaSetDevice(prev);
@@ -712,7 +715,7 @@ tparResult_t allReduceAddRmsNorm(tparComm* comm, const void* input,
                                       comm->max_blocks, comm->threads);
     norm.group = ns.group;
     norm.slice = ns.slice;
-    const cudaError_t err = launchAllReduceNorm(fn, args, norm, comm->max_blocks, ns.threads,
+    const cudaError_t err = launchAllReduceNorm(&comm->kernel_handles, fn, args, norm, comm->max_blocks, ns.threads,
                                                 comm->launch_overlap, stream);
     if (err != cudaSuccess) {
       result = launchFailed(comm, err, "launching the fused all-reduce kernel");

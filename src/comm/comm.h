@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "registry/algorithms.h"
+#include "registry/launcher.h"
 #include "comm/comm_access.h"
 #include "base/config.h"
 #include "comm/nccl_route.h"
@@ -50,6 +51,8 @@ struct tparComm {
   int hier_k = 1, hier_m = 1, hier_island = 0, hier_pos = 0;
   uint8_t hier_rank[tpar::kernels::kMaxRanks] = {};
   bool launch_overlap = false;  // NOTE [launch overlap]
+  tpar::KernelHandles kernel_handles;  // NOTE [driver launch]
+  cudaStream_t checked_stream = nullptr;  // NOTE [checked stream]
   int threads = 512;
   // The launch arguments every call shares (NOTE [call template] in comm/comm.h).
   tpar::kernels::AllReduceArgs call_template{};

@@ -1,5 +1,7 @@
 #include "registry/launcher.h"
 
+#include <cuda.h>
+
 #include <algorithm>
 
 namespace tpar {
@@ -57,9 +59,50 @@ int threadsFor(uint64_t work, int blocks, int max_threads) {
 
 namespace {
 
-cudaError_t launch(const void* fn, void** params, int blocks, int threads, bool overlap,
-                   cudaStream_t stream) {
+using LaunchKernelEx = CUresult (*)(const CUlaunchConfig*, CUfunction, void**, void**);
+
+// cuLaunchKernelEx of the installed driver, or nullptr (NOTE [driver launch]).
+LaunchKernelEx driverLaunchKernelEx() {
+  static LaunchKernelEx fn = [] {
+    void* sym = nullptr;
+    cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
+    if (cudaGetDriverEntryPointByVersion("cuLaunchKernelEx", &sym, 12000, cudaEnableDefault, &q) !=
+            cudaSuccess ||
+        q != cudaDriverEntryPointSuccess) {
+      (void)cudaGetLastError();
+      return static_cast<LaunchKernelEx>(nullptr);
+    }
+    return reinterpret_cast<LaunchKernelEx>(sym);
+  }();
+  return fn;
+}
+
+bool launchThroughDriver(void* handle, void** params, int blocks, int threads, bool overlap,
+                         cudaStream_t stream) {
+  const LaunchKernelEx launch_ex = handle != nullptr ? driverLaunchKernelEx() : nullptr;
+  if (launch_ex == nullptr) return false;
+  CUlaunchConfig config = {};
+  config.gridDimX = static_cast<unsigned>(blocks);
+  config.gridDimY = config.gridDimZ = 1;
+  config.blockDimX = static_cast<unsigned>(threads);
+  config.blockDimY = config.blockDimZ = 1;
+  config.hStream = reinterpret_cast<CUstream>(stream);
+  CUlaunchAttribute attr[1];
+  if (overlap) {
+    attr[0].id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+    attr[0].value.programmaticStreamSerializationAllowed = 1;
+    config.attrs = attr;
+    config.numAttrs = 1;
+  }
+  return launch_ex(&config, static_cast<CUfunction>(handle), params, nullptr) == CUDA_SUCCESS;
+}
+
+cudaError_t launch(const KernelHandles* handles, const void* fn, void** params, int blocks,
+                   int threads, bool overlap, cudaStream_t stream) {
   if (fn == nullptr) return cudaErrorInvalidValue;
+  if (handles != nullptr &&
+      launchThroughDriver(handles->find(fn), params, blocks, threads, overlap, stream))
+    return cudaSuccess;
   if (!overlap) return cudaLaunchKernel(fn, dim3(blocks), dim3(threads), params, 0, stream);
   cudaLaunchConfig_t config = {};
   config.gridDim = dim3(blocks);
@@ -76,18 +119,19 @@ cudaError_t launch(const void* fn, void** params, int blocks, int threads, bool 
 
 }  // namespace
 
-cudaError_t launchAllReduce(const void* fn, const kernels::AllReduceArgs& args, int blocks,
-                            int threads, bool overlap, cudaStream_t stream) {
+cudaError_t launchAllReduce(const KernelHandles* handles, const void* fn,
+                            const kernels::AllReduceArgs& args, int blocks, int threads,
+                            bool overlap, cudaStream_t stream) {
   void* params[] = {const_cast<kernels::AllReduceArgs*>(&args)};
-  return launch(fn, params, blocks, threads, overlap, stream);
+  return launch(handles, fn, params, blocks, threads, overlap, stream);
 }
 
-cudaError_t launchAllReduceNorm(const void* fn, const kernels::AllReduceArgs& args,
-                                const kernels::NormArgs& norm, int blocks, int threads,
-                                bool overlap, cudaStream_t stream) {
+cudaError_t launchAllReduceNorm(const KernelHandles* handles, const void* fn,
+                                const kernels::AllReduceArgs& args, const kernels::NormArgs& norm,
+                                int blocks, int threads, bool overlap, cudaStream_t stream) {
   void* params[] = {const_cast<kernels::AllReduceArgs*>(&args),
                     const_cast<kernels::NormArgs*>(&norm)};
-  return launch(fn, params, blocks, threads, overlap, stream);
+  return launch(handles, fn, params, blocks, threads, overlap, stream);
 }
 
 template <typename F>
@@ -100,10 +144,31 @@ cudaError_t forEachKernel(const kernels::KernelSet* const* sets, int nsets, F&& 
   return result;
 }
 
-cudaError_t launchAddRmsNorm(const void* fn, const kernels::NormArgs& norm, const void* sum,
-                             int blocks, int threads, cudaStream_t stream) {
+cudaError_t launchAddRmsNorm(const KernelHandles* handles, const void* fn,
+                             const kernels::NormArgs& norm, const void* sum, int blocks,
+                             int threads, cudaStream_t stream) {
   void* params[] = {const_cast<kernels::NormArgs*>(&norm), const_cast<void**>(&sum)};
-  return launch(fn, params, blocks, threads, false, stream);
+  return launch(handles, fn, params, blocks, threads, false, stream);
+}
+
+void KernelHandles::resolve(const kernels::KernelSet* const* sets, int nsets) {
+  by_stub_.clear();
+  if (driverLaunchKernelEx() == nullptr) return;
+  (void)forEachKernel(sets, nsets, [this](const void* fn) {
+    cudaFunction_t f = nullptr;
+    if (fn != nullptr && cudaGetFuncBySymbol(&f, fn) == cudaSuccess && f != nullptr)
+      by_stub_.emplace_back(fn, static_cast<void*>(f));
+    else
+      (void)cudaGetLastError();
+    return cudaSuccess;
+  });
+  std::sort(by_stub_.begin(), by_stub_.end());
+}
+
+void* KernelHandles::find(const void* fn) const {
+  const auto it = std::lower_bound(by_stub_.begin(), by_stub_.end(),
+                                   std::pair<const void*, void*>(fn, nullptr));
+  return it != by_stub_.end() && it->first == fn ? it->second : nullptr;
 }
 
 // NOTE [preload]

@@ -3,9 +3,38 @@
 #ifndef TPAR_REGISTRY_LAUNCHER_H_
 #define TPAR_REGISTRY_LAUNCHER_H_
 
+#include <utility>
+#include <vector>
+
 #include "kernels/launch.h"
 
 namespace tpar {
+
+// NOTE [driver launch]
+// An eager call's host time is mostly the launch (docs/PERFORMANCE.md, "Host cost of one
+// call"). Through the runtime (cudaLaunchKernelExC with the kernel's host stub) every launch
+// looks the stub up again; the driver's cuLaunchKernelEx with the kernel's handle for this
+// context, resolved once at init (cudaGetFuncBySymbol after the preload), skips that, and the
+// launch is otherwise the same (grid, block, parameters, attribute, stream; graph capture
+// records it alike). The entry point comes from cudaGetDriverEntryPointByVersion, so the
+// library still links the runtime only. A kernel without a handle, a driver without the entry
+// point, or a driver launch that fails goes through the runtime, whose error (if any) is the
+// one reported.
+class KernelHandles {
+ public:
+  // Resolves every kernel of `sets` for the current device's context; kernels it cannot
+  // resolve are left to the runtime (never an error).
+  void resolve(const kernels::KernelSet* const* sets, int nsets);
+  // The driver handle (a CUfunction) of host stub `fn`, or nullptr.
+  void* find(const void* fn) const;
+  // Kernels resolved.
+  size_t size() const { return by_stub_.size(); }
+
+ private:
+  // Sorted by stub; written once at init, only read by calls (no state per call, so a
+  // lookup is as safe as the call itself wherever it runs).
+  std::vector<std::pair<const void*, void*>> by_stub_;
+};
 
 // The fields of the call header word (NOTE [call header]): datatype, reduction op, the kernel
 // key (NOTE [algorithm descriptor]), whether NCCL is attached, and a hash of the call's count
@@ -33,20 +62,23 @@ uint32_t makeCallMeta(tparDataType_t dtype, tparRedOp_t op, kernels::Algo algo, 
 // its launches.
 inline bool launchOverlapOn(bool wanted, int cc_major) { return wanted && cc_major >= 9; }
 
-// Enqueues one launch of kernel `fn`. `overlap`: launch with programmatic stream serialization
+// Enqueues one launch of kernel `fn`, through the driver where `handles` has it (NOTE [driver
+// launch]; nullptr: the runtime). `overlap`: launch with programmatic stream serialization
 // (NOTE [launch overlap]).
-cudaError_t launchAllReduce(const void* fn, const kernels::AllReduceArgs& args, int blocks, int threads,
+cudaError_t launchAllReduce(const KernelHandles* handles, const void* fn,
+                            const kernels::AllReduceArgs& args, int blocks, int threads,
                             bool overlap, cudaStream_t stream);
 
 // The same for a fused kernel (call.cuh's normKernel), whose second parameter is `norm`.
-cudaError_t launchAllReduceNorm(const void* fn, const kernels::AllReduceArgs& args,
-                                const kernels::NormArgs& norm, int blocks, int threads,
-                                bool overlap, cudaStream_t stream);
+cudaError_t launchAllReduceNorm(const KernelHandles* handles, const void* fn,
+                                const kernels::AllReduceArgs& args, const kernels::NormArgs& norm,
+                                int blocks, int threads, bool overlap, cudaStream_t stream);
 
 // The norm alone (kernels::addRmsNormKernels) over `norm.rows` rows whose reduced values are in
 // `sum`; launched without programmatic serialization: it starts after the all-reduce before it.
-cudaError_t launchAddRmsNorm(const void* fn, const kernels::NormArgs& norm, const void* sum,
-                             int blocks, int threads, cudaStream_t stream);
+cudaError_t launchAddRmsNorm(const KernelHandles* handles, const void* fn,
+                             const kernels::NormArgs& norm, const void* sum, int blocks,
+                             int threads, cudaStream_t stream);
 
 // How a fused launch of `rows` rows of `row_vecs` vectors spreads over a grid of `grid` blocks
 // (NOTE [row groups] in kernels/norm_epilogue.cuh): with at least twice as many blocks as rows

@@ -292,6 +292,30 @@ TEST(TuneSearch, WithoutShapesEveryAlgorithmOnceAndNcclLast) {
   EXPECT_EQ(tpar::algorithms().size() - 1, algos.size());  // all but hier (one island)
 }
 
+TEST(TuneSearch, EveryAlgorithmTheGroupCanRunIsAlsoMeasuredAsForced) {
+  // Forcing an algorithm runs it in its own shape (the grid, or the host shape; threads sized
+  // from the work), which the blocks x threads grid need not hold: the search measures that
+  // plan per size too, so a table is never beaten by an algorithm forced by hand.
+  for (int n : {2, 4}) {
+    for (bool host : {false, true}) {
+      const TuneCandidates c = tuneCandidates(group(n, host), quickTuneSpace(), TuneLimits{}, true, false);
+      std::set<int> want;
+      for (const tpar::Algorithm& a : tpar::algorithms())
+        if (!a.needs_islands && n >= a.min_ranks) want.insert(static_cast<int>(a.id));
+      std::set<int> got;
+      for (const Plan& p : c.forced) {
+        EXPECT_TRUE(got.insert(static_cast<int>(p.algo)).second) << tpar::algoName(p.algo) << " twice";
+        EXPECT_EQ(0, p.active_blocks);
+        EXPECT_EQ(0, p.threads);
+        EXPECT_FALSE(p.nccl);
+      }
+      EXPECT_EQ(want, got) << n << " ranks, host " << host;
+    }
+  }
+  // Without shapes every algorithm is a plain candidate already.
+  EXPECT_TRUE(tuneCandidates(group(4), fullTuneSpace(), TuneLimits{}, false, false).forced.empty());
+}
+
 TEST(TuneSearch, QuickModeIsASmallSubsetAndTheEstimateGrowsWithTheWork) {
   TuneLimits limits;
   const auto full = tuneCandidates(group(4), fullTuneSpace(), limits, true, false).plans;

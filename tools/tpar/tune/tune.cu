@@ -355,7 +355,9 @@ std::string searchBuckets(Group& g, Ranks& rk, const TuneOptions& opt, bool lock
   limits.grid_blocks = info.blocksPerRank;
   limits.max_threads = std::min(info.threadsPerBlock, kernels::kMaxThreads);
   const TuneCandidates cands = tuneCandidates(ctx, space, limits, opt.shapes, g.nccl != nullptr);
-  const size_t per_size = cands.plans.size() + 1;  // + the built-in default of each size
+  // + the built-in default and the forced plan of each algorithm, per size (fewer where they
+  // coincide with the grid's)
+  const size_t per_size = cands.plans.size() + 1 + cands.forced.size();
   const size_t total = per_size * sizes.size() * opt.dtypes.size();
   if (header != nullptr) {
     std::fprintf(header, "# search (%s): blocks %s x threads %s, pipelined also steps %s x push/pull\n",
@@ -368,7 +370,7 @@ std::string searchBuckets(Group& g, Ranks& rk, const TuneOptions& opt, bool lock
                                             : std::string()) + x.why];
     for (const auto& [why, count] : reasons)
       std::fprintf(header, "#   excluded %4zu: %s\n", count, why.c_str());
-    std::fprintf(header, "# %zu candidates per size (the default first) x %zu sizes x %zu types = %zu; "
+    std::fprintf(header, "# %zu candidates per size at most (the default first, then each algorithm as forced) x %zu sizes x %zu types = %zu; "
                  "about %.0f s (rough; --quick or --shapes 0 for fewer)\n",
                  per_size, sizes.size(), opt.dtypes.size(), total,
                  tuneEstimateSeconds(per_size, sizes, opt.iters, opt.warmup, ctx.nranks) *
@@ -395,8 +397,16 @@ std::string searchBuckets(Group& g, Ranks& rk, const TuneOptions& opt, bool lock
       def.plan = tpar::commDefaultPlan(g.comms[0], b.bytes, dtype);
       def.is_default = true;
       std::vector<Plan> plans = {def.plan};
-      for (const Plan& p : cands.plans)
-        if (planText(p) != planText(def.plan)) plans.push_back(p);
+      auto add = [&plans](const Plan& p) {
+        for (const Plan& q : plans)
+          if (planText(q) == planText(p)) return;
+        plans.push_back(p);
+      };
+      // Then what forcing each algorithm runs at this size (its own shape: the grid or the
+      // host shape, threads sized from the work), which the blocks x threads grid need not
+      // hold: after tuning, no algorithm forced by hand should beat the table.
+      for (const Plan& p : cands.forced) add(tpar::commForcedPlan(g.comms[0], b.bytes, dtype, tpar::algorithm(p.algo).pub));
+      for (const Plan& p : cands.plans) add(p);
       for (size_t i = 0; i < plans.size(); ++i) {
         TuneCandidate c = i == 0 ? def : TuneCandidate{};
         c.plan = plans[i];

@@ -77,6 +77,10 @@ struct ExcludedPlan {
 struct TuneCandidates {
   std::vector<tpar::Plan> plans;       // measured, in this order (NCCL last)
   std::vector<ExcludedPlan> excluded;  // left out, each with its reason
+  // Every algorithm the group can run, with blocks and threads 0: measured per size as the
+  // plan forcing it gives there (commForcedPlan), before `plans`. Empty without `shapes`,
+  // where `plans` holds them already.
+  std::vector<tpar::Plan> forced;
 };
 
 // The plans `tpar tune` measures for a group: every algorithm the context can run over the

@@ -82,6 +82,7 @@ TuneCandidates tuneCandidates(const tpar::TunerContext& ctx, const TuneSpace& sp
       add(base);
       continue;
     }
+    out.forced.push_back(base);
     // Steps and the publish mode apply to the pipelined kernel only.
     const bool pipelined = a.id == kernels::Algo::kPipelined;
     const std::vector<int> steps = pipelined ? space.steps : std::vector<int>{0};
