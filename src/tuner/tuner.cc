@@ -43,6 +43,10 @@ constexpr uint64_t kStagedMaxBytes = 4u << 20;
 constexpr uint64_t kHostOneShotPullMaxBytes = 16u << 10;
 constexpr uint64_t kHostLLMaxBytes = 32u << 10;
 
+// Ranks sharing a GPU with receive regions in host memory: up to this size the sentinel
+// push kernels with one or two blocks (NOTE [small host calls on a shared GPU]).
+constexpr uint64_t kSharedHostSmallMaxBytes = 12u << 10;
+
 // Ranks sharing a GPU, in its memory: one-shot up to this size runs 32 of the wider grid's
 // blocks (NOTE [wide grid for shared GPUs]); at 112 KiB 32 and 64 blocks tied.
 constexpr uint64_t kSharedGpuNarrowMaxBytes = 64u << 10;
@@ -304,6 +308,24 @@ Plan defaultPlan(uint64_t bytes, tparDataType_t dtype, const TunerContext& ctx,
     // carries its own epoch (no fences, twice the bytes), then the pipelined two-shot. The
     // crossovers follow the tune runs of docs/PERFORMANCE.md ("Host-staged transport").
     const uint64_t n = static_cast<uint64_t>(std::max(ctx.nranks, 1));
+    // NOTE [small host calls on a shared GPU]
+    // Virtual ranks on one GPU (one PCIe link for all of them), small calls: every rank pushes
+    // its input into each peer's region and polls its own region (sentinel protocol), with two
+    // blocks of 512 threads up to 4 ranks (one-shot) and one block of 256 from 5 ranks on
+    // (two-shot: one-shot's (n-1)-fold pushes grow too large). `tpar tune --transport host`
+    // chose these at 12 KiB on one H200 with 2, 4 and 8 ranks, 1.16x, 1.37x and 1.23x the
+    // defaults before them in the same run (docs/PERFORMANCE.md, "tpar tune against every
+    // algorithm forced by hand"); 5 to 7 ranks and one rank per GPU were not measured, and
+    // ranks on their own GPUs keep the defaults below until a run with one rank per GPU
+    // measures them. TPAR_ONESHOT_MAX_BYTES turns the rule off (the one-shot pull limit).
+    if (ctx.ranks_per_gpu > 1 && n > 1 && one_shot_max_bytes < 0 &&
+        bytes <= kSharedHostSmallMaxBytes) {
+      const bool one_shot = n <= 4;
+      p.algo = one_shot ? kernels::Algo::kOneShot : kernels::Algo::kTwoShot;
+      p.active_blocks = one_shot ? 2 : 1;
+      p.threads = one_shot ? 512 : 256;
+      return p;
+    }
     const uint64_t limit = one_shot_max_bytes >= 0 ? static_cast<uint64_t>(one_shot_max_bytes)
                            : n <= 2                ? kHostOneShotPullMaxBytes
                                                    : 0;
@@ -376,7 +398,7 @@ Plan wirePlan(const Plan& plan, uint64_t bytes, tparDataType_t dtype, const Tune
 std::vector<uint64_t> defaultPlanBoundaries(const TunerContext& ctx, int64_t one_shot_max_bytes) {
   // Every size after which defaultPlan may pick another algorithm (keep in step with it).
   std::vector<uint64_t> b = {kStagedMaxBytes, kHostOneShotPullMaxBytes, kHostLLMaxBytes,
-                             defaultOneShotMaxBytes(ctx.nranks)};
+                             kSharedHostSmallMaxBytes, defaultOneShotMaxBytes(ctx.nranks)};
   if (one_shot_max_bytes >= 0) b.push_back(static_cast<uint64_t>(one_shot_max_bytes));
   return b;
 }

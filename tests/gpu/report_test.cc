@@ -134,7 +134,8 @@ TEST(DISABLED_ReportsChild, OneShotMaxBytesIsThePlanOfTheTransport) {
       {2, 0, tparAlgoAuto, 256u << 10},  // GPU memory: the rank count's threshold
       {8, 0, tparAlgoAuto, 32u << 10},
       {2, 1, tparAlgoAuto, 16u << 10},   // host memory, 2 ranks: one-shot pull
-      {4, 1, tparAlgoAuto, 0},           // host memory, more ranks: two-shot LL from 1 byte
+      {4, 1, tparAlgoAuto, 12u << 10},   // host memory, 4 ranks sharing the GPU: push one-shot
+      {8, 1, tparAlgoAuto, 0},           // 8 ranks sharing it: push two-shot, then two-shot LL
       {4, 0, tparAlgoTwoShot, 0},        // forced: never one-shot
       {4, 0, tparAlgoOneShot, SIZE_MAX},  // forced one-shot: every size
   };

@@ -131,10 +131,11 @@ TEST(TunerDefaults, RanksSharingAGpuRunSmallOneShotsOnThirtyTwoBlocksOfTheWiderG
     EXPECT_EQ(32, defaultPlan(8 * kK, tparBfloat16, shared, 2 * kM).active_blocks);
     TunerContext own = context(n, LinkClass::kSameSwitch, 1, true);
     EXPECT_EQ(0, defaultPlan(12 * kK, tparBfloat16, own, -1).active_blocks) << n;
-    // Host memory keeps its own shapes (hostShape), unaffected by sharing a GPU.
+    // Host memory keeps its own shapes, not the wide grid's 32 blocks (HostDefaults below).
     shared.host_transport = true;
     const Plan host = defaultPlan(12 * kK, tparBfloat16, shared, -1);
-    EXPECT_NE(Algo::kOneShot, host.algo);
+    EXPECT_NE(32, host.active_blocks);
+    EXPECT_NE(0, host.active_blocks);
   }
 }
 
@@ -867,8 +868,9 @@ TunerContext hostContext(int nranks, int per_gpu = -1) {
 }
 
 TEST(HostDefaults, OneShotPullThenTwoShotLLThenPipelinedPull) {
+  // One rank per GPU (ranks sharing one: SmallCallsOfRanksSharingAGpu below).
   for (int n : {2, 4, 8}) {
-    const TunerContext ctx = hostContext(n);
+    const TunerContext ctx = hostContext(n, 1);
     const uint64_t one_shot = n <= 2 ? (16u << 10) : 0;
     for (uint64_t bytes : {uint64_t{16}, uint64_t{4096}, uint64_t{16} << 10, (uint64_t{16} << 10) + 16,
                            uint64_t{32} << 10, (uint64_t{32} << 10) + 16, uint64_t{1} << 20,
@@ -887,6 +889,44 @@ TEST(HostDefaults, OneShotPullThenTwoShotLLThenPipelinedPull) {
   // TPAR_ONESHOT_MAX_BYTES moves the one-shot crossover here too.
   EXPECT_EQ(Algo::kOneShotPull, defaultPlan(100000, tparBfloat16, hostContext(8), 128 << 10).algo);
   EXPECT_EQ(Algo::kTwoShotLL, defaultPlan(4096, tparBfloat16, hostContext(2), 0).algo);
+}
+
+TEST(HostDefaults, SmallCallsOfRanksSharingAGpu) {
+  // NOTE [small host calls on a shared GPU]: up to 12 KiB the sentinel push kernels, one-shot
+  // with 2 x 512 up to 4 ranks, two-shot with 1 x 256 above; then the defaults of one rank per
+  // GPU again.
+  for (int n : {2, 3, 4, 5, 8, 16}) {
+    const TunerContext ctx = hostContext(n);
+    for (uint64_t bytes : {uint64_t{2}, uint64_t{4096}, uint64_t{12} << 10}) {
+      const Plan p = defaultPlan(bytes, tparBfloat16, ctx, -1);
+      EXPECT_EQ(n <= 4 ? Algo::kOneShot : Algo::kTwoShot, p.algo) << n << " ranks, " << bytes;
+      EXPECT_EQ(n <= 4 ? 2 : 1, p.active_blocks) << n << " ranks, " << bytes;
+      EXPECT_EQ(n <= 4 ? 512 : 256, p.threads) << n << " ranks, " << bytes;
+      EXPECT_FALSE(p.nccl);
+    }
+    const Plan above = defaultPlan((12u << 10) + 16, tparBfloat16, ctx, -1);
+    const Plan own = defaultPlan((12u << 10) + 16, tparBfloat16, hostContext(n, 1), -1);
+    EXPECT_EQ(own.algo, above.algo) << n << " ranks";
+    EXPECT_TRUE(above.algo == Algo::kOneShotPull || above.algo == Algo::kTwoShotLL) << n;
+    // One rank per GPU never takes the rule; TPAR_ONESHOT_MAX_BYTES turns it off.
+    EXPECT_NE(Algo::kOneShot, defaultPlan(4096, tparBfloat16, hostContext(n, 1), -1).algo) << n;
+    EXPECT_EQ(Algo::kOneShotPull, defaultPlan(4096, tparBfloat16, ctx, 8192).algo) << n;
+    EXPECT_EQ(Algo::kTwoShotLL, defaultPlan(4096, tparBfloat16, ctx, 0).algo) << n;
+    // The one-shot limit the communicator reports follows (oneShotLimit walks the boundaries).
+    const uint64_t limit = oneShotLimit(tparBfloat16, ctx, nullptr, tparAlgoAuto, -1);
+    EXPECT_EQ(n <= 2 ? uint64_t{16} << 10 : n <= 4 ? uint64_t{12} << 10 : 0, limit) << n;
+  }
+  // A table still wins over the rule.
+  TuningTable t;
+  const TunerContext ctx = hostContext(4);
+  t.signature = ctx.signature;
+  t.nranks = 4;
+  TuningEntry e;
+  e.dtype = tparBfloat16;
+  e.max_bytes = 64u << 10;
+  e.plan.algo = Algo::kTwoShotLL;
+  t.entries.push_back(e);
+  EXPECT_EQ(Algo::kTwoShotLL, selectPlan(4096, tparBfloat16, ctx, &t, tparAlgoAuto, -1).algo);
 }
 
 TEST(HostDefaults, FewBlocksAndStepsThatGrowWithTheMessage) {
@@ -921,9 +961,10 @@ TEST(HostDefaults, FewBlocksAndStepsThatGrowWithTheMessage) {
     }
   }
   // Two-shot LL: one block when 8 ranks share the GPU, two otherwise.
-  EXPECT_EQ(1, defaultPlan(12 << 10, tparBfloat16, hostContext(8), -1).active_blocks);
-  EXPECT_EQ(2, defaultPlan(12 << 10, tparBfloat16, hostContext(4), -1).active_blocks);
-  EXPECT_EQ(2, defaultPlan(12 << 10, tparBfloat16, hostContext(8, 1), -1).active_blocks);
+  EXPECT_EQ(1, defaultPlan(16 << 10, tparBfloat16, hostContext(8), -1).active_blocks);
+  EXPECT_EQ(2, defaultPlan(16 << 10, tparBfloat16, hostContext(4), -1).active_blocks);
+  EXPECT_EQ(2, defaultPlan(16 << 10, tparBfloat16, hostContext(8, 1), -1).active_blocks);
+  EXPECT_EQ(Algo::kTwoShotLL, defaultPlan(16 << 10, tparBfloat16, hostContext(8), -1).algo);
 }
 
 TEST(HostDefaults, BlocksFollowTheRanksSharingAGpuNotTheGroupSize) {
