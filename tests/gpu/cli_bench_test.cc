@@ -145,6 +145,7 @@ TEST(CliBench, HostTransportRunPrintsTheLinkFloorOfEveryRowAndChecksEveryResult)
     EXPECT_EQ("", link["error"].get<std::string>());
     EXPECT_GT(link["write_gbps"].get<double>(), 1.0);
     EXPECT_GT(link["read_gbps"].get<double>(), 1.0);
+    EXPECT_GT(link["both_gbps"].get<double>(), 1.0);
     EXPECT_GT(link["rtt_us"].get<double>(), 0.1);
   }
   ASSERT_EQ(backends.size() * 3, j["rows"].size()) << out;
@@ -169,6 +170,11 @@ TEST(CliBench, HostTransportRunPrintsTheLinkFloorOfEveryRowAndChecksEveryResult)
     EXPECT_GT(r["phys_floor_us"].get<double>(), 0.0) << what;
     EXPECT_LE(r["phys_floor_us"].get<double>(), r["floor_us"].get<double>()) << what;
     EXPECT_NE("", r["phys_floor_algo"].get<std::string>()) << what;
+    // The both-ways floor adds a term to the same lowest floor: never below it.
+    ASSERT_TRUE(r.contains("phys_both_floor_us")) << what << ": " << r.dump();
+    EXPECT_GE(r["phys_both_floor_us"].get<double>(), r["phys_floor_us"].get<double>()) << what;
+    EXPECT_NEAR(r["us_out_of_place"].get<double>() / r["phys_both_floor_us"].get<double>(),
+                r["x_phys_both_out_of_place"].get<double>(), 1e-9) << what;
   }
   unlink(json.c_str());
 }

@@ -113,6 +113,7 @@ TEST(CliDoctor, FullRunMeasuresBandwidthAndHonoursNoNccl) {
   for (const auto& g : d["gpus"]) {
     EXPECT_GT(g["host"]["write_gbps"].get<double>(), 0.0) << g.dump();
     EXPECT_GT(g["host"]["read_gbps"].get<double>(), 0.0) << g.dump();
+    EXPECT_GT(g["host"]["both_gbps"].get<double>(), 0.0) << g.dump();
     EXPECT_EQ("", g["host"]["error"].get<std::string>());
   }
   if (d["gpus"].size() == 1) {

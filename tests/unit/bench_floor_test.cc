@@ -105,6 +105,41 @@ TEST(HostLinkFloor, WorkedExampleTwoShotPull) {
   EXPECT_NEAR(40.1408 + 4.0, f.us, 1e-9);
 }
 
+TEST(HostLinkFloor, BothWaysFloorAddsTheSharedRateOfTheTwoDirections) {
+  // twoshot-pull, 8 ranks, 112 KiB: 8 M written, 14 M read. At 60 GB/s for both directions
+  // together the 22 M take longer than the reads alone at 40 GB/s.
+  HostLinkFloor none, slow, fast;
+  ASSERT_TRUE(hostLinkFloor("twoshot-pull", kM, 8, 8, kWrite, kRead, kRtt, &none));
+  EXPECT_EQ(0, none.both_us);  // not measured
+  ASSERT_TRUE(hostLinkFloor("twoshot-pull", kM, 8, 8, kWrite, kRead, kRtt, &slow, 60));
+  EXPECT_DOUBLE_EQ(none.us, slow.us);  // the one-way floor itself does not move
+  EXPECT_NEAR(22.0 * kM / 60e3 + 2 * kRtt, slow.both_us, 1e-9);
+  EXPECT_GT(slow.both_us, slow.us);
+  // Where both directions together move more than either floor needs, the floors agree.
+  ASSERT_TRUE(hostLinkFloor("twoshot-pull", kM, 8, 8, kWrite, kRead, kRtt, &fast, 1000));
+  EXPECT_DOUBLE_EQ(fast.us, fast.both_us);
+  // Over the algorithms (phys), each floor is the lowest of its own kind.
+  HostLinkSummary link;
+  link.measured = true;
+  link.write_gbps = kWrite;
+  link.read_gbps = kRead;
+  link.both_gbps = 60;
+  link.rtt_us = kRtt;
+  HostLinkFloor phys;
+  std::string algo;
+  ASSERT_TRUE(lowestHostFloor(kM, 8, 8, link, &phys, &algo));
+  double lowest_us = 1e300, lowest_both = 1e300;
+  for (const char* a : {"oneshot-pull", "twoshot-pull", "pipelined", "twoshot-ll", "oneshot",
+                        "twoshot", "staged"}) {
+    HostLinkFloor f;
+    ASSERT_TRUE(hostLinkFloor(a, kM, 8, 8, kWrite, kRead, kRtt, &f, 60)) << a;
+    lowest_us = std::min(lowest_us, f.us);
+    lowest_both = std::min(lowest_both, f.both_us);
+  }
+  EXPECT_DOUBLE_EQ(lowest_us, phys.us);
+  EXPECT_DOUBLE_EQ(lowest_both, phys.both_us);
+}
+
 TEST(HostLinkFloor, OneRankPerGpuDividesTheBytesByTheRanks) {
   HostLinkFloor shared, own;
   ASSERT_TRUE(hostLinkFloor("twoshot", kM, 4, 4, kWrite, kRead, kRtt, &shared));

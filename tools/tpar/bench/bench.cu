@@ -63,8 +63,9 @@ class HostLinks {
       if (quiet_) continue;
       if (m.error.empty())
         std::printf("# host link of GPU %d, measured now: write %.1f GB/s, read %.1f GB/s, "
-                    "hand-off %.2f us (a store into pinned host memory seen by a poll)\n",
-                    d, m.write_gbps, m.read_gbps, m.latency_us);
+                    "both at once %.1f GB/s, hand-off %.2f us (a store into pinned host memory "
+                    "seen by a poll)\n",
+                    d, m.write_gbps, m.read_gbps, m.both_gbps, m.latency_us);
       else
         std::printf("# host link of GPU %d not measured (%s): no floors\n", d, m.error.c_str());
       std::fflush(stdout);
@@ -89,6 +90,7 @@ class HostLinks {
       const LinkMeasure& m = it->second;
       s.write_gbps = first ? m.write_gbps : std::min(s.write_gbps, m.write_gbps);
       s.read_gbps = first ? m.read_gbps : std::min(s.read_gbps, m.read_gbps);
+      s.both_gbps = first ? m.both_gbps : std::min(s.both_gbps, m.both_gbps);
       s.rtt_us = std::max(s.rtt_us, m.latency_us);
       first = false;
     }
@@ -101,6 +103,7 @@ class HostLinks {
       gpus.push_back({{"device", d},
                       {"write_gbps", m.write_gbps},
                       {"read_gbps", m.read_gbps},
+                      {"both_gbps", m.both_gbps},
                       {"rtt_us", m.latency_us},
                       {"error", m.error}});
     return {{"gpus", gpus},
@@ -108,7 +111,10 @@ class HostLinks {
                     "from the GPU sees it (half of tpar doctor's ping-pong round)"},
             {"floor_model",
              "max(write bytes / write_gbps, read bytes / read_gbps) + rounds x rtt_us over the "
-             "slowest link, bytes per docs/PERFORMANCE.md (Host-staged transport)"}};
+             "slowest link, bytes per docs/PERFORMANCE.md (Host-staged transport)"},
+            {"both_floor_model",
+             "phys_both_floor_us: the same with (write + read bytes) / both_gbps as a third "
+             "term, both_gbps measured with stores and loads at once"}};
   }
 
  private:
@@ -262,7 +268,8 @@ bool setHostFloor(BenchRow* row, const HostLinkSummary& link, int ranks_per_link
   row->has_floor = false;
   if (row->transport != tparTransportName(tparTransportHost) || !link.measured) return false;
   row->has_floor = hostLinkFloor(row->chosen, row->bytes, row->ranks, ranks_per_link,
-                                 link.write_gbps, link.read_gbps, link.rtt_us, &row->floor);
+                                 link.write_gbps, link.read_gbps, link.rtt_us, &row->floor,
+                                 link.both_gbps);
   row->has_phys = row->has_floor &&
                   lowestHostFloor(row->bytes, row->ranks, ranks_per_link, link, &row->phys,
                                   &row->phys_algo);
@@ -270,8 +277,10 @@ bool setHostFloor(BenchRow* row, const HostLinkSummary& link, int ranks_per_link
   // the lowest that carries the message in that format.
   if (row->has_phys && row->chosen.find('+') != std::string::npos &&
       row->floor.us < row->phys.us) {
+    const double both = row->phys.both_us;
     row->phys = row->floor;
     row->phys_algo = row->chosen;
+    if (both > 0 && both < row->phys.both_us) row->phys.both_us = both;
   }
   return row->has_floor;
 }
@@ -320,6 +329,10 @@ nlohmann::json rowToJson(const BenchRow& r) {
     j["phys_floor_algo"] = r.phys_algo;
     j["phys_floor_rounds"] = r.phys.rounds;
     j["x_phys_out_of_place"] = r.phys.us > 0 ? r.us_out / r.phys.us : 0.0;
+    if (r.phys.both_us > 0) {
+      j["phys_both_floor_us"] = r.phys.both_us;
+      j["x_phys_both_out_of_place"] = r.us_out / r.phys.both_us;
+    }
   }
   return j;
 }

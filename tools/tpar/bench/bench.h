@@ -158,6 +158,7 @@ double averageRankTimes(const std::vector<double>& us, int average);
 struct HostLinkSummary {
   bool measured = false;
   double write_gbps = 0, read_gbps = 0;
+  double both_gbps = 0;  // both directions at once (LinkMeasure::both_gbps); 0: not measured
   double rtt_us = 0;  // one-way flag hand-off through host memory (LinkMeasure::latency_us)
 };
 

@@ -193,6 +193,10 @@ std::string tableComparisons(const std::vector<BenchRow>& rows) {
                  "%6.2fx\n",
                  r.backend.c_str(), r.ranks, r.bytes, r.phys_algo.c_str(), r.phys.rounds,
                  r.phys.us, r.phys.us > 0 ? r.us_out / r.phys.us : 0.0);
+      if (r.has_phys && r.phys.both_us > 0)
+        s += fmt("#  %-17s %3d ranks %12zu B phys, both ways at the rate measured with both: "
+                 "floor %8.2f us, time over it %6.2fx\n",
+                 r.backend.c_str(), r.ranks, r.bytes, r.phys.both_us, r.us_out / r.phys.both_us);
     }
   }
   return s;
@@ -201,18 +205,22 @@ std::string tableComparisons(const std::vector<BenchRow>& rows) {
 bool lowestHostFloor(size_t bytes, int nranks, int ranks_per_link, const HostLinkSummary& link,
                      HostLinkFloor* out, std::string* algo) {
   bool any = false;
+  double min_both = 0;
   for (const tpar::Algorithm& a : tpar::algorithms()) {
     if (a.needs_islands || nranks < a.min_ranks) continue;
     HostLinkFloor f;
     if (!hostLinkFloor(a.name, bytes, nranks, ranks_per_link, link.write_gbps, link.read_gbps,
-                       link.rtt_us, &f))
+                       link.rtt_us, &f, link.both_gbps))
       continue;
+    if (f.both_us > 0 && (min_both == 0 || f.both_us < min_both)) min_both = f.both_us;
     if (!any || f.us < out->us) {
       *out = f;
       *algo = a.name;
       any = true;
     }
   }
+  // The both-ways floor is the lowest over the algorithms too, whichever sets it.
+  if (any) out->both_us = min_both;
   return any;
 }
 

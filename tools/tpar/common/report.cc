@@ -127,7 +127,8 @@ std::string algorithmTable() {
 }
 
 bool hostLinkFloor(const std::string& algo, size_t bytes, int nranks, int ranks_per_link,
-                   double write_gbps, double read_gbps, double rtt_us, HostLinkFloor* out) {
+                   double write_gbps, double read_gbps, double rtt_us, HostLinkFloor* out,
+                   double both_gbps) {
   if (nranks < 2 || ranks_per_link < 1 || write_gbps <= 0 || read_gbps <= 0) return false;
   // Bytes per call of all ranks together, in units of the message size M, and rounds: the
   // algorithm's byte model in the registry (docs/PERFORMANCE.md says where each term comes from).
@@ -154,8 +155,11 @@ bool hostLinkFloor(const std::string& algo, size_t bytes, int nranks, int ranks_
   f.read_bytes = r * m * share;
   f.rounds = rounds;
   // GB/s = 1e3 bytes per microsecond.
-  f.us = std::max(f.write_bytes / (write_gbps * 1e3), f.read_bytes / (read_gbps * 1e3)) +
-         rounds * rtt_us;
+  const double one_way = std::max(f.write_bytes / (write_gbps * 1e3), f.read_bytes / (read_gbps * 1e3));
+  f.us = one_way + rounds * rtt_us;
+  if (both_gbps > 0)
+    f.both_us = std::max(one_way, (f.write_bytes + f.read_bytes) / (both_gbps * 1e3)) +
+                rounds * rtt_us;
   *out = f;
   return true;
 }

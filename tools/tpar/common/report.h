@@ -42,6 +42,10 @@ struct HostLinkFloor {
   double read_bytes = 0;   // host -> GPU over the busiest link, per call
   int rounds = 0;          // dependent hand-offs through host memory
   double us = 0;           // the floor
+  // The same with the link's two directions sharing the rate measured with both at once
+  // (LinkMeasure::both_gbps): max(write / write bw, read / read bw, (write + read) / both bw)
+  // + rounds x hand-off; 0 when that rate is unknown. Never below `us`.
+  double both_us = 0;
 };
 
 // One line per algorithm of the registry: its name (TPAR_ALGO, tpar:<name>), schedule,
@@ -56,7 +60,8 @@ std::string algorithmTable();
 // False, with *out untouched, for an algorithm without a model ("nccl", "") or fewer than two
 // ranks.
 bool hostLinkFloor(const std::string& algo, size_t bytes, int nranks, int ranks_per_link,
-                   double write_gbps, double read_gbps, double rtt_us, HostLinkFloor* out);
+                   double write_gbps, double read_gbps, double rtt_us, HostLinkFloor* out,
+                   double both_gbps = 0);
 
 }  // namespace tpar_cli
 

@@ -111,6 +111,7 @@ std::string selfTestLine(const SelfTestResult& t) {
 nlohmann::json linkJson(const LinkMeasure& m) {
   return {{"write_gbps", orNull(m.write_gbps)},
           {"read_gbps", orNull(m.read_gbps)},
+          {"both_gbps", orNull(m.both_gbps)},
           {"latency_us", orNull(m.latency_us)},
           {"error", m.error}};
 }

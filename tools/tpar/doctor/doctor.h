@@ -32,6 +32,10 @@ struct LinkMeasure {
   double read_gbps = 0;   // a kernel on the source GPU loading from the target memory
   double latency_us = 0;  // one-way flag hand-off: half a ping-pong round trip
   std::string error;      // why a probe failed; "" when everything that ran succeeded
+  // Both at once: half the blocks store into one half of the target while the other half load
+  // from the other, bytes of both over the time both took (a link's two directions at once:
+  // an all-reduce in host memory writes and reads together).
+  double both_gbps = 0;
 };
 
 struct GpuProbe {

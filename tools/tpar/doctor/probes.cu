@@ -122,6 +122,46 @@ std::string measureBandwidth(const DeviceSide& side, void* target, bool write,
   return err.empty() ? "" : std::string(write ? "write" : "read") + " probe: " + err;
 }
 
+// Times a store kernel into the first half of `target` and a load kernel from its second half,
+// side by side on two streams with half the blocks each: the bytes of both over the time both
+// took (LinkMeasure::both_gbps).
+std::string measureBandwidthBoth(const DeviceSide& side, void* target, const ProbePlan& plan,
+                                 double* gbps) {
+  const size_t half = plan.bandwidth_bytes / 2 / sizeof(int4);
+  const int blocks = side.sms * 2;
+  std::string err;
+  cudaEvent_t e0 = nullptr, e1 = nullptr, e2 = nullptr;
+  PROBE_STEP(cudaSetDevice(side.dev));
+  PROBE_STEP(cudaEventCreate(&e0));
+  PROBE_STEP(cudaEventCreate(&e1));
+  PROBE_STEP(cudaEventCreate(&e2));
+  std::vector<double> rates;
+  int4* w = static_cast<int4*>(target);
+  const int4* r = static_cast<const int4*>(target) + half;
+  for (int rep = -1; rep < plan.bandwidth_reps && err.empty(); ++rep) {
+    PROBE_STEP(cudaEventRecord(e0, side.stream[0]));
+    PROBE_STEP(cudaStreamWaitEvent(side.stream[1], e0, 0));
+    storeStream<<<blocks, 256, 0, side.stream[0]>>>(w, half, 7);
+    PROBE_STEP(cudaGetLastError());
+    loadStream<<<blocks, 256, 0, side.stream[1]>>>(r, half,
+                                                   reinterpret_cast<int*>(side.scratch + 64));
+    PROBE_STEP(cudaGetLastError());
+    PROBE_STEP(cudaEventRecord(e1, side.stream[1]));
+    PROBE_STEP(cudaStreamWaitEvent(side.stream[0], e1, 0));
+    PROBE_STEP(cudaEventRecord(e2, side.stream[0]));
+    PROBE_STEP(cudaEventSynchronize(e2));
+    float ms = 0;
+    PROBE_STEP(cudaEventElapsedTime(&ms, e0, e2));
+    if (err.empty() && rep >= 0 && ms > 0)
+      rates.push_back(2.0 * half * sizeof(int4) / (ms * 1e6));
+  }
+  for (cudaEvent_t e : {e0, e1, e2})
+    if (e) cudaEventDestroy(e);
+  (void)cudaGetLastError();
+  *gbps = median(rates);
+  return err.empty() ? "" : "both-ways probe: " + err;
+}
+
 // One-way latency: ping on `a` spins on `a_flag` and writes `b_flag`; pong on `b` the reverse.
 std::string measureLatency(const DeviceSide& a, const DeviceSide& b, unsigned* a_flag,
                            unsigned* b_flag, const ProbePlan& plan, PingPongResult* results,
@@ -166,6 +206,7 @@ void measureLink(const DeviceSide& a, const DeviceSide& b, void* target, unsigne
   if (plan.bandwidth) {
     note(&m->error, measureBandwidth(a, target, true, plan, &m->write_gbps));
     note(&m->error, measureBandwidth(a, target, false, plan, &m->read_gbps));
+    note(&m->error, measureBandwidthBoth(a, target, plan, &m->both_gbps));
   }
   if (b_flag == nullptr) {
     note(&m->error, "latency not measured: no peer access back from GPU " + std::to_string(b.dev));
