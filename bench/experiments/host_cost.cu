@@ -15,7 +15,7 @@
 //                                  grid, block, attribute), in alternating batches, and the
 //                                  median of their differences
 //   paired: runtime / driver ...   the tpar-shaped launch through the runtime (the kernel's host
-//                                  stub) against the same launch through the driver's
+//                                  entry address) against the same launch through the driver's
 //                                  cuLaunchKernelEx, with the kernel's handle resolved once
 //                                  (cudaGetKernel, or cudaGetFuncBySymbol for this context)
 //   driver calls                   each query tparAllReduce makes, alone
@@ -289,7 +289,7 @@ int main(int argc, char** argv) {
   }
 
   // The same launch through the driver, its kernel handle resolved once: what the runtime's
-  // launch adds on top (its lookup of the host stub, its own checks).
+  // launch adds on top (its lookup of the kernel's entry address, its own checks).
   {
     using LaunchEx = CUresult (*)(const CUlaunchConfig*, CUfunction, void**, void**);
     void* sym = nullptr;
@@ -299,11 +299,11 @@ int main(int argc, char** argv) {
       std::printf("%-40s %8s\n", "paired: driver launch", "n/a");
     } else {
       const auto launch_ex = reinterpret_cast<LaunchEx>(sym);
-      const void* stub = reinterpret_cast<const void*>(&tparShaped);
+      const void* entry = reinterpret_cast<const void*>(&tparShaped);
       cudaKernel_t kernel = nullptr;
-      CK(cudaGetKernel(&kernel, stub));
+      CK(cudaGetKernel(&kernel, entry));
       cudaFunction_t func = nullptr;
-      CK(cudaGetFuncBySymbol(&func, stub));
+      CK(cudaGetFuncBySymbol(&func, entry));
       tpar::kernels::AllReduceArgs args;
       std::memset(&args, 0, sizeof(args));
       void* params[] = {&args};
@@ -328,14 +328,14 @@ int main(int argc, char** argv) {
           }
         };
       };
-      auto runtime = [&](int r) { launchPdl(h, r, stub, params, info.blocksPerRank, 64); };
+      auto runtime = [&](int r) { launchPdl(h, r, entry, params, info.blocksPerRank, 64); };
       double m[3];
       timePaired(h, batch, batches, runtime, driver(reinterpret_cast<CUfunction>(kernel)), m);
-      std::printf("%-40s %8.0f\n", "paired: runtime launch (host stub)", m[0]);
+      std::printf("%-40s %8.0f\n", "paired: runtime launch (entry address)", m[0]);
       std::printf("%-40s %8.0f\n", "paired: driver launch (cudaGetKernel)", m[1]);
       std::printf("%-40s %8.0f\n", "paired: median of the differences", m[2]);
       timePaired(h, batch, batches, runtime, driver(reinterpret_cast<CUfunction>(func)), m);
-      std::printf("%-40s %8.0f\n", "paired: runtime launch (host stub)", m[0]);
+      std::printf("%-40s %8.0f\n", "paired: runtime launch (entry address)", m[0]);
       std::printf("%-40s %8.0f\n", "paired: driver launch (cudaGetFuncBySymbol)", m[1]);
       std::printf("%-40s %8.0f\n", "paired: median of the differences", m[2]);
       auto call = [&](int r) {

@@ -152,23 +152,23 @@ cudaError_t launchAddRmsNorm(const KernelHandles* handles, const void* fn,
 }
 
 void KernelHandles::resolve(const kernels::KernelSet* const* sets, int nsets) {
-  by_stub_.clear();
+  by_entry_.clear();
   if (driverLaunchKernelEx() == nullptr) return;
   (void)forEachKernel(sets, nsets, [this](const void* fn) {
     cudaFunction_t f = nullptr;
     if (fn != nullptr && cudaGetFuncBySymbol(&f, fn) == cudaSuccess && f != nullptr)
-      by_stub_.emplace_back(fn, static_cast<void*>(f));
+      by_entry_.emplace_back(fn, static_cast<void*>(f));
     else
       (void)cudaGetLastError();
     return cudaSuccess;
   });
-  std::sort(by_stub_.begin(), by_stub_.end());
+  std::sort(by_entry_.begin(), by_entry_.end());
 }
 
 void* KernelHandles::find(const void* fn) const {
-  const auto it = std::lower_bound(by_stub_.begin(), by_stub_.end(),
+  const auto it = std::lower_bound(by_entry_.begin(), by_entry_.end(),
                                    std::pair<const void*, void*>(fn, nullptr));
-  return it != by_stub_.end() && it->first == fn ? it->second : nullptr;
+  return it != by_entry_.end() && it->first == fn ? it->second : nullptr;
 }
 
 // NOTE [preload]

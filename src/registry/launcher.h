@@ -12,8 +12,8 @@ namespace tpar {
 
 // NOTE [driver launch]
 // An eager call's host time is mostly the launch (docs/PERFORMANCE.md, "Host cost of one
-// call"). Through the runtime (cudaLaunchKernelExC with the kernel's host stub) every launch
-// looks the stub up again; the driver's cuLaunchKernelEx with the kernel's handle for this
+// call"). Through the runtime (cudaLaunchKernelExC with the kernel's host entry address) every
+// launch looks that address up again; the driver's cuLaunchKernelEx with the kernel's handle for this
 // context, resolved once at init (cudaGetFuncBySymbol after the preload), skips that, and the
 // launch is otherwise the same (grid, block, parameters, attribute, stream; graph capture
 // records it alike). The entry point comes from cudaGetDriverEntryPointByVersion, so the
@@ -25,15 +25,15 @@ class KernelHandles {
   // Resolves every kernel of `sets` for the current device's context; kernels it cannot
   // resolve are left to the runtime (never an error).
   void resolve(const kernels::KernelSet* const* sets, int nsets);
-  // The driver handle (a CUfunction) of host stub `fn`, or nullptr.
+  // The driver handle (a CUfunction) of the kernel whose host entry address is `fn`, or nullptr.
   void* find(const void* fn) const;
   // Kernels resolved.
-  size_t size() const { return by_stub_.size(); }
+  size_t size() const { return by_entry_.size(); }
 
  private:
-  // Sorted by stub; written once at init, only read by calls (no state per call, so a
+  // Sorted by entry address; written once at init, only read by calls (no state per call, so a
   // lookup is as safe as the call itself wherever it runs).
-  std::vector<std::pair<const void*, void*>> by_stub_;
+  std::vector<std::pair<const void*, void*>> by_entry_;
 };
 
 // The fields of the call header word (NOTE [call header]): datatype, reduction op, the kernel
