@@ -543,11 +543,17 @@ uint64_t fusedOneShotLimit(const tparComm* comm, tparDataType_t dtype) {
     return static_cast<uint64_t>(comm->cfg.fused_one_shot_max_bytes);
   // In host memory the one kernel keeps the limit the plain call had before the small calls
   // of ranks sharing a GPU went to the sentinel push kernels (NOTE [small host calls on a
-  // shared GPU], measured for the plain call only): the context of one rank per GPU.
-  tpar::TunerContext ctx = comm->tuner_ctx;
-  if (comm->host_transport) ctx.ranks_per_gpu = 1;
+  // shared GPU], measured for the plain call only): the context of one rank per GPU. Only
+  // that case copies the context; every other fused call reads the communicator's.
+  const tpar::TunerContext* ctx = &comm->tuner_ctx;
+  tpar::TunerContext own_gpu;
+  if (comm->host_transport && comm->tuner_ctx.ranks_per_gpu > 1) {
+    own_gpu = comm->tuner_ctx;
+    own_gpu.ranks_per_gpu = 1;
+    ctx = &own_gpu;
+  }
   const uint64_t plain =
-      oneShotLimit(dtype, ctx, comm->has_tuning ? &comm->tuning : nullptr,
+      oneShotLimit(dtype, *ctx, comm->has_tuning ? &comm->tuning : nullptr,
                    comm->cfg.forced_algo, comm->cfg.one_shot_max_bytes);
   // A forced algorithm, and host memory (no measurement of the one kernel beyond the plain
   // call's one-shot there yet), keep the plain call's limit.

@@ -313,9 +313,9 @@ Plan defaultPlan(uint64_t bytes, tparDataType_t dtype, const TunerContext& ctx,
     // its input into each peer's region and polls its own region (sentinel protocol), with two
     // blocks of 512 threads up to 4 ranks (one-shot) and one block of 256 from 5 ranks on
     // (two-shot: one-shot's (n-1)-fold pushes grow too large). `tpar tune --transport host`
-    // chose these at 12 KiB on one H200 with 2, 4 and 8 ranks, 1.16x, 1.37x and 1.23x the
-    // defaults before them in the same run (docs/PERFORMANCE.md, "tpar tune against every
-    // algorithm forced by hand"); 5 to 7 ranks and one rank per GPU were not measured, and
+    // chose these at 12 KiB with 2, 4 and 8 ranks sharing one GPU, ahead of the defaults before
+    // them in the same run (docs/PERFORMANCE.md, "tpar tune against every algorithm forced by
+    // hand"); 5 to 7 ranks and one rank per GPU were not measured, and
     // ranks on their own GPUs keep the defaults below until a run with one rank per GPU
     // measures them. TPAR_ONESHOT_MAX_BYTES turns the rule off (the one-shot pull limit).
     if (ctx.ranks_per_gpu > 1 && n > 1 && one_shot_max_bytes < 0 &&

@@ -89,46 +89,20 @@ struct DeviceSide {
   void* buffer = nullptr;                       // bandwidth target
 };
 
-// Times a kernel on `side` that stores into (or loads from) `bytes` at `target`.
-std::string measureBandwidth(const DeviceSide& side, void* target, bool write,
-                             const ProbePlan& plan, double* gbps) {
-  const size_t n = plan.bandwidth_bytes / sizeof(int4);
-  const int blocks = side.sms * 4;
-  std::string err;
-  cudaEvent_t e0 = nullptr, e1 = nullptr;
-  PROBE_STEP(cudaSetDevice(side.dev));
-  PROBE_STEP(cudaEventCreate(&e0));
-  PROBE_STEP(cudaEventCreate(&e1));
-  std::vector<double> rates;
-  // Rep -1 warms up: first touch of the mapping, clocks up.
-  for (int rep = -1; rep < plan.bandwidth_reps && err.empty(); ++rep) {
-    PROBE_STEP(cudaEventRecord(e0, side.stream[0]));
-    if (write)
-      storeStream<<<blocks, 256, 0, side.stream[0]>>>(static_cast<int4*>(target), n, 7);
-    else
-      loadStream<<<blocks, 256, 0, side.stream[0]>>>(static_cast<const int4*>(target), n,
-                                                     reinterpret_cast<int*>(side.scratch + 64));
-    PROBE_STEP(cudaGetLastError());
-    PROBE_STEP(cudaEventRecord(e1, side.stream[0]));
-    PROBE_STEP(cudaEventSynchronize(e1));
-    float ms = 0;
-    PROBE_STEP(cudaEventElapsedTime(&ms, e0, e1));
-    if (err.empty() && rep >= 0 && ms > 0) rates.push_back(plan.bandwidth_bytes / (ms * 1e6));
-  }
-  if (e0) cudaEventDestroy(e0);
-  if (e1) cudaEventDestroy(e1);
-  (void)cudaGetLastError();
-  *gbps = median(rates);
-  return err.empty() ? "" : std::string(write ? "write" : "read") + " probe: " + err;
-}
+// What a bandwidth probe runs: stores into the target, loads from it, or both at once (half
+// the blocks storing into its first half on one stream while the other half load its second
+// half on another: LinkMeasure::both_gbps).
+enum class Traffic { kStore, kLoad, kBoth };
 
-// Times a store kernel into the first half of `target` and a load kernel from its second half,
-// side by side on two streams with half the blocks each: the bytes of both over the time both
-// took (LinkMeasure::both_gbps).
-std::string measureBandwidthBoth(const DeviceSide& side, void* target, const ProbePlan& plan,
-                                 double* gbps) {
-  const size_t half = plan.bandwidth_bytes / 2 / sizeof(int4);
-  const int blocks = side.sms * 2;
+// Times kernels on `side` that move plan.bandwidth_bytes to or from `target` as `traffic` says.
+std::string measureBandwidth(const DeviceSide& side, void* target, Traffic traffic,
+                             const ProbePlan& plan, double* gbps) {
+  const bool both = traffic == Traffic::kBoth;
+  const size_t n = plan.bandwidth_bytes / sizeof(int4) / (both ? 2 : 1);
+  const int blocks = side.sms * (both ? 2 : 4);
+  int4* stores = static_cast<int4*>(target);
+  const int4* loads = static_cast<const int4*>(target) + (both ? n : 0);
+  int* sink = reinterpret_cast<int*>(side.scratch + 64);
   std::string err;
   cudaEvent_t e0 = nullptr, e1 = nullptr, e2 = nullptr;
   PROBE_STEP(cudaSetDevice(side.dev));
@@ -136,30 +110,37 @@ std::string measureBandwidthBoth(const DeviceSide& side, void* target, const Pro
   PROBE_STEP(cudaEventCreate(&e1));
   PROBE_STEP(cudaEventCreate(&e2));
   std::vector<double> rates;
-  int4* w = static_cast<int4*>(target);
-  const int4* r = static_cast<const int4*>(target) + half;
+  // Rep -1 warms up: first touch of the mapping, clocks up.
   for (int rep = -1; rep < plan.bandwidth_reps && err.empty(); ++rep) {
     PROBE_STEP(cudaEventRecord(e0, side.stream[0]));
-    PROBE_STEP(cudaStreamWaitEvent(side.stream[1], e0, 0));
-    storeStream<<<blocks, 256, 0, side.stream[0]>>>(w, half, 7);
-    PROBE_STEP(cudaGetLastError());
-    loadStream<<<blocks, 256, 0, side.stream[1]>>>(r, half,
-                                                   reinterpret_cast<int*>(side.scratch + 64));
-    PROBE_STEP(cudaGetLastError());
-    PROBE_STEP(cudaEventRecord(e1, side.stream[1]));
-    PROBE_STEP(cudaStreamWaitEvent(side.stream[0], e1, 0));
+    if (traffic != Traffic::kLoad) {
+      storeStream<<<blocks, 256, 0, side.stream[0]>>>(stores, n, 7);
+      PROBE_STEP(cudaGetLastError());
+    }
+    if (traffic != Traffic::kStore) {
+      // Both at once: the loads on the second stream, started with the stores.
+      cudaStream_t s = both ? side.stream[1] : side.stream[0];
+      if (both) PROBE_STEP(cudaStreamWaitEvent(s, e0, 0));
+      loadStream<<<blocks, 256, 0, s>>>(loads, n, sink);
+      PROBE_STEP(cudaGetLastError());
+      if (both) {
+        PROBE_STEP(cudaEventRecord(e1, s));
+        PROBE_STEP(cudaStreamWaitEvent(side.stream[0], e1, 0));
+      }
+    }
     PROBE_STEP(cudaEventRecord(e2, side.stream[0]));
     PROBE_STEP(cudaEventSynchronize(e2));
     float ms = 0;
     PROBE_STEP(cudaEventElapsedTime(&ms, e0, e2));
     if (err.empty() && rep >= 0 && ms > 0)
-      rates.push_back(2.0 * half * sizeof(int4) / (ms * 1e6));
+      rates.push_back(double(n) * sizeof(int4) * (both ? 2 : 1) / (ms * 1e6));
   }
   for (cudaEvent_t e : {e0, e1, e2})
     if (e) cudaEventDestroy(e);
   (void)cudaGetLastError();
   *gbps = median(rates);
-  return err.empty() ? "" : "both-ways probe: " + err;
+  const char* what = traffic == Traffic::kStore ? "write" : traffic == Traffic::kLoad ? "read" : "both-ways";
+  return err.empty() ? "" : std::string(what) + " probe: " + err;
 }
 
 // One-way latency: ping on `a` spins on `a_flag` and writes `b_flag`; pong on `b` the reverse.
@@ -204,9 +185,9 @@ void note(std::string* errors, const std::string& e) {
 void measureLink(const DeviceSide& a, const DeviceSide& b, void* target, unsigned* a_flag,
                  unsigned* b_flag, const ProbePlan& plan, PingPongResult* results, LinkMeasure* m) {
   if (plan.bandwidth) {
-    note(&m->error, measureBandwidth(a, target, true, plan, &m->write_gbps));
-    note(&m->error, measureBandwidth(a, target, false, plan, &m->read_gbps));
-    note(&m->error, measureBandwidthBoth(a, target, plan, &m->both_gbps));
+    note(&m->error, measureBandwidth(a, target, Traffic::kStore, plan, &m->write_gbps));
+    note(&m->error, measureBandwidth(a, target, Traffic::kLoad, plan, &m->read_gbps));
+    note(&m->error, measureBandwidth(a, target, Traffic::kBoth, plan, &m->both_gbps));
   }
   if (b_flag == nullptr) {
     note(&m->error, "latency not measured: no peer access back from GPU " + std::to_string(b.dev));

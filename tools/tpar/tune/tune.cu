@@ -399,13 +399,14 @@ std::string searchBuckets(Group& g, Ranks& rk, const TuneOptions& opt, bool lock
       std::vector<Plan> plans = {def.plan};
       auto add = [&plans](const Plan& p) {
         for (const Plan& q : plans)
-          if (planText(q) == planText(p)) return;
+          if (tpar::samePlan(q, p)) return;
         plans.push_back(p);
       };
-      // Then what forcing each algorithm runs at this size (its own shape: the grid or the
-      // host shape, threads sized from the work), which the blocks x threads grid need not
-      // hold: after tuning, no algorithm forced by hand should beat the table.
-      for (const Plan& p : cands.forced) add(tpar::commForcedPlan(g.comms[0], b.bytes, dtype, tpar::algorithm(p.algo).pub));
+      // Then what forcing each algorithm runs at this size (its own grid or host shape,
+      // threads sized from the work), which the blocks x threads grid need not hold: after
+      // tuning, no algorithm forced by hand should beat the table.
+      for (const Plan& p : cands.forced)
+        add(tpar::commForcedPlan(g.comms[0], b.bytes, dtype, tpar::algorithm(p.algo).pub));
       for (const Plan& p : cands.plans) add(p);
       for (size_t i = 0; i < plans.size(); ++i) {
         TuneCandidate c = i == 0 ? def : TuneCandidate{};
