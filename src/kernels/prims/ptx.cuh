@@ -7,11 +7,7 @@
 namespace tpar {
 namespace kernels {
 
-// The wire unit: one 16-byte vector per thread and step. Aligned to its size so that a plain
-// access to one (the user's buffers, when they are 16-byte aligned) is a single 128-bit load or
-// store; with the 4-byte alignment of its words the compiler splits it into four 32-bit ones.
-struct alignas(16) Vec { uint32_t w[4]; };
-static_assert(alignof(Vec) == 16 && sizeof(Vec) == 16, "a vector is one 128-bit access");
+struct Vec { uint32_t w[4]; };  // the wire unit: one 16-byte vector per thread and step
 
 // Volatile accesses: never cached in L1, never merged or elided by the compiler.
 __device__ __forceinline__ Vec loadVolatile(const void* p) {
