@@ -44,11 +44,20 @@ constexpr uint64_t kHostOneShotPullMaxBytes = 16u << 10;
 constexpr uint64_t kHostLLMaxBytes = 32u << 10;
 
 // Ranks sharing a GPU with receive regions in host memory: up to this size the sentinel
-// push kernels with one or two blocks (NOTE [small host calls on a shared GPU]).
+// push kernels with one or two blocks (NOTE [small host calls on a shared GPU]); two ranks
+// only above the second size (one-shot pull below it).
 constexpr uint64_t kSharedHostSmallMaxBytes = 12u << 10;
+constexpr uint64_t kSharedHostPairPullMaxBytes = 8u << 10;
+
+// Every rank on one GPU, in its memory (NOTE [small calls of ranks on one GPU]): one-shot pull
+// up to the first size, then for two ranks the push one-shot up to the second.
+constexpr uint64_t kOneGpuPullMaxBytes = 128u << 10;
+constexpr uint64_t kOneGpuPairOneShotMaxBytes = 512u << 10;
 
 // Ranks sharing a GPU, in its memory: one-shot up to this size runs 32 of the wider grid's
-// blocks (NOTE [wide grid for shared GPUs]); at 112 KiB 32 and 64 blocks tied.
+// blocks (NOTE [wide grid for shared GPUs]); at 112 KiB 32 and 64 blocks tied. Where every
+// rank is on one GPU the pull of NOTE [small calls of ranks on one GPU] takes these sizes
+// first, unless TPAR_ONESHOT_MAX_BYTES is set.
 constexpr uint64_t kSharedGpuNarrowMaxBytes = 64u << 10;
 
 const char* dtypeKey(tparDataType_t d) {
@@ -314,12 +323,14 @@ Plan defaultPlan(uint64_t bytes, tparDataType_t dtype, const TunerContext& ctx,
     // blocks of 512 threads up to 4 ranks (one-shot) and one block of 256 from 5 ranks on
     // (two-shot: one-shot's (n-1)-fold pushes grow too large). `tpar tune --transport host`
     // chose these at 12 KiB with 2, 4 and 8 ranks sharing one GPU, ahead of the defaults before
-    // them in the same run (docs/PERFORMANCE.md, "tpar tune against every algorithm forced by
-    // hand"); 5 to 7 ranks and one rank per GPU were not measured, and
-    // ranks on their own GPUs keep the defaults below until a run with one rank per GPU
-    // measures them. TPAR_ONESHOT_MAX_BYTES turns the rule off (the one-shot pull limit).
+    // them in the same run; as defaults against the previous ones, same run, 4 to 12 KiB: ahead
+    // at 3, 4, 5 and 8 ranks, and at 2 ranks at 12 KiB but behind the one-shot pull at 4 and
+    // 8 KiB, which two ranks therefore keep up to 8 KiB (docs/PERFORMANCE.md, "Small calls of
+    // ranks sharing a GPU as defaults"). One rank per GPU was not measured: ranks on their own
+    // GPUs keep the defaults below until a run with one rank per GPU measures them.
+    // TPAR_ONESHOT_MAX_BYTES turns the rule off (the one-shot pull limit).
     if (ctx.ranks_per_gpu > 1 && n > 1 && one_shot_max_bytes < 0 &&
-        bytes <= kSharedHostSmallMaxBytes) {
+        bytes <= kSharedHostSmallMaxBytes && !(n == 2 && bytes <= kSharedHostPairPullMaxBytes)) {
       const bool one_shot = n <= 4;
       p.algo = one_shot ? kernels::Algo::kOneShot : kernels::Algo::kTwoShot;
       p.active_blocks = one_shot ? 2 : 1;
@@ -333,6 +344,27 @@ Plan defaultPlan(uint64_t bytes, tparDataType_t dtype, const TunerContext& ctx,
              : bytes <= kHostLLMaxBytes ? kernels::Algo::kTwoShotLL
                                         : kernels::Algo::kPipelined;
     return hostShape(p, bytes, ctx);
+  }
+  // NOTE [small calls of ranks on one GPU]
+  // Every rank on one GPU, exchanging in its memory (up to 8 ranks): the peers' data is in the
+  // same L2 and HBM, so reading it (one-shot pull, each rank publishes its input once) costs no
+  // more than having it pushed, and saves the sentinel resets. `tpar tune --transport p2p` on
+  // one H200 chose one-shot pull at 12 and 112 KiB with 2, 4 and 8 ranks, ahead of the push
+  // kernels' defaults in the same run, and two-shot again at 384 KiB for 4 and 8; two
+  // ranks ran the push one-shot ahead of two-shot at 384 KiB in two sessions and tied at 1 MiB
+  // (docs/PERFORMANCE.md, "Small calls of ranks on one GPU"). The sizes between were not
+  // measured. Groups across GPUs never take it: there a pull is a read over the link, each a
+  // round trip. TPAR_ONESHOT_MAX_BYTES turns it off.
+  const bool one_gpu = ctx.ranks_per_gpu >= ctx.nranks && ctx.nranks >= 2 && ctx.nranks <= 8;
+  if (one_gpu && one_shot_max_bytes < 0) {
+    if (bytes <= kOneGpuPullMaxBytes) {
+      p.algo = kernels::Algo::kOneShotPull;
+      return p;
+    }
+    if (ctx.nranks == 2 && bytes <= kOneGpuPairOneShotMaxBytes) {
+      p.algo = kernels::Algo::kOneShot;
+      return p;
+    }
   }
   const uint64_t one_shot_limit = one_shot_max_bytes >= 0
                                       ? static_cast<uint64_t>(one_shot_max_bytes)
@@ -397,8 +429,10 @@ Plan wirePlan(const Plan& plan, uint64_t bytes, tparDataType_t dtype, const Tune
 
 std::vector<uint64_t> defaultPlanBoundaries(const TunerContext& ctx, int64_t one_shot_max_bytes) {
   // Every size after which defaultPlan may pick another algorithm (keep in step with it).
-  std::vector<uint64_t> b = {kStagedMaxBytes, kHostOneShotPullMaxBytes, kHostLLMaxBytes,
-                             kSharedHostSmallMaxBytes, defaultOneShotMaxBytes(ctx.nranks)};
+  std::vector<uint64_t> b = {kStagedMaxBytes,          kHostOneShotPullMaxBytes,
+                             kHostLLMaxBytes,          kSharedHostSmallMaxBytes,
+                             kSharedHostPairPullMaxBytes, kOneGpuPullMaxBytes,
+                             kOneGpuPairOneShotMaxBytes, defaultOneShotMaxBytes(ctx.nranks)};
   if (one_shot_max_bytes >= 0) b.push_back(static_cast<uint64_t>(one_shot_max_bytes));
   return b;
 }

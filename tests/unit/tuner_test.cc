@@ -111,11 +111,14 @@ TEST(TunerDefaults, VirtualRanksOnOneGpuUseOneShotThenTwoShot) {
 TEST(TunerDefaults, RanksSharingAGpuRunSmallOneShotsOnThirtyTwoBlocksOfTheWiderGrid) {
   // NOTE [wide grid for shared GPUs]: their grid is 64 blocks; up to 64 KiB one-shot keeps 32
   // active, larger calls and two-shot take the whole grid (0), as do ranks on their own GPUs.
-  for (int n : {2, 4, 8}) {
+  // Where every rank is on one GPU (up to 8) the pull of NOTE [small calls of ranks on one GPU]
+  // takes the small sizes: the push one-shot's narrow window shows with more ranks on the GPU,
+  // with ranks on two GPUs, and under TPAR_ONESHOT_MAX_BYTES.
+  for (int n : {12, 16}) {
     TunerContext shared = context(n, LinkClass::kSameDevice, 1, true);
     shared.ranks_per_gpu = n;
     for (uint64_t bytes : {16u, 12u * 1024, 64u * 1024}) {
-      if (bytes > defaultOneShotMaxBytes(n)) {  // 8 ranks: two-shot above 32 KiB, every block
+      if (bytes > defaultOneShotMaxBytes(n)) {  // two-shot above 32 KiB, every block
         EXPECT_EQ(0, defaultPlan(bytes, tparBfloat16, shared, -1).active_blocks) << n;
         continue;
       }
@@ -123,12 +126,31 @@ TEST(TunerDefaults, RanksSharingAGpuRunSmallOneShotsOnThirtyTwoBlocksOfTheWiderG
       EXPECT_EQ(Algo::kOneShot, p.algo) << n << " ranks " << bytes;
       EXPECT_EQ(32, p.active_blocks) << n << " ranks " << bytes;
     }
-    const Plan above = defaultPlan(64 * kK + 16, tparBfloat16, shared, -1);
+  }
+  for (int n : {2, 4, 8}) {
+    TunerContext shared = context(n, LinkClass::kSameDevice, 1, true);
+    shared.ranks_per_gpu = n;
+    TunerContext two_gpus = shared;  // half the ranks on each of two GPUs
+    two_gpus.ranks_per_gpu = n / 2;
+    for (uint64_t bytes : {16u, 12u * 1024, 64u * 1024}) {
+      const Plan split = defaultPlan(bytes, tparBfloat16, two_gpus, -1);
+      if (n == 2) {  // one rank per GPU: the ranks of their own GPUs, every block
+        EXPECT_EQ(Algo::kOneShot, split.algo);
+        EXPECT_EQ(0, split.active_blocks);
+      } else if (bytes <= defaultOneShotMaxBytes(n)) {
+        EXPECT_EQ(Algo::kOneShot, split.algo) << n << " ranks " << bytes;
+        EXPECT_EQ(32, split.active_blocks) << n << " ranks " << bytes;
+      }
+      // A one-shot limit set by hand turns the pull off and keeps the narrow window.
+      const Plan forced_limit = defaultPlan(bytes, tparBfloat16, shared, 2 * kM);
+      EXPECT_EQ(Algo::kOneShot, forced_limit.algo) << n << " ranks " << bytes;
+      EXPECT_EQ(32, forced_limit.active_blocks) << n << " ranks " << bytes;
+    }
+    const Plan above = defaultPlan(64 * kK + 16, tparBfloat16, two_gpus, -1);
     EXPECT_EQ(0, above.active_blocks) << n << " ranks, " << algoName(above.algo);
     EXPECT_EQ(0, defaultPlan(4 * kM, tparBfloat16, shared, -1).active_blocks);
     // A forced one-shot limit moves the algorithm, not the narrow window.
     EXPECT_EQ(0, defaultPlan(1 * kM, tparBfloat16, shared, 2 * kM).active_blocks);
-    EXPECT_EQ(32, defaultPlan(8 * kK, tparBfloat16, shared, 2 * kM).active_blocks);
     TunerContext own = context(n, LinkClass::kSameSwitch, 1, true);
     EXPECT_EQ(0, defaultPlan(12 * kK, tparBfloat16, own, -1).active_blocks) << n;
     // Host memory keeps its own shapes, not the wide grid's 32 blocks (HostDefaults below).
@@ -137,6 +159,44 @@ TEST(TunerDefaults, RanksSharingAGpuRunSmallOneShotsOnThirtyTwoBlocksOfTheWiderG
     EXPECT_NE(32, host.active_blocks);
     EXPECT_NE(0, host.active_blocks);
   }
+}
+
+TEST(TunerDefaults, RanksOnOneGpuPullSmallCallsAndTwoRanksPushOneShotBeyond) {
+  // NOTE [small calls of ranks on one GPU]: one-shot pull up to 128 KiB (its own shape: every
+  // block), then two ranks the push one-shot up to 512 KiB, then two-shot.
+  for (int n : {2, 3, 4, 5, 8}) {
+    TunerContext ctx = context(n, LinkClass::kSameDevice, 1, true);
+    ctx.ranks_per_gpu = n;
+    for (uint64_t bytes : {uint64_t{2}, uint64_t{4} * kK, uint64_t{12} * kK, uint64_t{112} * kK,
+                           uint64_t{128} * kK}) {
+      const Plan p = defaultPlan(bytes, tparBfloat16, ctx, -1);
+      EXPECT_EQ(Algo::kOneShotPull, p.algo) << n << " ranks " << bytes;
+      EXPECT_EQ(0, p.active_blocks) << n << " ranks " << bytes;
+      EXPECT_FALSE(p.nccl);
+    }
+    const Algo mid = defaultPlan(128 * kK + 16, tparBfloat16, ctx, -1).algo;
+    EXPECT_EQ(n == 2 ? Algo::kOneShot : Algo::kTwoShot, mid) << n;
+    EXPECT_EQ(n == 2 ? Algo::kOneShot : Algo::kTwoShot,
+              defaultPlan(384 * kK, tparBfloat16, ctx, -1).algo) << n;
+    EXPECT_EQ(n == 2 ? Algo::kOneShot : Algo::kTwoShot,
+              defaultPlan(512 * kK, tparBfloat16, ctx, -1).algo) << n;
+    EXPECT_EQ(Algo::kTwoShot, defaultPlan(512 * kK + 16, tparBfloat16, ctx, -1).algo) << n;
+    // The one-shot limit the communicator reports follows (oneShotLimit walks the boundaries).
+    EXPECT_EQ(n == 2 ? 512 * kK : 128 * kK,
+              oneShotLimit(tparBfloat16, ctx, nullptr, tparAlgoAuto, -1)) << n;
+    // TPAR_ONESHOT_MAX_BYTES turns the rule off.
+    EXPECT_EQ(Algo::kOneShot, defaultPlan(4 * kK, tparBfloat16, ctx, 8 * kK).algo) << n;
+    EXPECT_EQ(Algo::kTwoShot, defaultPlan(4 * kK, tparBfloat16, ctx, 0).algo) << n;
+  }
+  // Neither more ranks than were measured on one GPU, nor ranks on several GPUs.
+  TunerContext sixteen = context(16, LinkClass::kSameDevice, 1, true);
+  sixteen.ranks_per_gpu = 16;
+  EXPECT_EQ(Algo::kOneShot, defaultPlan(4 * kK, tparBfloat16, sixteen, -1).algo);
+  TunerContext split = context(8, LinkClass::kSameDevice, 1, true);
+  split.ranks_per_gpu = 4;
+  EXPECT_EQ(Algo::kOneShot, defaultPlan(4 * kK, tparBfloat16, split, -1).algo);
+  EXPECT_EQ(Algo::kOneShot,
+            defaultPlan(4 * kK, tparBfloat16, context(2, LinkClass::kSameSwitch, 1, true), -1).algo);
 }
 
 TEST(TunerDefaults, OneShotLimitOverrideMovesTheThreshold) {
@@ -897,8 +957,13 @@ TEST(HostDefaults, SmallCallsOfRanksSharingAGpu) {
   // GPU again.
   for (int n : {2, 3, 4, 5, 8, 16}) {
     const TunerContext ctx = hostContext(n);
-    for (uint64_t bytes : {uint64_t{2}, uint64_t{4096}, uint64_t{12} << 10}) {
+    for (uint64_t bytes : {uint64_t{2}, uint64_t{4096}, uint64_t{8} << 10, uint64_t{12} << 10}) {
       const Plan p = defaultPlan(bytes, tparBfloat16, ctx, -1);
+      if (n == 2 && bytes <= (8u << 10)) {  // two ranks keep the one-shot pull up to 8 KiB
+        EXPECT_EQ(Algo::kOneShotPull, p.algo) << bytes;
+        EXPECT_EQ(defaultPlan(bytes, tparBfloat16, hostContext(n, 1), -1).algo, p.algo) << bytes;
+        continue;
+      }
       EXPECT_EQ(n <= 4 ? Algo::kOneShot : Algo::kTwoShot, p.algo) << n << " ranks, " << bytes;
       EXPECT_EQ(n <= 4 ? 2 : 1, p.active_blocks) << n << " ranks, " << bytes;
       EXPECT_EQ(n <= 4 ? 512 : 256, p.threads) << n << " ranks, " << bytes;
@@ -996,7 +1061,9 @@ TEST(HostDefaults, ForcedHostAlgorithmsGetTheHostShape) {
 }
 
 TEST(HostDefaults, GpuMemoryTransportsNeverPickPullByDefault) {
-  TunerContext ctx = hostContext(8);
+  // Ranks on their own GPUs or on several (a pull there is a read over the link); ranks all on
+  // one GPU pull small calls (TunerDefaults.RanksOnOneGpuPull...).
+  TunerContext ctx = hostContext(8, 4);
   ctx.host_transport = false;
   for (uint64_t bytes = 16; bytes <= (uint64_t{1} << 28); bytes *= 4) {
     const Algo a = defaultPlan(bytes, tparBfloat16, ctx, -1).algo;
