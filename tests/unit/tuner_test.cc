@@ -1168,7 +1168,7 @@ TEST(WirePlan, AppliesOnlyWhereItWasMeasuredToWin) {
     EXPECT_TRUE(a);
     wirePlan(base, (1u << 20) - 2, tparBfloat16, host, tparAlgoAuto, wire, &a, 1u << 20);
     EXPECT_FALSE(a);
-    wirePlan(base, big, tparBfloat16, host, tparAlgoAuto, wire, &a, int64_t{big} * 2);
+    wirePlan(base, big, tparBfloat16, host, tparAlgoAuto, wire, &a, static_cast<int64_t>(big) * 2);
     EXPECT_FALSE(a);
     wirePlan(base, big, tparBfloat16, host, tparAlgoAuto, wire, &a, -1);
     EXPECT_TRUE(a);
