@@ -13,9 +13,9 @@ namespace tpar {
 // NOTE [driver launch]
 // An eager call's host time is mostly the launch (docs/PERFORMANCE.md, "Host cost of one
 // call"). Through the runtime (cudaLaunchKernelExC with the kernel's host entry address) every
-// launch looks that address up again; the driver's cuLaunchKernelEx with the kernel's handle for this
-// context, resolved once at init (cudaGetFuncBySymbol after the preload), skips that, and the
-// launch is otherwise the same (grid, block, parameters, attribute, stream; graph capture
+// launch looks that address up again; the driver's cuLaunchKernelEx with the kernel's handle
+// for this context, resolved once at init (cudaGetFuncBySymbol after the preload), skips that,
+// and the launch is otherwise the same (grid, block, parameters, attribute, stream; graph capture
 // records it alike). The entry point comes from cudaGetDriverEntryPointByVersion, so the
 // library still links the runtime only. A kernel without a handle, a driver without the entry
 // point, or a driver launch that fails goes through the runtime, whose error (if any) is the

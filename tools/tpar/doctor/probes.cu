@@ -139,7 +139,9 @@ std::string measureBandwidth(const DeviceSide& side, void* target, Traffic traff
     if (e) cudaEventDestroy(e);
   (void)cudaGetLastError();
   *gbps = median(rates);
-  const char* what = traffic == Traffic::kStore ? "write" : traffic == Traffic::kLoad ? "read" : "both-ways";
+  const char* what = traffic == Traffic::kStore  ? "write"
+                     : traffic == Traffic::kLoad ? "read"
+                                                 : "both-ways";
   return err.empty() ? "" : std::string(what) + " probe: " + err;
 }
 
