@@ -474,7 +474,7 @@ void prepareAllReduce(const tparComm* comm, size_t count, tparDataType_t dtype, 
   // A wire format's pieces are whole blocks of 32 values, so that every piece encodes the
   // blocks a single launch would (docs/WIRE.md: blocks count from the start of the buffer).
   if (wa != nullptr) c.piece_elems = c.piece_elems / 32 * 32;
-  c.fn = (wa != nullptr ? wa->kernels : algo.kernels)->get(dtype, comm->nranks > 8);
+  c.fn = (wa != nullptr ? wa->kernels : algo.kernels)->get(dtype, comm->nranks);
 
   kernels::AllReduceArgs& args = c.args;
   args = comm->call_template;  // NOTE [call template]
@@ -673,7 +673,7 @@ tparResult_t allReduceAddRmsNorm(tparComm* comm, const void* input,
   if (!two_shot && above && (!scratch || row_bytes <= kFusedScratchBytes)) {
     const uint64_t rows_per_pass = scratch ? kFusedScratchBytes / row_bytes : tokens;
     const int threads = normShapeFor(tokens, row_vecs, 1, comm->threads).threads;
-    const void* fn = kernels::addRmsNormKernels.get(dtype, false);
+    const void* fn = kernels::addRmsNormKernels.get(dtype, 1);
     for (uint64_t done = 0; done < tokens; done += rows_per_pass) {
       const uint64_t rows = std::min<uint64_t>(rows_per_pass, tokens - done);
       char* sum = scratch ? comm->fused_scratch : sum_at + done * row_bytes;
@@ -707,7 +707,7 @@ tparResult_t allReduceAddRmsNorm(tparComm* comm, const void* input,
   args.active_blocks = 0;
   args.steps = 0;
   args.pull = 0;
-  const void* fn = kernel.kernels->get(dtype, comm->nranks > 8);
+  const void* fn = kernel.kernels->get(dtype, comm->nranks);
 
   int prev = -1;
   TPAR_CUDA_TRY(cudaGetDevice(&prev));

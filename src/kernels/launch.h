@@ -166,12 +166,15 @@ struct NormArgs {
   uint32_t slice;
 };
 
-// The kernels of one schedule: fn[dtype][wide], wide = the 16-rank variant. Each schedule file
+// The kernels of one schedule: fn[dtype][variant], by group size (get). Each schedule file
 // defines one (makeKernelSet in prims/call.cuh); the algorithm registry names them.
 struct KernelSet {
-  const void* fn[tparNumDataTypes][2];
-  const void* get(tparDataType_t dtype, bool wide) const {
-    return dtype >= 0 && dtype < tparNumDataTypes ? fn[dtype][wide ? 1 : 0] : nullptr;
+  // Per datatype: the 8-rank variant, the 16-rank one, one for exactly 2 ranks and one for 3 or
+  // 4 (the 8-rank variant again where a schedule has none).
+  const void* fn[tparNumDataTypes][4];
+  const void* get(tparDataType_t dtype, int nranks) const {
+    return dtype >= 0 && dtype < tparNumDataTypes ? fn[dtype][nranks > 8 ? 1 : nranks == 2 ? 2 : nranks <= 4 ? 3 : 0]
+                                                  : nullptr;
   }
 };
 

@@ -69,8 +69,8 @@ struct OneShot {
 
 }  // namespace
 
-extern const KernelSet oneShotKernels = makeKernelSet<OneShot<SentinelBox, false>>();
-extern const KernelSet oneShotPullKernels = makeKernelSet<OneShot<LineBox, true>>();
+extern const KernelSet oneShotKernels = makeKernelSet<OneShot<SentinelBox, false>, true>();
+extern const KernelSet oneShotPullKernels = makeKernelSet<OneShot<LineBox, true>, true>();
 
 }  // namespace kernels
 }  // namespace tpar

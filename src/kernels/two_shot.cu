@@ -5,8 +5,8 @@
 namespace tpar {
 namespace kernels {
 
-extern const KernelSet twoShotKernels = makeKernelSet<TwoShot<SentinelBox, kPush>>();
-extern const KernelSet twoShotLLKernels = makeKernelSet<TwoShot<LineBox, kPush>>();
+extern const KernelSet twoShotKernels = makeKernelSet<TwoShot<SentinelBox, kPush>, true>();
+extern const KernelSet twoShotLLKernels = makeKernelSet<TwoShot<LineBox, kPush>, true>();
 extern const KernelSet pipelinedKernels = makeKernelSet<TwoShot<FlagBox, kPlanned>>();
 extern const KernelSet twoShotPullKernels = makeKernelSet<TwoShot<FlagBox, kPull>>();
 

@@ -89,10 +89,11 @@ TEST(AlgorithmRegistry, RowsNameScheduleProtocolDirectionAndEveryKernel) {
     EXPECT_EQ(1u, directions.count(a.direction)) << a.name;
     ASSERT_NE(nullptr, a.kernels) << a.name;
     EXPECT_TRUE(sets.insert(a.kernels).second) << a.name << " shares another row's kernels";
+    // Every group size picks a kernel: 2, 3-4, 5-8 and 9-16 ranks have their own variants.
     for (int d = 0; d < tparNumDataTypes; ++d)
-      for (bool wide : {false, true})
-        EXPECT_NE(nullptr, a.kernels->get(static_cast<tparDataType_t>(d), wide)) << a.name;
-    EXPECT_EQ(nullptr, a.kernels->get(static_cast<tparDataType_t>(tparNumDataTypes), false));
+      for (int n : {1, 2, 3, 4, 5, 8, 9, 16})
+        EXPECT_NE(nullptr, a.kernels->get(static_cast<tparDataType_t>(d), n)) << a.name << " " << n;
+    EXPECT_EQ(nullptr, a.kernels->get(static_cast<tparDataType_t>(tparNumDataTypes), 2));
   }
   // And the fused variants' (base/algorithm_list.h), each behind its plain algorithm.
   size_t fused = 0;
@@ -118,8 +119,8 @@ TEST(AlgorithmRegistry, RowsNameScheduleProtocolDirectionAndEveryKernel) {
     EXPECT_EQ(nullptr, wireAlgorithmOf(w.plain, tparWireNone)) << w.name;
     ASSERT_NE(nullptr, w.kernels) << w.name;
     for (int d = 0; d < tparNumDataTypes; ++d)
-      for (bool wide : {false, true})
-        EXPECT_NE(nullptr, w.kernels->get(static_cast<tparDataType_t>(d), wide)) << w.name;
+      for (int n : {1, 2, 3, 4, 5, 8, 9, 16})
+        EXPECT_NE(nullptr, w.kernels->get(static_cast<tparDataType_t>(d), n)) << w.name << " " << n;
     EXPECT_TRUE(sets.insert(w.kernels).second) << w.name << " shares another's kernels";
   }
   EXPECT_EQ(static_cast<size_t>(kNumWireAlgos), wireAlgorithms().size());

@@ -186,13 +186,24 @@ __global__ void __launch_bounds__(kMaxThreads, 1) allReduceKernel(const __grid_c
   endCall(a, ctx);
 }
 
-// The kernels of one schedule: per datatype, the 8- and 16-rank variants (kMax sizes the arrays).
-template <class Schedule>
+// The kernels of one schedule: per datatype, the 8- and 16-rank variants (kMax sizes the per-peer
+// arrays and bounds the unrolled peer loops), and with kSmallGroups also variants for exactly 2
+// ranks and for 3 or 4. A kernel sized for 8 peers keeps registers for 8 whatever the group, and
+// its loops test the rank count on every unrolled iteration; one sized for the group does not
+// (fewer registers, no idle iterations). Only the schedules that small groups run on their
+// latency-bound path get them (one-shot, one-shot pull, two-shot, two-shot LL): each variant adds
+// a kernel per datatype to the binary.
+template <class Schedule, bool kSmallGroups = false>
 KernelSet makeKernelSet() {
   auto k = [](auto* fn) { return reinterpret_cast<const void*>(fn); };
-  return KernelSet{{{k(&allReduceKernel<Schedule, float, 8>), k(&allReduceKernel<Schedule, float, 16>)},
-                    {k(&allReduceKernel<Schedule, F16Tag, 8>), k(&allReduceKernel<Schedule, F16Tag, 16>)},
-                    {k(&allReduceKernel<Schedule, Bf16Tag, 8>), k(&allReduceKernel<Schedule, Bf16Tag, 16>)}}};
+  constexpr int kTwo = kSmallGroups ? 2 : 8;
+  constexpr int kFour = kSmallGroups ? 4 : 8;
+  return KernelSet{{{k(&allReduceKernel<Schedule, float, 8>), k(&allReduceKernel<Schedule, float, 16>),
+                     k(&allReduceKernel<Schedule, float, kTwo>), k(&allReduceKernel<Schedule, float, kFour>)},
+                    {k(&allReduceKernel<Schedule, F16Tag, 8>), k(&allReduceKernel<Schedule, F16Tag, 16>),
+                     k(&allReduceKernel<Schedule, F16Tag, kTwo>), k(&allReduceKernel<Schedule, F16Tag, kFour>)},
+                    {k(&allReduceKernel<Schedule, Bf16Tag, 8>), k(&allReduceKernel<Schedule, Bf16Tag, 16>),
+                     k(&allReduceKernel<Schedule, Bf16Tag, kTwo>), k(&allReduceKernel<Schedule, Bf16Tag, kFour>)}}};
 }
 
 // The kernel of every fused variant: as allReduceKernel, with the work after the all-reduce in
@@ -209,9 +220,12 @@ __global__ void __launch_bounds__(kMaxThreads, 1)
 template <class Schedule>
 KernelSet makeNormKernelSet() {
   auto k = [](auto* fn) { return reinterpret_cast<const void*>(fn); };
-  return KernelSet{{{k(&normKernel<Schedule, float, 8>), k(&normKernel<Schedule, float, 16>)},
-                    {k(&normKernel<Schedule, F16Tag, 8>), k(&normKernel<Schedule, F16Tag, 16>)},
-                    {k(&normKernel<Schedule, Bf16Tag, 8>), k(&normKernel<Schedule, Bf16Tag, 16>)}}};
+  return KernelSet{{{k(&normKernel<Schedule, float, 8>), k(&normKernel<Schedule, float, 16>),
+                     k(&normKernel<Schedule, float, 8>), k(&normKernel<Schedule, float, 8>)},
+                    {k(&normKernel<Schedule, F16Tag, 8>), k(&normKernel<Schedule, F16Tag, 16>),
+                     k(&normKernel<Schedule, F16Tag, 8>), k(&normKernel<Schedule, F16Tag, 8>)},
+                    {k(&normKernel<Schedule, Bf16Tag, 8>), k(&normKernel<Schedule, Bf16Tag, 16>),
+                     k(&normKernel<Schedule, Bf16Tag, 8>), k(&normKernel<Schedule, Bf16Tag, 8>)}}};
 }
 
 }  // namespace kernels
