@@ -380,6 +380,7 @@ tparResult_t applyTopology(tparComm* comm, const Topology& topo) {
     }
     setError(tparSuccess, "%s", saved.c_str());
   }
+  refreshCallLimits(comm);  // NOTE [fused limits cached]
   return tparSuccess;
 }
 
@@ -399,6 +400,7 @@ int64_t oneShotMaxBytesOf(const tparComm* comm) { return comm->cfg.one_shot_max_
 void usePlan(tparComm* comm, const Plan& plan) {
   comm->tuning = singlePlanTable(comm->tuner_ctx, plan);
   comm->has_tuning = true;
+  refreshCallLimits(comm);  // NOTE [fused limits cached]
 }
 
 void prepareCalls(tparComm* comm) {
@@ -419,6 +421,12 @@ void prepareCalls(tparComm* comm) {
   args.hier_island = comm->hier_island;
   args.hier_pos = comm->hier_pos;
   for (int r = 0; r < comm->nranks; ++r) args.hier_rank[r] = comm->hier_rank[r];
+  refreshCallLimits(comm);  // NOTE [fused limits cached]
+}
+
+void refreshCallLimits(tparComm* comm) {
+  for (int d = 0; d < tparNumDataTypes; ++d)
+    comm->fused_one_kernel_limit[d] = fusedOneShotLimit(comm, static_cast<tparDataType_t>(d));
 }
 
 namespace {
@@ -562,9 +570,14 @@ uint64_t fusedOneShotLimit(const tparComm* comm, tparDataType_t dtype) {
   // outweighs one-shot's extra traffic well beyond the plain call's limit. Measured with each
   // path forced on one H200, virtual ranks (docs/FUSED.md, "Where the norm happens"): one
   // kernel ahead up to 512 KiB at 2 and 4 ranks, up to 128 KiB at 8; behind at 896 KiB
-  // (2, 4) and 512 KiB (8). Unmeasured group sizes take four times the plain limit.
+  // (2, 4) and 512 KiB (8). Unmeasured group sizes take four times the plain limit. A table or
+  // TPAR_ONESHOT_MAX_BYTES may carry the plain one-shot further, and the one kernel follows;
+  // the built-in plain limit of two ranks on one GPU (1 MiB, NOTE [small calls of ranks on one
+  // GPU]) is the plain kernel's, sized for two ranks, which the fused kernels are not, so
+  // without either the measured limit holds.
   const int n = comm->nranks;
   const uint64_t measured = n <= 4 ? 512u << 10 : n <= 8 ? 128u << 10 : plain * 4;
+  if (n <= 8 && !comm->has_tuning && comm->cfg.one_shot_max_bytes < 0) return measured;
   return std::max(plain, measured);
 }
 
@@ -663,7 +676,7 @@ tparResult_t allReduceAddRmsNorm(tparComm* comm, const void* input,
   // composite path). A launch holds the scatter's n chunks of whole rows and the gathers of r
   // and y: 3 n chunks in one parity's area.
   const uint64_t bytes = uint64_t(tokens) * row_bytes;
-  const uint64_t one_kernel_limit = fusedOneShotLimit(comm, dtype);
+  const uint64_t one_kernel_limit = comm->fused_one_kernel_limit[dtype];  // NOTE [fused limits cached]
   const bool above = bytes > one_kernel_limit;
   const uint64_t n = static_cast<uint64_t>(comm->nranks);
   const uint64_t two_shot_rows = n * (comm->layout.data_bytes / (3 * n * row_bytes));

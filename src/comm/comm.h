@@ -46,6 +46,8 @@ struct tparComm {
   tpar::TunerContext tuner_ctx;
   tpar::TuningTable tuning;
   bool has_tuning = false;
+  // Per datatype, fusedOneShotLimit of the current plans (NOTE [fused limits cached]).
+  uint64_t fused_one_kernel_limit[tparNumDataTypes] = {};
   // Hierarchical algorithm: k islands of m ranks, set when the islands are all the same size
   // (whether it runs is the tuner's decision: TunerContext::hierarchical_ok, fallbackReason).
   int hier_k = 1, hier_m = 1, hier_island = 0, hier_pos = 0;
@@ -162,6 +164,15 @@ constexpr uint64_t kFusedScratchBytes = 2u << 20;
 // in GPU memory the measured crossover per group size, at least the plain call's one-shot
 // limit; with a forced algorithm or in host memory the plain call's limit).
 uint64_t fusedOneShotLimit(const tparComm* comm, tparDataType_t dtype);
+
+// NOTE [fused limits cached]
+// fusedOneShotLimit walks the tuner's boundaries (oneShotLimit: a plan per boundary), too much
+// for every fused call; the limits only change with what decides the plans: the tuner's
+// context, the tuning table, the configuration. So each communicator keeps them per datatype
+// (tparComm::fused_one_kernel_limit), computed by refreshCallLimits wherever those change:
+// prepareCalls (both init paths end with it), applyTopology after the table is read, usePlan
+// and attaching or detaching NCCL. Code that changes one of them later must call it again.
+void refreshCallLimits(tparComm* comm);
 
 // TPAR_FUSED_TWOSHOT, in the order of its choices.
 enum class FusedTwoShot : int { kAuto = 0, kOff = 1, kOn = 2 };

@@ -194,6 +194,7 @@ tparResult_t attachNcclComm(tparComm* comm, void* nccl_comm) {
   if (nccl_comm == nullptr) {
     comm->nccl.comm = nullptr;
     comm->tuner_ctx.nccl = false;
+    refreshCallLimits(comm);  // NOTE [fused limits cached]
     return tparSuccess;
   }
   std::string why;
@@ -249,6 +250,7 @@ tparResult_t attachNcclComm(tparComm* comm, void* nccl_comm) {
   comm->nccl.lib = lib;
   comm->nccl.comm = nc;
   comm->tuner_ctx.nccl = true;
+  refreshCallLimits(comm);  // NOTE [fused limits cached]
   TPAR_INFO(kLogNccl, "rank %d: NCCL %s (%s) attached", comm->rank,
             ncclVersionString(lib->version).c_str(), lib->path.c_str());
   return tparSuccess;

@@ -48,11 +48,14 @@ constexpr uint64_t kHostLLMaxBytes = 32u << 10;
 // only above the second size (one-shot pull below it).
 constexpr uint64_t kSharedHostSmallMaxBytes = 12u << 10;
 constexpr uint64_t kSharedHostPairPullMaxBytes = 8u << 10;
+// Above the small calls (NOTE [two-shot LL on a shared GPU]): eight or more ranks sharing a GPU
+// run two-shot LL up to this size only, the pipelined two-shot above it.
+constexpr uint64_t kSharedHostWideLLMaxBytes = 16u << 10;
 
-// Every rank on one GPU, in its memory (NOTE [small calls of ranks on one GPU]): one-shot pull
-// up to the first size, then for two ranks the push one-shot up to the second.
+// Every rank on one GPU, in its memory (NOTE [small calls of ranks on one GPU]): from 3 ranks
+// one-shot pull up to the first size; two ranks the push one-shot up to the second.
 constexpr uint64_t kOneGpuPullMaxBytes = 128u << 10;
-constexpr uint64_t kOneGpuPairOneShotMaxBytes = 512u << 10;
+constexpr uint64_t kOneGpuPairOneShotMaxBytes = 1u << 20;
 
 // Ranks sharing a GPU, in its memory: one-shot up to this size runs 32 of the wider grid's
 // blocks (NOTE [wide grid for shared GPUs]); at 112 KiB 32 and 64 blocks tied. Where every
@@ -337,38 +340,46 @@ Plan defaultPlan(uint64_t bytes, tparDataType_t dtype, const TunerContext& ctx,
       p.threads = one_shot ? 512 : 256;
       return p;
     }
+    // NOTE [two-shot LL on a shared GPU]
+    // Ranks sharing a GPU, past the small calls: two-shot LL sends every byte twice (data and
+    // epoch in one line), over the one link all of them share. Two ranks ran the one-shot pull
+    // ahead of it at 32 KiB in three timed runs, and 8 ranks the pipelined two-shot (the compare
+    // rows of docs/PERFORMANCE.md, "Kernels sized for small groups"); two-shot LL stays the
+    // choice of 3 to 7 ranks (4 ranks: ahead of both at 32 KiB), and up to 16 KiB at 8 ranks,
+    // where it was ahead (LL at 12 and 16 KiB against the pipelined two-shot at 12 KiB, which
+    // only grows with the size; between 16 and 32 KiB nothing was timed). One rank per GPU
+    // keeps the defaults of the lines below; TPAR_ONESHOT_MAX_BYTES turns the rule off.
+    const bool shared = ctx.ranks_per_gpu > 1 && one_shot_max_bytes < 0;
     const uint64_t limit = one_shot_max_bytes >= 0 ? static_cast<uint64_t>(one_shot_max_bytes)
-                           : n <= 2                ? kHostOneShotPullMaxBytes
-                                                   : 0;
-    p.algo = bytes <= limit || n <= 1   ? kernels::Algo::kOneShotPull
-             : bytes <= kHostLLMaxBytes ? kernels::Algo::kTwoShotLL
-                                        : kernels::Algo::kPipelined;
+                           : n <= 2 ? (shared ? kHostLLMaxBytes : kHostOneShotPullMaxBytes)
+                                    : 0;
+    const uint64_t ll_max = shared && n >= 8 ? kSharedHostWideLLMaxBytes : kHostLLMaxBytes;
+    p.algo = bytes <= limit || n <= 1 ? kernels::Algo::kOneShotPull
+             : bytes <= ll_max        ? kernels::Algo::kTwoShotLL
+                                      : kernels::Algo::kPipelined;
     return hostShape(p, bytes, ctx);
   }
   // NOTE [small calls of ranks on one GPU]
   // Every rank on one GPU, exchanging in its memory (up to 8 ranks): the peers' data is in the
   // same L2 and HBM, so reading it (one-shot pull, each rank publishes its input once) costs no
   // more than having it pushed, and saves the sentinel resets. `tpar tune --transport p2p` on
-  // one H200 chose one-shot pull at 12 and 112 KiB with 2, 4 and 8 ranks, ahead of the push
-  // kernels' defaults in the same run, and two-shot again at 384 KiB for 4 and 8; two
-  // ranks ran the push one-shot ahead of two-shot at 384 KiB in two sessions and tied at 1 MiB
-  // (docs/PERFORMANCE.md, "Small calls of ranks on one GPU"). The sizes between were not
-  // measured. Groups across GPUs never take it: there a pull is a read over the link, each a
-  // round trip. TPAR_ONESHOT_MAX_BYTES turns it off.
-  const bool one_gpu = ctx.ranks_per_gpu >= ctx.nranks && ctx.nranks >= 2 && ctx.nranks <= 8;
-  if (one_gpu && one_shot_max_bytes < 0) {
-    if (bytes <= kOneGpuPullMaxBytes) {
-      p.algo = kernels::Algo::kOneShotPull;
-      return p;
-    }
-    if (ctx.nranks == 2 && bytes <= kOneGpuPairOneShotMaxBytes) {
-      p.algo = kernels::Algo::kOneShot;
-      return p;
-    }
+  // one H200 chose one-shot pull at 12 and 112 KiB with 3 to 8 ranks, ahead of the push
+  // kernels' defaults in the same run, and two-shot again at 384 KiB for 4 and 8
+  // (docs/PERFORMANCE.md, "Small calls of ranks on one GPU"). Two ranks, whose kernels are
+  // sized for two (makeKernelSet), run the push one-shot as fast as the pull or faster up to
+  // 128 KiB and ahead of two-shot up to 1 MiB, behind it at 4 MiB (same document, "Kernels
+  // sized for small groups"); between 1 and 4 MiB nothing was timed. Groups across GPUs never
+  // take the rule: there a pull is a read over the link, each a round trip.
+  // TPAR_ONESHOT_MAX_BYTES turns it off.
+  const bool one_gpu = ctx.ranks_per_gpu >= ctx.nranks && ctx.nranks >= 2 && ctx.nranks <= 8 &&
+                       one_shot_max_bytes < 0;
+  if (one_gpu && ctx.nranks > 2 && bytes <= kOneGpuPullMaxBytes) {
+    p.algo = kernels::Algo::kOneShotPull;
+    return p;
   }
-  const uint64_t one_shot_limit = one_shot_max_bytes >= 0
-                                      ? static_cast<uint64_t>(one_shot_max_bytes)
-                                      : defaultOneShotMaxBytes(ctx.nranks);
+  const uint64_t one_shot_limit = one_shot_max_bytes >= 0 ? static_cast<uint64_t>(one_shot_max_bytes)
+                                  : one_gpu && ctx.nranks == 2 ? kOneGpuPairOneShotMaxBytes
+                                                               : defaultOneShotMaxBytes(ctx.nranks);
   // Small messages are latency-bound: one crossing beats two even though it moves (n-1)x the
   // bytes. One rank has nothing to exchange either way.
   if (bytes <= one_shot_limit || ctx.nranks <= 1) {
@@ -431,8 +442,9 @@ std::vector<uint64_t> defaultPlanBoundaries(const TunerContext& ctx, int64_t one
   // Every size after which defaultPlan may pick another algorithm (keep in step with it).
   std::vector<uint64_t> b = {kStagedMaxBytes,          kHostOneShotPullMaxBytes,
                              kHostLLMaxBytes,          kSharedHostSmallMaxBytes,
-                             kSharedHostPairPullMaxBytes, kOneGpuPullMaxBytes,
-                             kOneGpuPairOneShotMaxBytes, defaultOneShotMaxBytes(ctx.nranks)};
+                             kSharedHostPairPullMaxBytes, kSharedHostWideLLMaxBytes,
+                             kOneGpuPullMaxBytes,      kOneGpuPairOneShotMaxBytes,
+                             defaultOneShotMaxBytes(ctx.nranks)};
   if (one_shot_max_bytes >= 0) b.push_back(static_cast<uint64_t>(one_shot_max_bytes));
   return b;
 }

@@ -132,18 +132,18 @@ class WorkedExampleBuilds(unittest.TestCase):
         self.assertEqual(0, r.returncode, r.stderr[-3000:])
         # The other algorithms' kernel sets, as weak stand-ins: the example's own is the real one.
         stub = os.path.join(self.dir, "stub.cc")
+        # Every datatype's four group-size variants (kernels/launch.h, KernelSet).
+        FAKE = "{{" + ", ".join(["{&fake, &fake, &fake, &fake}"] * 3) + "}}"
         with open(stub, "w") as f:
             f.write('#include "kernels/launch.h"\nnamespace tpar { namespace kernels {\n'
-                    'static char fake;\n#define S(K, p, n, a, set) extern const KernelSet set '
-                    '__attribute__((weak)) = {{{&fake, &fake}, {&fake, &fake}, {&fake, &fake}}};\n'
-                    '#define F(K, p, n, set) extern const KernelSet set __attribute__((weak)) = '
-                    '{{{&fake, &fake}, {&fake, &fake}, {&fake, &fake}}};\n'
-                    '#define W(K, p, n, w, set) extern const KernelSet set __attribute__((weak)) = '
-                    '{{{&fake, &fake}, {&fake, &fake}, {&fake, &fake}}};\n'
+                    'static char fake;\n'
+                    '#define S(K, p, n, a, set) extern const KernelSet set __attribute__((weak)) = %s;\n'
+                    '#define F(K, p, n, set) extern const KernelSet set __attribute__((weak)) = %s;\n'
+                    '#define W(K, p, n, w, set) extern const KernelSet set __attribute__((weak)) = %s;\n'
                     'TPAR_KERNEL_ALGORITHMS(S)\nTPAR_FUSED_ALGORITHMS(F)\nTPAR_WIRE_ALGORITHMS(W)\n'
                     # The fused call's norm kernel (composite path), not a line of the list.
-                    'extern const KernelSet addRmsNormKernels __attribute__((weak)) = '
-                    '{{{&fake, &fake}, {&fake, &fake}, {&fake, &fake}}};\n}}\n')
+                    'extern const KernelSet addRmsNormKernels __attribute__((weak)) = %s;\n}}\n'
+                    % (FAKE, FAKE, FAKE, FAKE))
         exe = os.path.join(self.dir, "check")
         r = self.cxx("-DEXAMPLE_KEY=" + ids["key"], "-DEXAMPLE_PUB=" + ids["pub"],
                      '-DEXAMPLE_NAME="%s"' % ids["name"], "-DEXAMPLE_SET=" + ids["set"],

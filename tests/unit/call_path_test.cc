@@ -3,12 +3,14 @@
 // tparCommSelectAlgorithmForType answers the plan a call takes. No GPU: communicator objects
 // that never saw one.
 #include <memory>
+#include <random>
 #include <string>
 #include <thread>
 
 #include <gtest/gtest.h>
 
 #include "comm/comm.h"
+#include "comm/comm_access.h"
 #include "registry/launcher.h"
 #include "base/log.h"
 #include "tuner/tuner.h"
@@ -256,6 +258,46 @@ TEST(FusedPaths, OneKernelLimitFollowsTheGroupSizeAndTheSetting) {
   host.comm->host_transport = true;
   prepareCalls(host.comm.get());
   EXPECT_EQ(defaultOneShotMaxBytes(8), fusedOneShotLimit(host.comm.get(), tparBfloat16));
+}
+
+// Two ranks on one GPU: the plain call's push one-shot reaches 1 MiB (NOTE [small calls of ranks
+// on one GPU]), with kernels sized for two ranks that the fused call does not have; its one
+// kernel keeps the measured 512 KiB unless a table or TPAR_ONESHOT_MAX_BYTES says more.
+TEST(FusedPaths, TwoRanksOnOneGpuKeepTheMeasuredOneKernelLimit) {
+  Fake f(2);
+  ASSERT_EQ(tparSuccess, applyTopology(f.comm.get(), flatTopology(2, LinkClass::kSameDevice)));
+  ASSERT_EQ(2, f.comm->tuner_ctx.ranks_per_gpu);
+  EXPECT_EQ(1u << 20, oneShotLimit(tparBfloat16, f.comm->tuner_ctx, nullptr, tparAlgoAuto, -1));
+  EXPECT_EQ(512u << 10, fusedOneShotLimit(f.comm.get(), tparBfloat16));
+  f.comm->cfg.one_shot_max_bytes = 2 << 20;
+  EXPECT_EQ(2u << 20, fusedOneShotLimit(f.comm.get(), tparBfloat16));
+}
+
+// NOTE [fused limits cached]: every change of what decides the plans refreshes the cached
+// limits, per datatype, to what fusedOneShotLimit computes then.
+TEST(FusedPaths, CachedLimitsFollowTopologyPlanAndSettings) {
+  Fake f(4);
+  auto expectCurrent = [&](const char* when) {
+    for (int d = 0; d < tparNumDataTypes; ++d) {
+      const auto dt = static_cast<tparDataType_t>(d);
+      EXPECT_EQ(fusedOneShotLimit(f.comm.get(), dt), f.comm->fused_one_kernel_limit[d]) << when << d;
+      EXPECT_NE(0u, f.comm->fused_one_kernel_limit[d]) << when << d;
+    }
+  };
+  expectCurrent("after applyTopology ");
+  const uint64_t before = f.comm->fused_one_kernel_limit[tparBfloat16];
+  // A plan set by hand (tparCommSetPlan's path): one-shot everywhere moves the plain limit.
+  Plan one_shot;
+  one_shot.algo = kernels::Algo::kOneShot;
+  usePlan(f.comm.get(), one_shot);
+  expectCurrent("after usePlan ");
+  EXPECT_NE(before, f.comm->fused_one_kernel_limit[tparBfloat16]);
+  // A setting changed, then the template rebuilt.
+  f.comm->cfg.fused_one_shot_max_bytes = 4096 + 16 * static_cast<int64_t>(std::random_device{}() % 256);
+  prepareCalls(f.comm.get());
+  expectCurrent("after prepareCalls ");
+  EXPECT_EQ(static_cast<uint64_t>(f.comm->cfg.fused_one_shot_max_bytes),
+            f.comm->fused_one_kernel_limit[tparFloat16]);
 }
 
 TEST(FusedPaths, TwoShotTakesTheMeasuredWindowsAndTheSettingOverrides) {

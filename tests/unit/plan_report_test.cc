@@ -120,8 +120,11 @@ TEST(OneShotLimit, GpuMemoryDefaultsAreTheDocumentedValues) {
 }
 
 TEST(OneShotLimit, HostMemoryDefaultsAreNotTheGpuMemoryOnes) {
-  // Two ranks: one-shot pull up to 16 KiB; more ranks: two-shot LL from the first byte.
-  EXPECT_EQ(16 * kK, oneShotLimit(tparBfloat16, context(2, LinkClass::kSameDevice, 1, 2, true, 2),
+  // Two ranks: one-shot pull up to 16 KiB, up to 32 KiB where they share a GPU (NOTE [two-shot
+  // LL on a shared GPU]); more ranks: two-shot LL from the first byte.
+  EXPECT_EQ(32 * kK, oneShotLimit(tparBfloat16, context(2, LinkClass::kSameDevice, 1, 2, true, 2),
+                                  nullptr, tparAlgoAuto, -1));
+  EXPECT_EQ(16 * kK, oneShotLimit(tparBfloat16, context(2, LinkClass::kNoP2P, 1, 2, true, 1),
                                   nullptr, tparAlgoAuto, -1));
   EXPECT_EQ(0u, oneShotLimit(tparBfloat16, context(8, LinkClass::kSameDevice, 1, 8, true, 8),
                              nullptr, tparAlgoAuto, -1));
