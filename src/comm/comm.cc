@@ -421,7 +421,6 @@ void prepareCalls(tparComm* comm) {
   args.hier_island = comm->hier_island;
   args.hier_pos = comm->hier_pos;
   for (int r = 0; r < comm->nranks; ++r) args.hier_rank[r] = comm->hier_rank[r];
-  refreshCallLimits(comm);  // NOTE [fused limits cached]
 }
 
 void refreshCallLimits(tparComm* comm) {

@@ -169,9 +169,10 @@ uint64_t fusedOneShotLimit(const tparComm* comm, tparDataType_t dtype);
 // fusedOneShotLimit walks the tuner's boundaries (oneShotLimit: a plan per boundary), too much
 // for every fused call; the limits only change with what decides the plans: the tuner's
 // context, the tuning table, the configuration. So each communicator keeps them per datatype
-// (tparComm::fused_one_kernel_limit), computed by refreshCallLimits wherever those change:
-// prepareCalls (both init paths end with it), applyTopology after the table is read, usePlan
-// and attaching or detaching NCCL. Code that changes one of them later must call it again.
+// (tparComm::fused_one_kernel_limit), computed by refreshCallLimits wherever those change: at
+// the end of applyTopology (both init paths run it after the configuration is resolved, and it
+// reads the table), usePlan, and attaching or detaching NCCL. Code that changes one of them
+// later must call it again.
 void refreshCallLimits(tparComm* comm);
 
 // TPAR_FUSED_TWOSHOT, in the order of its choices.

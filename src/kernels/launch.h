@@ -172,9 +172,15 @@ struct KernelSet {
   // Per datatype: the 8-rank variant, the 16-rank one, one for exactly 2 ranks and one for 3 or
   // 4 (the 8-rank variant again where a schedule has none).
   const void* fn[tparNumDataTypes][4];
+  static constexpr int variant(int nranks) {
+    return nranks > 8 ? 1 : nranks == 2 ? 2 : nranks <= 4 ? 3 : 0;
+  }
   const void* get(tparDataType_t dtype, int nranks) const {
-    return dtype >= 0 && dtype < tparNumDataTypes ? fn[dtype][nranks > 8 ? 1 : nranks == 2 ? 2 : nranks <= 4 ? 3 : 0]
-                                                  : nullptr;
+    return dtype >= 0 && dtype < tparNumDataTypes ? fn[dtype][variant(nranks)] : nullptr;
+  }
+  // One kernel per datatype for every group size.
+  static constexpr KernelSet uniform(const void* f32, const void* f16, const void* bf16) {
+    return KernelSet{{{f32, f32, f32, f32}, {f16, f16, f16, f16}, {bf16, bf16, bf16, bf16}}};
   }
 };
 

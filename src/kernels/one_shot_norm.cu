@@ -98,20 +98,11 @@ __global__ void __launch_bounds__(kMaxThreads, 1)
 
 extern const KernelSet oneShotNormKernels = makeNormKernelSet<OneShotNorm<SentinelBox, false>>();
 extern const KernelSet oneShotPullNormKernels = makeNormKernelSet<OneShotNorm<LineBox, true>>();
-// One kernel per datatype (no 16-rank variant: nothing here depends on the rank count).
-extern const KernelSet addRmsNormKernels = {
-    {{reinterpret_cast<const void*>(&addRmsNormKernel<float>),
-      reinterpret_cast<const void*>(&addRmsNormKernel<float>),
-      reinterpret_cast<const void*>(&addRmsNormKernel<float>),
-      reinterpret_cast<const void*>(&addRmsNormKernel<float>)},
-     {reinterpret_cast<const void*>(&addRmsNormKernel<F16Tag>),
-      reinterpret_cast<const void*>(&addRmsNormKernel<F16Tag>),
-      reinterpret_cast<const void*>(&addRmsNormKernel<F16Tag>),
-      reinterpret_cast<const void*>(&addRmsNormKernel<F16Tag>)},
-     {reinterpret_cast<const void*>(&addRmsNormKernel<Bf16Tag>),
-      reinterpret_cast<const void*>(&addRmsNormKernel<Bf16Tag>),
-      reinterpret_cast<const void*>(&addRmsNormKernel<Bf16Tag>),
-      reinterpret_cast<const void*>(&addRmsNormKernel<Bf16Tag>)}}};
+// One kernel per datatype for every group size: nothing here depends on the rank count.
+extern const KernelSet addRmsNormKernels =
+    KernelSet::uniform(reinterpret_cast<const void*>(&addRmsNormKernel<float>),
+                       reinterpret_cast<const void*>(&addRmsNormKernel<F16Tag>),
+                       reinterpret_cast<const void*>(&addRmsNormKernel<Bf16Tag>));
 
 }  // namespace kernels
 }  // namespace tpar

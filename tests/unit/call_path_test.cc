@@ -292,10 +292,10 @@ TEST(FusedPaths, CachedLimitsFollowTopologyPlanAndSettings) {
   usePlan(f.comm.get(), one_shot);
   expectCurrent("after usePlan ");
   EXPECT_NE(before, f.comm->fused_one_kernel_limit[tparBfloat16]);
-  // A setting changed, then the template rebuilt.
+  // A setting resolved before the topology is applied (as init does).
   f.comm->cfg.fused_one_shot_max_bytes = 4096 + 16 * static_cast<int64_t>(std::random_device{}() % 256);
-  prepareCalls(f.comm.get());
-  expectCurrent("after prepareCalls ");
+  ASSERT_EQ(tparSuccess, applyTopology(f.comm.get(), flatTopology(4, LinkClass::kSameSwitch)));
+  expectCurrent("after applyTopology again ");
   EXPECT_EQ(static_cast<uint64_t>(f.comm->cfg.fused_one_shot_max_bytes),
             f.comm->fused_one_kernel_limit[tparFloat16]);
 }
