@@ -481,7 +481,7 @@ void prepareAllReduce(const tparComm* comm, size_t count, tparDataType_t dtype, 
   // A wire format's pieces are whole blocks of 32 values, so that every piece encodes the
   // blocks a single launch would (docs/WIRE.md: blocks count from the start of the buffer).
   if (wa != nullptr) c.piece_elems = c.piece_elems / 32 * 32;
-  c.fn = (wa != nullptr ? wa->kernels : algo.kernels)->get(dtype, comm->nranks);
+  c.fn = (wa != nullptr ? wa->kernels : kernelsFor(algo, comm->host_transport))->get(dtype, comm->nranks);
 
   kernels::AllReduceArgs& args = c.args;
   args = comm->call_template;  // NOTE [call template]
@@ -489,8 +489,9 @@ void prepareAllReduce(const tparComm* comm, size_t count, tparDataType_t dtype, 
                            uint64_t(count) ^ shape_hash, comm->nccl.comm != nullptr);
   args.op = op;
   args.active_blocks = c.plan.active_blocks;
-  if (algo.max_blocks > 0 && (args.active_blocks <= 0 || args.active_blocks > algo.max_blocks))
-    args.active_blocks = std::min(comm->max_blocks, algo.max_blocks);
+  const int algo_blocks = maxBlocksFor(algo, comm->host_transport);
+  if (algo_blocks > 0 && (args.active_blocks <= 0 || args.active_blocks > algo_blocks))
+    args.active_blocks = std::min(comm->max_blocks, algo_blocks);
   args.steps = c.plan.steps;
   args.pull = c.plan.pull ? 1 : 0;
 }
@@ -571,7 +572,7 @@ uint64_t fusedOneShotLimit(const tparComm* comm, tparDataType_t dtype) {
   // kernel ahead up to 512 KiB at 2 and 4 ranks, up to 128 KiB at 8; behind at 896 KiB
   // (2, 4) and 512 KiB (8). Unmeasured group sizes take four times the plain limit. A table or
   // TPAR_ONESHOT_MAX_BYTES may carry the plain one-shot further, and the one kernel follows;
-  // the built-in plain limit of two ranks on one GPU (1 MiB, NOTE [small calls of ranks on one
+  // the built-in plain limit of two ranks on one GPU (2 MiB, NOTE [small calls of ranks on one
   // GPU]) is the plain kernel's, sized for two ranks, which the fused kernels are not, so
   // without either the measured limit holds.
   const int n = comm->nranks;

@@ -16,6 +16,8 @@ TPAR_WIRE_ALGORITHMS(TPAR_DECLARE_WIRE_SET_)
 #undef TPAR_DECLARE_KERNEL_SET_
 #undef TPAR_DECLARE_FUSED_SET_
 #undef TPAR_DECLARE_WIRE_SET_
+// One-shot pull's kernels for host regions (src/kernels/one_shot.cu).
+extern const KernelSet oneShotPullHostKernels;
 }  // namespace kernels
 
 namespace {
@@ -87,7 +89,13 @@ constexpr Algorithm row(Algo id, const char* schedule, const char* protocol,
   const int k = static_cast<int>(id);
   return Algorithm{id,          kPubOf[k],    kNameOf[k], schedule,   protocol,
                    direction,   kSetOf[k],    max_bytes,  work_vectors, min_threads,
-                   max_blocks,  min_ranks,    needs_islands, bytes};
+                   max_blocks,  min_ranks,    needs_islands, bytes, nullptr, 0};
+}
+// Row `a` with other kernels, and their block limit, for regions in host memory.
+constexpr Algorithm inHostMemory(Algorithm a, const kernels::KernelSet* k, int max_blocks) {
+  a.host_kernels = k;
+  a.host_max_blocks = max_blocks;
+  return a;
 }
 
 // Write/read models, in units of the message M over all ranks (docs/PERFORMANCE.md). In the
@@ -110,10 +118,13 @@ constexpr Algorithm kTable[] = {
        hierMax,
        islandPeerChunks, 0, 0, 1, true,
        {[](double n) { return 4 * (n - 1); }, [](double n) { return 2 * (n - 1); }, 2}),
-      row(Algo::kOneShotPull, "one-shot", "ll", "pull",
+      // In host memory, from 3 ranks on, its input is published over flag lines, which exist
+      // for the first kLineBlocks blocks (NOTE [one-shot pull over flag lines in host memory]).
+      inHostMemory(row(Algo::kOneShotPull, "one-shot", "ll", "pull",
        oneShotPullMax,
        allVecs, 0, 0, 1, false,
        {[](double n) { return 2 * n; }, [](double n) { return 2 * n * (n - 1); }, 1}),
+       &kernels::oneShotPullHostKernels, WorkspaceLayout::kLineBlocks),
       // Flag lines exist for the first kLineBlocks blocks (NOTE [flag lines]); the three
       // groups of warps need at least 4 warps.
       row(Algo::kTwoShotPull, "two-shot", "flags", "pull",
@@ -239,7 +250,10 @@ const WireAlgorithm* wireAlgorithmOf(Algo plain, tparWire_t wire) {
 const std::vector<const kernels::KernelSet*>& allKernelSets() {
   static const std::vector<const kernels::KernelSet*> sets = [] {
     std::vector<const kernels::KernelSet*> v;
-    for (const Algorithm& a : table()) v.push_back(a.kernels);
+    for (const Algorithm& a : table()) {
+      v.push_back(a.kernels);
+      if (a.host_kernels != nullptr) v.push_back(a.host_kernels);
+    }
     for (const FusedAlgorithm& f : kFused) v.push_back(f.kernels);
     for (const WireAlgorithm& w : wireTable()) v.push_back(w.kernels);
     v.push_back(&kernels::addRmsNormKernels);  // the fused call's composite path

@@ -55,7 +55,21 @@ struct Algorithm {
   int min_ranks;       // fewer ranks: not worth measuring (`tpar tune`)
   bool needs_islands;  // equal-sized islands, more than one (else two-shot runs instead)
   ByteModel bytes;
+  // With the regions in pinned host memory (the host transport), when not null: other kernels
+  // of the same schedule and key, and their block limit (kernelsFor, maxBlocksFor;
+  // NOTE [one-shot pull over flag lines in host memory]).
+  const kernels::KernelSet* host_kernels;
+  int host_max_blocks;
 };
+
+// The kernels row `a` launches, and its most active blocks (0: the communicator's grid), with
+// the regions in host memory (`host`) or in GPU memory.
+inline const kernels::KernelSet* kernelsFor(const Algorithm& a, bool host) {
+  return host && a.host_kernels != nullptr ? a.host_kernels : a.kernels;
+}
+inline int maxBlocksFor(const Algorithm& a, bool host) {
+  return host && a.host_kernels != nullptr ? a.host_max_blocks : a.max_blocks;
+}
 
 // Every algorithm, in the order `tpar tune` measures them.
 const std::vector<Algorithm>& algorithms();

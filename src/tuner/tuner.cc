@@ -55,7 +55,7 @@ constexpr uint64_t kSharedHostWideLLMaxBytes = 16u << 10;
 // Every rank on one GPU, in its memory (NOTE [small calls of ranks on one GPU]): from 3 ranks
 // one-shot pull up to the first size; two ranks the push one-shot up to the second.
 constexpr uint64_t kOneGpuPullMaxBytes = 128u << 10;
-constexpr uint64_t kOneGpuPairOneShotMaxBytes = 1u << 20;
+constexpr uint64_t kOneGpuPairOneShotMaxBytes = 2u << 20;
 
 // Ranks sharing a GPU, in its memory: one-shot up to this size runs 32 of the wider grid's
 // blocks (NOTE [wide grid for shared GPUs]); at 112 KiB 32 and 64 blocks tied. Where every
@@ -344,15 +344,20 @@ Plan defaultPlan(uint64_t bytes, tparDataType_t dtype, const TunerContext& ctx,
     // Ranks sharing a GPU, past the small calls: two-shot LL sends every byte twice (data and
     // epoch in one line), over the one link all of them share. Two ranks ran the one-shot pull
     // ahead of it at 32 KiB in three timed runs, and 8 ranks the pipelined two-shot (the compare
-    // rows of docs/PERFORMANCE.md, "Kernels sized for small groups"); two-shot LL stays the
-    // choice of 3 to 7 ranks (4 ranks: ahead of both at 32 KiB), and up to 16 KiB at 8 ranks,
-    // where it was ahead (LL at 12 and 16 KiB against the pipelined two-shot at 12 KiB, which
-    // only grows with the size; between 16 and 32 KiB nothing was timed). One rank per GPU
-    // keeps the defaults of the lines below; TPAR_ONESHOT_MAX_BYTES turns the rule off.
+    // rows of docs/PERFORMANCE.md, "Kernels sized for small groups"). With 4 ranks the pull
+    // over flag lines (NOTE [one-shot pull over flag lines in host memory]) was ahead of
+    // two-shot LL from 16 to 32 KiB in three rounds, and behind the pipelined two-shot at
+    // 48 KiB (same document, "One-shot pull over flag lines, and the small-group defaults
+    // run"), so up to 4 ranks pull to 32 KiB (3 ranks, which share the 4-rank kernels, were not
+    // timed); 5 to 7 ranks keep two-shot LL, and 8 or more take it up to 16 KiB only (ahead of
+    // the pipelined two-shot at 12 and 16 KiB in two runs, even with it from 20 to 40 KiB).
+    // One rank per GPU keeps the defaults of the lines below; TPAR_ONESHOT_MAX_BYTES turns the
+    // rule off.
     const bool shared = ctx.ranks_per_gpu > 1 && one_shot_max_bytes < 0;
     const uint64_t limit = one_shot_max_bytes >= 0 ? static_cast<uint64_t>(one_shot_max_bytes)
-                           : n <= 2 ? (shared ? kHostLLMaxBytes : kHostOneShotPullMaxBytes)
-                                    : 0;
+                           : shared && n <= 4      ? kHostLLMaxBytes
+                           : n <= 2                ? kHostOneShotPullMaxBytes
+                                                   : 0;
     const uint64_t ll_max = shared && n >= 8 ? kSharedHostWideLLMaxBytes : kHostLLMaxBytes;
     p.algo = bytes <= limit || n <= 1 ? kernels::Algo::kOneShotPull
              : bytes <= ll_max        ? kernels::Algo::kTwoShotLL
@@ -367,9 +372,10 @@ Plan defaultPlan(uint64_t bytes, tparDataType_t dtype, const TunerContext& ctx,
   // kernels' defaults in the same run, and two-shot again at 384 KiB for 4 and 8
   // (docs/PERFORMANCE.md, "Small calls of ranks on one GPU"). Two ranks, whose kernels are
   // sized for two (makeKernelSet), run the push one-shot as fast as the pull or faster up to
-  // 128 KiB and ahead of two-shot up to 1 MiB, behind it at 4 MiB (same document, "Kernels
-  // sized for small groups"); between 1 and 4 MiB nothing was timed. Groups across GPUs never
-  // take the rule: there a pull is a read over the link, each a round trip.
+  // 128 KiB and ahead of two-shot up to 2 MiB (in two runs), even with it at 4 MiB (same
+  // document, "Kernels sized for small groups" and "One-shot pull over flag lines, and the
+  // small-group defaults run"). Groups across GPUs never take the rule: there a pull is a read
+  // over the link, each a round trip.
   // TPAR_ONESHOT_MAX_BYTES turns it off.
   const bool one_gpu = ctx.ranks_per_gpu >= ctx.nranks && ctx.nranks >= 2 && ctx.nranks <= 8 &&
                        one_shot_max_bytes < 0;

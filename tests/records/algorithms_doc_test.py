@@ -142,8 +142,10 @@ class WorkedExampleBuilds(unittest.TestCase):
                     '#define W(K, p, n, w, set) extern const KernelSet set __attribute__((weak)) = %s;\n'
                     'TPAR_KERNEL_ALGORITHMS(S)\nTPAR_FUSED_ALGORITHMS(F)\nTPAR_WIRE_ALGORITHMS(W)\n'
                     # The fused call's norm kernel (composite path), not a line of the list.
-                    'extern const KernelSet addRmsNormKernels __attribute__((weak)) = %s;\n}}\n'
-                    % (FAKE, FAKE, FAKE, FAKE))
+                    'extern const KernelSet addRmsNormKernels __attribute__((weak)) = %s;\n'
+                    # A row's kernels for host regions (Algorithm::host_kernels).
+                    'extern const KernelSet oneShotPullHostKernels __attribute__((weak)) = %s;\n}}\n'
+                    % (FAKE, FAKE, FAKE, FAKE, FAKE))
         exe = os.path.join(self.dir, "check")
         r = self.cxx("-DEXAMPLE_KEY=" + ids["key"], "-DEXAMPLE_PUB=" + ids["pub"],
                      '-DEXAMPLE_NAME="%s"' % ids["name"], "-DEXAMPLE_SET=" + ids["set"],

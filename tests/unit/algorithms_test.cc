@@ -94,6 +94,32 @@ TEST(AlgorithmRegistry, RowsNameScheduleProtocolDirectionAndEveryKernel) {
       for (int n : {1, 2, 3, 4, 5, 8, 9, 16})
         EXPECT_NE(nullptr, a.kernels->get(static_cast<tparDataType_t>(d), n)) << a.name << " " << n;
     EXPECT_EQ(nullptr, a.kernels->get(static_cast<tparDataType_t>(tparNumDataTypes), 2));
+    // Other kernels for host regions, where a row has them: their own set, every group size.
+    EXPECT_EQ(a.kernels, kernelsFor(a, false)) << a.name;
+    EXPECT_EQ(a.max_blocks, maxBlocksFor(a, false)) << a.name;
+    if (a.host_kernels == nullptr) {
+      EXPECT_EQ(a.kernels, kernelsFor(a, true)) << a.name;
+      EXPECT_EQ(a.max_blocks, maxBlocksFor(a, true)) << a.name;
+      continue;
+    }
+    EXPECT_EQ(a.host_kernels, kernelsFor(a, true)) << a.name;
+    EXPECT_EQ(a.host_max_blocks, maxBlocksFor(a, true)) << a.name;
+    EXPECT_TRUE(sets.insert(a.host_kernels).second) << a.name << "'s host kernels are shared";
+    for (int d = 0; d < tparNumDataTypes; ++d)
+      for (int n : {1, 2, 3, 4, 5, 8, 9, 16})
+        EXPECT_NE(nullptr, a.host_kernels->get(static_cast<tparDataType_t>(d), n)) << a.name << " " << n;
+  }
+  // One-shot pull reads flag lines in host memory from 3 ranks on (NOTE [one-shot pull over
+  // flag lines in host memory]): other kernels there than in GPU memory, but the same 2-rank
+  // kernel, and at most the flag lines' blocks.
+  const Algorithm& pull = algorithm(kernels::Algo::kOneShotPull);
+  ASSERT_NE(nullptr, pull.host_kernels);
+  EXPECT_EQ(kernels::WorkspaceLayout::kLineBlocks, maxBlocksFor(pull, true));
+  EXPECT_EQ(0, maxBlocksFor(pull, false));
+  for (int d = 0; d < tparNumDataTypes; ++d) {
+    const auto dt = static_cast<tparDataType_t>(d);
+    EXPECT_EQ(pull.kernels->get(dt, 2), pull.host_kernels->get(dt, 2)) << d;
+    for (int n : {3, 4, 8, 16}) EXPECT_NE(pull.kernels->get(dt, n), pull.host_kernels->get(dt, n)) << d << " " << n;
   }
   // And the fused variants' (base/algorithm_list.h), each behind its plain algorithm.
   size_t fused = 0;
@@ -151,6 +177,7 @@ TEST(AlgorithmRegistry, LimitsAndModelsAreUsableForEveryGroupSize) {
       EXPECT_GE(a.bytes.rounds, 1) << a.name;
     }
     if (a.max_blocks > 0) EXPECT_LE(a.max_blocks, kernels::WorkspaceLayout::kLineBlocks);
+    if (maxBlocksFor(a, true) > 0) EXPECT_LE(maxBlocksFor(a, true), kernels::WorkspaceLayout::kLineBlocks);
     if (a.min_threads > 0) EXPECT_GE(a.min_threads, 128) << "groups of whole warps";
   }
   EXPECT_EQ(4u, elementBytes(tparFloat32));

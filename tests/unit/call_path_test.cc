@@ -120,6 +120,42 @@ TEST(CallTemplate, PlanFollowsATuningTableOrForcedAlgorithmSetAfterInit) {
   EXPECT_EQ(Algo::kOneShot, f.call(count).plan.algo);
 }
 
+// NOTE [one-shot pull over flag lines in host memory]: a one-shot pull call launches the row's
+// host kernels when the regions are in host memory, from 3 ranks on with at most the flag
+// lines' blocks whatever its plan asks; in GPU memory, and at 2 ranks, the epoch-line kernels.
+TEST(CallTemplate, OneShotPullTakesTheHostKernelsInHostMemory) {
+  std::mt19937 rng(std::random_device{}());
+  for (int n : {2, 3, 4, 8}) {
+    for (bool host : {false, true}) {
+      Fake f(n);
+      tparComm* c = f.comm.get();
+      c->host_transport = host;
+      c->layout = kernels::WorkspaceLayout::forMaxBytes(c->cfg.max_bytes_per_call, host);
+      c->max_blocks = 128;
+      ASSERT_EQ(tparSuccess, applyTopology(c, flatTopology(n, LinkClass::kSameSwitch)));
+      const int asked = 65 + static_cast<int>(rng() % 60);  // above the flag lines' 64
+      Plan pull;
+      pull.algo = Algo::kOneShotPull;
+      pull.active_blocks = asked;
+      TuningTable t;
+      t.signature = c->tuner_ctx.signature;
+      t.nranks = n;
+      t.entries = {{1u << 30, tparBfloat16, pull, 0}};
+      c->tuning = t;
+      c->has_tuning = true;
+      prepareCalls(c);
+      const CallLaunch call = f.call(1000 + rng() % 5000);
+      ASSERT_EQ(Algo::kOneShotPull, call.plan.algo) << n << " " << host;
+      const Algorithm& row = algorithm(Algo::kOneShotPull);
+      const kernels::KernelSet* want = host ? row.host_kernels : row.kernels;
+      EXPECT_EQ(want->get(tparBfloat16, n), call.fn) << n << " ranks, host " << host;
+      EXPECT_EQ(n == 2 || !host, call.fn == row.kernels->get(tparBfloat16, n)) << n << " " << host;
+      EXPECT_EQ(host ? kernels::WorkspaceLayout::kLineBlocks : asked, call.args.active_blocks)
+          << n << " ranks, host " << host;
+    }
+  }
+}
+
 // tparCommSelectAlgorithmForType, on a registered communicator that never saw a GPU: the
 // answer is the plan of the datatype asked about (a tuning table's entries are per datatype),
 // the bfloat16 one is tparCommSelectAlgorithm's, and bad arguments are named.
@@ -260,17 +296,17 @@ TEST(FusedPaths, OneKernelLimitFollowsTheGroupSizeAndTheSetting) {
   EXPECT_EQ(defaultOneShotMaxBytes(8), fusedOneShotLimit(host.comm.get(), tparBfloat16));
 }
 
-// Two ranks on one GPU: the plain call's push one-shot reaches 1 MiB (NOTE [small calls of ranks
+// Two ranks on one GPU: the plain call's push one-shot reaches 2 MiB (NOTE [small calls of ranks
 // on one GPU]), with kernels sized for two ranks that the fused call does not have; its one
 // kernel keeps the measured 512 KiB unless a table or TPAR_ONESHOT_MAX_BYTES says more.
 TEST(FusedPaths, TwoRanksOnOneGpuKeepTheMeasuredOneKernelLimit) {
   Fake f(2);
   ASSERT_EQ(tparSuccess, applyTopology(f.comm.get(), flatTopology(2, LinkClass::kSameDevice)));
   ASSERT_EQ(2, f.comm->tuner_ctx.ranks_per_gpu);
-  EXPECT_EQ(1u << 20, oneShotLimit(tparBfloat16, f.comm->tuner_ctx, nullptr, tparAlgoAuto, -1));
+  EXPECT_EQ(2u << 20, oneShotLimit(tparBfloat16, f.comm->tuner_ctx, nullptr, tparAlgoAuto, -1));
   EXPECT_EQ(512u << 10, fusedOneShotLimit(f.comm.get(), tparBfloat16));
-  f.comm->cfg.one_shot_max_bytes = 2 << 20;
-  EXPECT_EQ(2u << 20, fusedOneShotLimit(f.comm.get(), tparBfloat16));
+  f.comm->cfg.one_shot_max_bytes = 3 << 20;
+  EXPECT_EQ(3u << 20, fusedOneShotLimit(f.comm.get(), tparBfloat16));
 }
 
 // NOTE [fused limits cached]: every change of what decides the plans refreshes the cached

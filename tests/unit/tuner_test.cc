@@ -161,9 +161,9 @@ TEST(TunerDefaults, RanksSharingAGpuRunSmallOneShotsOnThirtyTwoBlocksOfTheWiderG
   }
 }
 
-TEST(TunerDefaults, RanksOnOneGpuPullSmallCallsAndTwoRanksPushOneShotToOneMiB) {
+TEST(TunerDefaults, RanksOnOneGpuPullSmallCallsAndTwoRanksPushOneShotToTwoMiB) {
   // NOTE [small calls of ranks on one GPU]: from 3 ranks one-shot pull up to 128 KiB (its own
-  // shape: every block), then two-shot; two ranks the push one-shot up to 1 MiB (32 blocks of
+  // shape: every block), then two-shot; two ranks the push one-shot up to 2 MiB (32 blocks of
   // the wider grid up to 64 KiB, NOTE [wide grid for shared GPUs]), then two-shot.
   for (int n : {2, 3, 4, 5, 8}) {
     TunerContext ctx = context(n, LinkClass::kSameDevice, 1, true);
@@ -176,14 +176,14 @@ TEST(TunerDefaults, RanksOnOneGpuPullSmallCallsAndTwoRanksPushOneShotToOneMiB) {
       EXPECT_FALSE(p.nccl);
     }
     for (uint64_t bytes : {uint64_t{128} * kK + 16, uint64_t{384} * kK, uint64_t{512} * kK + 16,
-                           uint64_t{1} * kM}) {
+                           uint64_t{1} * kM, uint64_t{1} * kM + 16, uint64_t{2} * kM}) {
       const Plan p = defaultPlan(bytes, tparBfloat16, ctx, -1);
       EXPECT_EQ(n == 2 ? Algo::kOneShot : Algo::kTwoShot, p.algo) << n << " ranks " << bytes;
       EXPECT_EQ(0, p.active_blocks) << n << " ranks " << bytes;
     }
-    EXPECT_EQ(Algo::kTwoShot, defaultPlan(1 * kM + 16, tparBfloat16, ctx, -1).algo) << n;
+    EXPECT_EQ(Algo::kTwoShot, defaultPlan(2 * kM + 16, tparBfloat16, ctx, -1).algo) << n;
     // The one-shot limit the communicator reports follows (oneShotLimit walks the boundaries).
-    EXPECT_EQ(n == 2 ? 1 * kM : 128 * kK,
+    EXPECT_EQ(n == 2 ? 2 * kM : 128 * kK,
               oneShotLimit(tparBfloat16, ctx, nullptr, tparAlgoAuto, -1)) << n;
     // TPAR_ONESHOT_MAX_BYTES turns the rule off.
     EXPECT_EQ(Algo::kOneShot, defaultPlan(4 * kK, tparBfloat16, ctx, 8 * kK).algo) << n;
@@ -972,19 +972,24 @@ TEST(HostDefaults, SmallCallsOfRanksSharingAGpu) {
     }
     const Plan above = defaultPlan((12u << 10) + 16, tparBfloat16, ctx, -1);
     const Plan own = defaultPlan((12u << 10) + 16, tparBfloat16, hostContext(n, 1), -1);
-    EXPECT_EQ(own.algo, above.algo) << n << " ranks";
-    EXPECT_TRUE(above.algo == Algo::kOneShotPull || above.algo == Algo::kTwoShotLL) << n;
-    // NOTE [two-shot LL on a shared GPU]: two ranks keep the pull up to 32 KiB, 8 and more take
-    // two-shot LL up to 16 KiB only, the pipelined two-shot above; 3 to 7 as one rank per GPU.
+    if (n <= 4) {
+      EXPECT_EQ(Algo::kOneShotPull, above.algo) << n << " ranks";
+    } else {
+      EXPECT_EQ(own.algo, above.algo) << n << " ranks";
+      EXPECT_EQ(Algo::kTwoShotLL, above.algo) << n;
+    }
+    // NOTE [two-shot LL on a shared GPU]: up to 4 ranks the pull up to 32 KiB (over flag lines
+    // from 3 ranks on), 8 and more two-shot LL up to 16 KiB only, the pipelined two-shot above;
+    // 5 to 7 as one rank per GPU.
     for (uint64_t bytes : {uint64_t{16} << 10, (uint64_t{16} << 10) + 16, uint64_t{32} << 10,
                            (uint64_t{32} << 10) + 16}) {
       const Algo got = defaultPlan(bytes, tparBfloat16, ctx, -1).algo;
       const Algo want = bytes > (32u << 10) ? Algo::kPipelined
-                        : n == 2            ? Algo::kOneShotPull
+                        : n <= 4            ? Algo::kOneShotPull
                         : n >= 8 && bytes > (16u << 10) ? Algo::kPipelined
                                                         : Algo::kTwoShotLL;
       EXPECT_EQ(want, got) << n << " ranks, " << bytes;
-      if (n > 2 && n < 8) EXPECT_EQ(defaultPlan(bytes, tparBfloat16, hostContext(n, 1), -1).algo, got);
+      if (n > 4 && n < 8) EXPECT_EQ(defaultPlan(bytes, tparBfloat16, hostContext(n, 1), -1).algo, got);
       // TPAR_ONESHOT_MAX_BYTES turns the rule off: the plans of one rank per GPU (with that
       // one-shot limit).
       EXPECT_EQ(defaultPlan(bytes, tparBfloat16, hostContext(n, 1), 8192).algo,
@@ -996,7 +1001,7 @@ TEST(HostDefaults, SmallCallsOfRanksSharingAGpu) {
     EXPECT_EQ(Algo::kTwoShotLL, defaultPlan(4096, tparBfloat16, ctx, 0).algo) << n;
     // The one-shot limit the communicator reports follows (oneShotLimit walks the boundaries).
     const uint64_t limit = oneShotLimit(tparBfloat16, ctx, nullptr, tparAlgoAuto, -1);
-    EXPECT_EQ(n <= 2 ? uint64_t{32} << 10 : n <= 4 ? uint64_t{12} << 10 : 0, limit) << n;
+    EXPECT_EQ(n <= 4 ? uint64_t{32} << 10 : 0, limit) << n;
   }
   // A table still wins over the rule.
   TuningTable t;
@@ -1044,7 +1049,8 @@ TEST(HostDefaults, FewBlocksAndStepsThatGrowWithTheMessage) {
   }
   // Two-shot LL: one block when 8 ranks share the GPU, two otherwise.
   EXPECT_EQ(1, defaultPlan(16 << 10, tparBfloat16, hostContext(8), -1).active_blocks);
-  EXPECT_EQ(2, defaultPlan(16 << 10, tparBfloat16, hostContext(4), -1).active_blocks);
+  EXPECT_EQ(2, defaultPlan(16 << 10, tparBfloat16, hostContext(5), -1).active_blocks);
+  EXPECT_EQ(Algo::kTwoShotLL, defaultPlan(16 << 10, tparBfloat16, hostContext(5), -1).algo);
   EXPECT_EQ(2, defaultPlan(16 << 10, tparBfloat16, hostContext(8, 1), -1).active_blocks);
   EXPECT_EQ(Algo::kTwoShotLL, defaultPlan(16 << 10, tparBfloat16, hostContext(8), -1).algo);
 }

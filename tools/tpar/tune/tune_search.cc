@@ -42,13 +42,14 @@ std::string algorithmExcluded(const tpar::Algorithm& a, const tpar::TunerContext
 
 // Why (blocks, threads) cannot launch algorithm `a` on this group as asked, or "". A shape that
 // would launch as another one (clamped) is excluded rather than measured under a false name.
-std::string shapeExcluded(const tpar::Algorithm& a, int blocks, int threads,
+std::string shapeExcluded(const tpar::Algorithm& a, bool host, int blocks, int threads,
                           const TuneLimits& limits) {
   if (blocks > limits.grid_blocks)
     return "blocks above the communicator's grid of " + std::to_string(limits.grid_blocks) +
            " (TPAR_MAX_BLOCKS raises it, here and where the table is used)";
-  if (a.max_blocks > 0 && blocks > a.max_blocks)
-    return "blocks above the algorithm's " + std::to_string(a.max_blocks) + " (its flag lines)";
+  const int most = tpar::maxBlocksFor(a, host);
+  if (most > 0 && blocks > most)
+    return "blocks above the algorithm's " + std::to_string(most) + " (its flag lines)";
   if (threads > kernels::kMaxThreads)
     return "threads above the kernels' launch bound of " + std::to_string(kernels::kMaxThreads) +
            " (docs/TUNING.md, \"Why threads stop at 512\")";
@@ -89,7 +90,7 @@ TuneCandidates tuneCandidates(const tpar::TunerContext& ctx, const TuneSpace& sp
     const std::vector<bool> pulls = pipelined ? space.pulls : std::vector<bool>{false};
     for (int b : space.blocks) {
       for (int t : space.threads) {
-        const std::string why = shapeExcluded(a, b, t, limits);
+        const std::string why = shapeExcluded(a, ctx.host_transport, b, t, limits);
         for (int s : steps) {
           for (bool pull : pulls) {
             Plan p = base;
