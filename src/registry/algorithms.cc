@@ -104,43 +104,47 @@ constexpr Algorithm kTable[] = {
       row(Algo::kOneShot, "one-shot", "sentinel", "push",
        oneShotMax,
        allVecs, 0, 0, 1, false,
-       {[](double n) { return 2 * n * (n - 1); }, [](double n) { return n * (n - 1); }, 1}),
+       {[](double n) { return 2 * n * (n - 1); }, [](double n) { return n * (n - 1); }, [](int) { return 1; }}),
       row(Algo::kTwoShot, "two-shot", "sentinel", "push",
        twoShotMax,
        peerChunks, 0, 0, 1, false,
-       {[](double n) { return 4 * (n - 1); }, [](double n) { return 2 * (n - 1); }, 2}),
+       {[](double n) { return 4 * (n - 1); }, [](double n) { return 2 * (n - 1); }, [](int) { return 2; }}),
       // With 2 ranks it is two-shot.
       row(Algo::kStaged, "staged", "sentinel", "push",
        twoShotMax,
        oneChunk, 0, 0, 3, false,
-       {[](double n) { return 4 * (n - 1); }, [](double n) { return 2 * (n - 1); }, 2}),
+       {[](double n) { return 4 * (n - 1); }, [](double n) { return 2 * (n - 1); }, [](int) { return 2; }}),
       row(Algo::kHier, "hierarchical", "sentinel", "push",
        hierMax,
        islandPeerChunks, 0, 0, 1, true,
-       {[](double n) { return 4 * (n - 1); }, [](double n) { return 2 * (n - 1); }, 2}),
+       {[](double n) { return 4 * (n - 1); }, [](double n) { return 2 * (n - 1); }, [](int) { return 2; }}),
       // In host memory, from 3 ranks on, its input is published over flag lines, which exist
       // for the first kLineBlocks blocks (NOTE [one-shot pull over flag lines in host memory]).
       inHostMemory(row(Algo::kOneShotPull, "one-shot", "ll", "pull",
        oneShotPullMax,
        allVecs, 0, 0, 1, false,
-       {[](double n) { return 2 * n; }, [](double n) { return 2 * n * (n - 1); }, 1}),
+       // Host regions: epoch lines (2x the bytes, one hand-off) at 2 ranks; from 3 ranks the
+       // flag lines (the input once, a flag's hand-off before the data's).
+       {[](double n) { return n < 3 ? 2 * n : n; },
+        [](double n) { return n < 3 ? 2 * n * (n - 1) : n * (n - 1); },
+        [](int n) { return n < 3 ? 1 : 2; }}),
        &kernels::oneShotPullHostKernels, WorkspaceLayout::kLineBlocks),
       // Flag lines exist for the first kLineBlocks blocks (NOTE [flag lines]); the three
       // groups of warps need at least 4 warps.
       row(Algo::kTwoShotPull, "two-shot", "flags", "pull",
        flagLinesMax,
        peerChunks, kernels::kMinPipelinedThreads, WorkspaceLayout::kLineBlocks, 1, false,
-       {[](double n) { return n; }, [](double n) { return 2 * (n - 1); }, 2}),
+       {[](double n) { return n; }, [](double n) { return 2 * (n - 1); }, [](int) { return 2; }}),
       row(Algo::kTwoShotLL, "two-shot", "ll", "push",
        twoShotLLMax,
        peerChunks, 0, WorkspaceLayout::kLineBlocks, 1, false,
-       {[](double n) { return 4 * (n - 1); }, [](double n) { return 4 * (n - 1); }, 2}),
+       {[](double n) { return 4 * (n - 1); }, [](double n) { return 4 * (n - 1); }, [](int) { return 2; }}),
       // Its host plans publish once (pull): the bytes of two-shot pull. Pushing instead writes
       // 2(n-1) M, which the read side, the larger, already bounds when the link is symmetric.
       row(Algo::kPipelined, "two-shot", "flags", "plan",
        flagLinesMax,
        peerChunks, kernels::kMinPipelinedThreads, WorkspaceLayout::kLineBlocks, 1, false,
-       {[](double n) { return n; }, [](double n) { return 2 * (n - 1); }, 2}),
+       {[](double n) { return n; }, [](double n) { return 2 * (n - 1); }, [](int) { return 2; }}),
 };
 constexpr int kNumRows = sizeof(kTable) / sizeof(kTable[0]);
 

@@ -28,11 +28,12 @@ struct AlgoShape {
 };
 
 // Bytes per call through the busiest link, in units of the message, for n ranks; and the
-// dependent hand-offs (docs/PERFORMANCE.md, "Host-staged transport").
+// dependent hand-offs (docs/PERFORMANCE.md, "Host-staged transport"). The model of the host
+// link: where a row has other kernels for host regions (Algorithm::host_kernels), theirs.
 struct ByteModel {
   double (*write)(double n);
   double (*read)(double n);
-  int rounds;
+  int (*rounds)(int n);
 };
 
 struct Algorithm {

@@ -174,7 +174,7 @@ TEST(AlgorithmRegistry, LimitsAndModelsAreUsableForEveryGroupSize) {
       EXPECT_GE(a.work_vectors(1000, s), 1u) << a.name;
       EXPECT_GT(a.bytes.write(n), 0) << a.name;
       EXPECT_GT(a.bytes.read(n), 0) << a.name;
-      EXPECT_GE(a.bytes.rounds, 1) << a.name;
+      EXPECT_GE(a.bytes.rounds(n), 1) << a.name;
     }
     if (a.max_blocks > 0) EXPECT_LE(a.max_blocks, kernels::WorkspaceLayout::kLineBlocks);
     if (maxBlocksFor(a, true) > 0) EXPECT_LE(maxBlocksFor(a, true), kernels::WorkspaceLayout::kLineBlocks);

@@ -75,7 +75,7 @@ TEST(HostLinkFloor, BytesPerCallFollowTheModelOfEveryAlgorithm) {
     double write_m, read_m;  // in units of the message size, all 8 ranks on one link
     int rounds;
   } cases[] = {
-      {"oneshot-pull", 2 * 8, 2 * 8 * 7, 1},
+      {"oneshot-pull", 8, 8 * 7, 2},  // flag lines from 3 ranks (2 ranks: below)
       {"twoshot-pull", 8, 2 * 7, 2},
       {"pipelined", 8, 2 * 7, 2},
       {"twoshot-ll", 4 * 7, 4 * 7, 2},
@@ -94,6 +94,20 @@ TEST(HostLinkFloor, BytesPerCallFollowTheModelOfEveryAlgorithm) {
     const double want = std::max(c.write_m * kM / (kWrite * 1e3), c.read_m * kM / (kRead * 1e3)) +
                         c.rounds * kRtt;
     EXPECT_DOUBLE_EQ(want, f.us) << c.algo;
+  }
+}
+
+// One-shot pull in host memory: epoch lines at 2 ranks (16-byte lines of 8 payload bytes, one
+// hand-off), flag lines from 3 ranks (the input once, a flag's hand-off and the data's); NOTE
+// [one-shot pull over flag lines in host memory].
+TEST(HostLinkFloor, OneShotPullFollowsItsHostKernels) {
+  for (int n : {2, 3, 4, 8}) {
+    HostLinkFloor f;
+    ASSERT_TRUE(hostLinkFloor("oneshot-pull", kM, n, n, kWrite, kRead, kRtt, &f)) << n;
+    const double lines = n == 2 ? 2.0 : 1.0;
+    EXPECT_DOUBLE_EQ(lines * n * kM, f.write_bytes) << n;
+    EXPECT_DOUBLE_EQ(lines * n * (n - 1) * kM, f.read_bytes) << n;
+    EXPECT_EQ(n == 2 ? 1 : 2, f.rounds) << n;
   }
 }
 

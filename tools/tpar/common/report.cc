@@ -146,7 +146,7 @@ bool hostLinkFloor(const std::string& algo, size_t bytes, int nranks, int ranks_
   const double n = nranks;
   const double w = a->bytes.write(n) * per_byte;
   const double r = a->bytes.read(n) * per_byte;
-  const int rounds = a->bytes.rounds;
+  const int rounds = a->bytes.rounds(nranks);
   // Only the ranks on one GPU share its link.
   const double share = static_cast<double>(std::min(ranks_per_link, nranks)) / n;
   const double m = static_cast<double>(bytes);
