@@ -56,6 +56,11 @@
   W(PipelinedInt8, Pipelined, "pipelined+int8", tparWireInt8, pipelinedInt8Kernels)  \
   W(PipelinedInt4, Pipelined, "pipelined+int4", tparWireInt4, pipelinedInt4Kernels)
 
+// Other kernels of a plain algorithm for receive regions in host memory: the same key and call
+// header, the registry row's host_kernels (NOTE [one-shot pull over flag lines in host memory]).
+//   H(plain Key, kernel set)
+#define TPAR_HOST_KERNEL_SETS(H) H(OneShotPull, oneShotPullHostKernels)
+
 // The public values that run no tpar kernel: the communicator's choice, and the NCCL
 // communicator attached with tparCommSetNcclComm.
 //   Y(public value, "name")

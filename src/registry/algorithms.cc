@@ -16,8 +16,9 @@ TPAR_WIRE_ALGORITHMS(TPAR_DECLARE_WIRE_SET_)
 #undef TPAR_DECLARE_KERNEL_SET_
 #undef TPAR_DECLARE_FUSED_SET_
 #undef TPAR_DECLARE_WIRE_SET_
-// One-shot pull's kernels for host regions (src/kernels/one_shot.cu).
-extern const KernelSet oneShotPullHostKernels;
+#define TPAR_DECLARE_HOST_SET_(plain, set) extern const KernelSet set;
+TPAR_HOST_KERNEL_SETS(TPAR_DECLARE_HOST_SET_)
+#undef TPAR_DECLARE_HOST_SET_
 }  // namespace kernels
 
 namespace {

@@ -140,11 +140,11 @@ class WorkedExampleBuilds(unittest.TestCase):
                     '#define S(K, p, n, a, set) extern const KernelSet set __attribute__((weak)) = %s;\n'
                     '#define F(K, p, n, set) extern const KernelSet set __attribute__((weak)) = %s;\n'
                     '#define W(K, p, n, w, set) extern const KernelSet set __attribute__((weak)) = %s;\n'
+                    '#define H(p, set) extern const KernelSet set __attribute__((weak)) = %s;\n'
                     'TPAR_KERNEL_ALGORITHMS(S)\nTPAR_FUSED_ALGORITHMS(F)\nTPAR_WIRE_ALGORITHMS(W)\n'
+                    'TPAR_HOST_KERNEL_SETS(H)\n'
                     # The fused call's norm kernel (composite path), not a line of the list.
-                    'extern const KernelSet addRmsNormKernels __attribute__((weak)) = %s;\n'
-                    # A row's kernels for host regions (Algorithm::host_kernels).
-                    'extern const KernelSet oneShotPullHostKernels __attribute__((weak)) = %s;\n}}\n'
+                    'extern const KernelSet addRmsNormKernels __attribute__((weak)) = %s;\n}}\n'
                     % (FAKE, FAKE, FAKE, FAKE, FAKE))
         exe = os.path.join(self.dir, "check")
         r = self.cxx("-DEXAMPLE_KEY=" + ids["key"], "-DEXAMPLE_PUB=" + ids["pub"],
