@@ -158,7 +158,8 @@ void logMessage(LogLevel level, uint32_t subsys, const char* fmt, ...) {
   va_start(ap, fmt);
   vsnprintf(msg, sizeof(msg), fmt, ap);
   va_end(ap);
-  static const std::string host = hostName();
+  // Never destroyed, like the settings: detached threads may log while the process exits.
+  static const std::string& host = *new std::string(hostName());
   // The version line is informational: it carries INFO, as NCCL's does.
   const LogLevel shown = level == LogLevel::kVersion ? LogLevel::kInfo : level;
   const std::string line = logPrefix(host, static_cast<int>(getpid()),

@@ -373,6 +373,10 @@ tparResult_t createUniqueId(tparUniqueId* id, int64_t timeout_ms, const Bootstra
     return setError(tparSystemError, "createUniqueId: cannot listen on '@%s': %s",
                     layout.socketName, errnoText(err).c_str());
   }
+  // The service thread is detached and may still run while the process exits (static
+  // destructors under way): the logging settings it reads when it ends are read here, on the
+  // caller's thread, so that it never constructs a lazily initialised object then.
+  (void)logEnabled(LogLevel::kInfo, kLogBootstrap);
   try {
     // The thread owns the service (and so the socket) from here; if the thread cannot start,
     // destroying its argument closes the socket.
