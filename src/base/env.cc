@@ -265,16 +265,24 @@ tparResult_t parseEnv(const EnvGetter& get, Env* out) {
 }
 
 tparResult_t processEnv(const Env** out) {
+  // Never destroyed: a detached thread (the bootstrap service, the log) may read the settings
+  // while the process exits, after static destructors have run.
+  struct Parsed {
+    Env env;
+    tparResult_t result = tparSuccess;
+    std::string error_text;
+  };
   static std::once_flag once;
-  static Env env;
-  static tparResult_t result = tparSuccess;
-  static std::string error_text;
+  static Parsed* parsed = nullptr;
   std::call_once(once, [] {
-    result = parseEnv([](const char* n) { return std::getenv(n); }, &env);
-    if (result != tparSuccess) error_text = lastError();
+    Parsed* p = new Parsed;
+    p->result = parseEnv([](const char* n) { return std::getenv(n); }, &p->env);
+    if (p->result != tparSuccess) p->error_text = lastError();
+    parsed = p;
   });
-  if (result != tparSuccess) return setError(result, "%s", error_text.c_str());
-  *out = &env;
+  if (parsed->result != tparSuccess)
+    return setError(parsed->result, "%s", parsed->error_text.c_str());
+  *out = &parsed->env;
   return tparSuccess;
 }
 

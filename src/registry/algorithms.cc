@@ -82,6 +82,20 @@ constexpr const kernels::KernelSet* kSetOf[] = {TPAR_KERNEL_ALGORITHMS(TPAR_ALGO
 #undef TPAR_ALGO_NAME_
 #undef TPAR_ALGO_SET_
 
+// Host-memory kernels by key: the list's H lines (NOTE [algorithm descriptor]).
+struct HostSet {
+  Algo key;
+  const kernels::KernelSet* set;
+};
+#define TPAR_ALGO_HOST_SET_(plain, set) HostSet{Algo::k##plain, &kernels::set},
+constexpr HostSet kHostSets[] = {TPAR_HOST_KERNEL_SETS(TPAR_ALGO_HOST_SET_)};
+#undef TPAR_ALGO_HOST_SET_
+constexpr const kernels::KernelSet* hostSetOf(Algo id) {
+  for (const HostSet& h : kHostSets)
+    if (h.key == id) return h.set;
+  return nullptr;
+}
+
 constexpr Algorithm row(Algo id, const char* schedule, const char* protocol,
                         const char* direction,
                         uint64_t (*max_bytes)(const WorkspaceLayout&, const AlgoShape&),
@@ -90,11 +104,10 @@ constexpr Algorithm row(Algo id, const char* schedule, const char* protocol,
   const int k = static_cast<int>(id);
   return Algorithm{id,          kPubOf[k],    kNameOf[k], schedule,   protocol,
                    direction,   kSetOf[k],    max_bytes,  work_vectors, min_threads,
-                   max_blocks,  min_ranks,    needs_islands, bytes, nullptr, 0};
+                   max_blocks,  min_ranks,    needs_islands, bytes, hostSetOf(id), 0};
 }
-// Row `a` with other kernels, and their block limit, for regions in host memory.
-constexpr Algorithm inHostMemory(Algorithm a, const kernels::KernelSet* k, int max_blocks) {
-  a.host_kernels = k;
+// Row `a` with the block limit of its host-memory kernels (the list names those kernels).
+constexpr Algorithm withHostBlocks(Algorithm a, int max_blocks) {
   a.host_max_blocks = max_blocks;
   return a;
 }
@@ -121,7 +134,7 @@ constexpr Algorithm kTable[] = {
        {[](double n) { return 4 * (n - 1); }, [](double n) { return 2 * (n - 1); }, [](int) { return 2; }}),
       // In host memory, from 3 ranks on, its input is published over flag lines, which exist
       // for the first kLineBlocks blocks (NOTE [one-shot pull over flag lines in host memory]).
-      inHostMemory(row(Algo::kOneShotPull, "one-shot", "ll", "pull",
+      withHostBlocks(row(Algo::kOneShotPull, "one-shot", "ll", "pull",
        oneShotPullMax,
        allVecs, 0, 0, 1, false,
        // Host regions: epoch lines (2x the bytes, one hand-off) at 2 ranks; from 3 ranks the
@@ -129,7 +142,7 @@ constexpr Algorithm kTable[] = {
        {[](double n) { return n < 3 ? 2 * n : n; },
         [](double n) { return n < 3 ? 2 * n * (n - 1) : n * (n - 1); },
         [](int n) { return n < 3 ? 1 : 2; }}),
-       &kernels::oneShotPullHostKernels, WorkspaceLayout::kLineBlocks),
+       WorkspaceLayout::kLineBlocks),
       // Flag lines exist for the first kLineBlocks blocks (NOTE [flag lines]); the three
       // groups of warps need at least 4 warps.
       row(Algo::kTwoShotPull, "two-shot", "flags", "pull",
@@ -162,6 +175,20 @@ constexpr bool everyKeyOnce() {
 }
 static_assert(everyKeyOnce(),
               "every line of TPAR_KERNEL_ALGORITHMS needs exactly one registry row");
+
+// A row has a host block limit exactly when the list gives it host kernels, and no key has two
+// host sets.
+constexpr bool hostRowsMatchList() {
+  for (const Algorithm& a : kTable)
+    if ((a.host_kernels != nullptr) != (a.host_max_blocks > 0)) return false;
+  constexpr int n = sizeof(kHostSets) / sizeof(kHostSets[0]);
+  for (int i = 0; i < n; ++i)
+    for (int j = i + 1; j < n; ++j)
+      if (kHostSets[i].key == kHostSets[j].key) return false;
+  return true;
+}
+static_assert(hostRowsMatchList(),
+              "a row with TPAR_HOST_KERNEL_SETS kernels needs withHostBlocks, and only it");
 
 const std::vector<Algorithm>& table() {
   static const std::vector<Algorithm> rows(std::begin(kTable), std::end(kTable));
