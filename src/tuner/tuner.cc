@@ -49,13 +49,15 @@ constexpr uint64_t kHostLLMaxBytes = 32u << 10;
 constexpr uint64_t kSharedHostSmallMaxBytes = 12u << 10;
 constexpr uint64_t kSharedHostPairPullMaxBytes = 8u << 10;
 // Above the small calls (NOTE [two-shot LL on a shared GPU]): eight or more ranks sharing a GPU
-// run two-shot LL up to this size only, the pipelined two-shot above it.
+// run two-shot LL up to the first size only, the two-shot pull up to the second, the pipelined
+// two-shot above it.
 constexpr uint64_t kSharedHostWideLLMaxBytes = 16u << 10;
+constexpr uint64_t kSharedHostWidePullMaxBytes = 112u << 10;
 
 // Every rank on one GPU, in its memory (NOTE [small calls of ranks on one GPU]): from 3 ranks
 // one-shot pull up to the first size; two ranks the push one-shot up to the second.
 constexpr uint64_t kOneGpuPullMaxBytes = 128u << 10;
-constexpr uint64_t kOneGpuPairOneShotMaxBytes = 2u << 20;
+constexpr uint64_t kOneGpuPairOneShotMaxBytes = 3u << 20;
 
 // Ranks sharing a GPU, in its memory: one-shot up to this size runs 32 of the wider grid's
 // blocks (NOTE [wide grid for shared GPUs]); at 112 KiB 32 and 64 blocks tied. Where every
@@ -348,20 +350,24 @@ Plan defaultPlan(uint64_t bytes, tparDataType_t dtype, const TunerContext& ctx,
     // over flag lines (NOTE [one-shot pull over flag lines in host memory]) was ahead of
     // two-shot LL from 16 to 32 KiB in three rounds, and behind the pipelined two-shot at
     // 48 KiB (same document, "One-shot pull over flag lines, and the small-group defaults
-    // run"), so up to 4 ranks pull to 32 KiB (3 ranks, which share the 4-rank kernels, were not
-    // timed); 5 to 7 ranks keep two-shot LL, and 8 or more take it up to 16 KiB only (ahead of
-    // the pipelined two-shot at 12 and 16 KiB in two runs, even with it from 20 to 40 KiB).
-    // One rank per GPU keeps the defaults of the lines below; TPAR_ONESHOT_MAX_BYTES turns the
-    // rule off.
+    // run"), so up to 4 ranks pull to 32 KiB (3 ranks, which share the 4-rank kernels, ran it
+    // as the default ahead of two-shot LL from 16 to 32 KiB); 5 to 7 ranks keep two-shot LL,
+    // and 8 or more take it up to 16 KiB only (ahead of the pipelined two-shot at 12 and 16 KiB
+    // in two runs), then the two-shot pull to 112 KiB (its one block ahead of the pipelined
+    // two-shot at every size from 24 to 112 KiB in two runs; "The flag-line pull as a default"
+    // in the same document). One rank per GPU keeps the defaults of the lines below;
+    // TPAR_ONESHOT_MAX_BYTES turns the rule off.
     const bool shared = ctx.ranks_per_gpu > 1 && one_shot_max_bytes < 0;
     const uint64_t limit = one_shot_max_bytes >= 0 ? static_cast<uint64_t>(one_shot_max_bytes)
                            : shared && n <= 4      ? kHostLLMaxBytes
                            : n <= 2                ? kHostOneShotPullMaxBytes
                                                    : 0;
-    const uint64_t ll_max = shared && n >= 8 ? kSharedHostWideLLMaxBytes : kHostLLMaxBytes;
-    p.algo = bytes <= limit || n <= 1 ? kernels::Algo::kOneShotPull
-             : bytes <= ll_max        ? kernels::Algo::kTwoShotLL
-                                      : kernels::Algo::kPipelined;
+    const bool wide = shared && n >= 8;
+    const uint64_t ll_max = wide ? kSharedHostWideLLMaxBytes : kHostLLMaxBytes;
+    p.algo = bytes <= limit || n <= 1                    ? kernels::Algo::kOneShotPull
+             : bytes <= ll_max                           ? kernels::Algo::kTwoShotLL
+             : wide && bytes <= kSharedHostWidePullMaxBytes ? kernels::Algo::kTwoShotPull
+                                                         : kernels::Algo::kPipelined;
     return hostShape(p, bytes, ctx);
   }
   // NOTE [small calls of ranks on one GPU]
@@ -372,10 +378,10 @@ Plan defaultPlan(uint64_t bytes, tparDataType_t dtype, const TunerContext& ctx,
   // kernels' defaults in the same run, and two-shot again at 384 KiB for 4 and 8
   // (docs/PERFORMANCE.md, "Small calls of ranks on one GPU"). Two ranks, whose kernels are
   // sized for two (makeKernelSet), run the push one-shot as fast as the pull or faster up to
-  // 128 KiB and ahead of two-shot up to 2 MiB (in two runs), even with it at 4 MiB (same
-  // document, "Kernels sized for small groups" and "One-shot pull over flag lines, and the
-  // small-group defaults run"). Groups across GPUs never take the rule: there a pull is a read
-  // over the link, each a round trip.
+  // 128 KiB and ahead of two-shot up to 3 MiB (in two runs each), even with it at 4 MiB (same
+  // document, "Kernels sized for small groups", "One-shot pull over flag lines, and the
+  // small-group defaults run" and "The flag-line pull as a default"). Groups across GPUs never
+  // take the rule: there a pull is a read over the link, each a round trip.
   // TPAR_ONESHOT_MAX_BYTES turns it off.
   const bool one_gpu = ctx.ranks_per_gpu >= ctx.nranks && ctx.nranks >= 2 && ctx.nranks <= 8 &&
                        one_shot_max_bytes < 0;
@@ -449,6 +455,7 @@ std::vector<uint64_t> defaultPlanBoundaries(const TunerContext& ctx, int64_t one
   std::vector<uint64_t> b = {kStagedMaxBytes,          kHostOneShotPullMaxBytes,
                              kHostLLMaxBytes,          kSharedHostSmallMaxBytes,
                              kSharedHostPairPullMaxBytes, kSharedHostWideLLMaxBytes,
+                             kSharedHostWidePullMaxBytes,
                              kOneGpuPullMaxBytes,      kOneGpuPairOneShotMaxBytes,
                              defaultOneShotMaxBytes(ctx.nranks)};
   if (one_shot_max_bytes >= 0) b.push_back(static_cast<uint64_t>(one_shot_max_bytes));

@@ -296,17 +296,17 @@ TEST(FusedPaths, OneKernelLimitFollowsTheGroupSizeAndTheSetting) {
   EXPECT_EQ(defaultOneShotMaxBytes(8), fusedOneShotLimit(host.comm.get(), tparBfloat16));
 }
 
-// Two ranks on one GPU: the plain call's push one-shot reaches 2 MiB (NOTE [small calls of ranks
+// Two ranks on one GPU: the plain call's push one-shot reaches 3 MiB (NOTE [small calls of ranks
 // on one GPU]), with kernels sized for two ranks that the fused call does not have; its one
 // kernel keeps the measured 512 KiB unless a table or TPAR_ONESHOT_MAX_BYTES says more.
 TEST(FusedPaths, TwoRanksOnOneGpuKeepTheMeasuredOneKernelLimit) {
   Fake f(2);
   ASSERT_EQ(tparSuccess, applyTopology(f.comm.get(), flatTopology(2, LinkClass::kSameDevice)));
   ASSERT_EQ(2, f.comm->tuner_ctx.ranks_per_gpu);
-  EXPECT_EQ(2u << 20, oneShotLimit(tparBfloat16, f.comm->tuner_ctx, nullptr, tparAlgoAuto, -1));
+  EXPECT_EQ(3u << 20, oneShotLimit(tparBfloat16, f.comm->tuner_ctx, nullptr, tparAlgoAuto, -1));
   EXPECT_EQ(512u << 10, fusedOneShotLimit(f.comm.get(), tparBfloat16));
-  f.comm->cfg.one_shot_max_bytes = 3 << 20;
-  EXPECT_EQ(3u << 20, fusedOneShotLimit(f.comm.get(), tparBfloat16));
+  f.comm->cfg.one_shot_max_bytes = 4 << 20;
+  EXPECT_EQ(4u << 20, fusedOneShotLimit(f.comm.get(), tparBfloat16));
 }
 
 // NOTE [fused limits cached]: every change of what decides the plans refreshes the cached

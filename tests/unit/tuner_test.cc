@@ -161,9 +161,9 @@ TEST(TunerDefaults, RanksSharingAGpuRunSmallOneShotsOnThirtyTwoBlocksOfTheWiderG
   }
 }
 
-TEST(TunerDefaults, RanksOnOneGpuPullSmallCallsAndTwoRanksPushOneShotToTwoMiB) {
+TEST(TunerDefaults, RanksOnOneGpuPullSmallCallsAndTwoRanksPushOneShotToThreeMiB) {
   // NOTE [small calls of ranks on one GPU]: from 3 ranks one-shot pull up to 128 KiB (its own
-  // shape: every block), then two-shot; two ranks the push one-shot up to 2 MiB (32 blocks of
+  // shape: every block), then two-shot; two ranks the push one-shot up to 3 MiB (32 blocks of
   // the wider grid up to 64 KiB, NOTE [wide grid for shared GPUs]), then two-shot.
   for (int n : {2, 3, 4, 5, 8}) {
     TunerContext ctx = context(n, LinkClass::kSameDevice, 1, true);
@@ -176,14 +176,16 @@ TEST(TunerDefaults, RanksOnOneGpuPullSmallCallsAndTwoRanksPushOneShotToTwoMiB) {
       EXPECT_FALSE(p.nccl);
     }
     for (uint64_t bytes : {uint64_t{128} * kK + 16, uint64_t{384} * kK, uint64_t{512} * kK + 16,
-                           uint64_t{1} * kM, uint64_t{1} * kM + 16, uint64_t{2} * kM}) {
+                           uint64_t{1} * kM, uint64_t{1} * kM + 16, uint64_t{2} * kM,
+                           uint64_t{2} * kM + 16, uint64_t{3} * kM}) {
       const Plan p = defaultPlan(bytes, tparBfloat16, ctx, -1);
       EXPECT_EQ(n == 2 ? Algo::kOneShot : Algo::kTwoShot, p.algo) << n << " ranks " << bytes;
       EXPECT_EQ(0, p.active_blocks) << n << " ranks " << bytes;
     }
-    EXPECT_EQ(Algo::kTwoShot, defaultPlan(2 * kM + 16, tparBfloat16, ctx, -1).algo) << n;
+    EXPECT_EQ(Algo::kTwoShot, defaultPlan(3 * kM + 16, tparBfloat16, ctx, -1).algo) << n;
+    EXPECT_EQ(Algo::kTwoShot, defaultPlan(4 * kM, tparBfloat16, ctx, -1).algo) << n;
     // The one-shot limit the communicator reports follows (oneShotLimit walks the boundaries).
-    EXPECT_EQ(n == 2 ? 2 * kM : 128 * kK,
+    EXPECT_EQ(n == 2 ? 3 * kM : 128 * kK,
               oneShotLimit(tparBfloat16, ctx, nullptr, tparAlgoAuto, -1)) << n;
     // TPAR_ONESHOT_MAX_BYTES turns the rule off.
     EXPECT_EQ(Algo::kOneShot, defaultPlan(4 * kK, tparBfloat16, ctx, 8 * kK).algo) << n;
@@ -979,16 +981,21 @@ TEST(HostDefaults, SmallCallsOfRanksSharingAGpu) {
       EXPECT_EQ(Algo::kTwoShotLL, above.algo) << n;
     }
     // NOTE [two-shot LL on a shared GPU]: up to 4 ranks the pull up to 32 KiB (over flag lines
-    // from 3 ranks on), 8 and more two-shot LL up to 16 KiB only, the pipelined two-shot above;
-    // 5 to 7 as one rank per GPU.
+    // from 3 ranks on), 8 and more two-shot LL up to 16 KiB only, then the two-shot pull (one
+    // block) up to 112 KiB; the pipelined two-shot above; 5 to 7 as one rank per GPU.
     for (uint64_t bytes : {uint64_t{16} << 10, (uint64_t{16} << 10) + 16, uint64_t{32} << 10,
-                           (uint64_t{32} << 10) + 16}) {
-      const Algo got = defaultPlan(bytes, tparBfloat16, ctx, -1).algo;
-      const Algo want = bytes > (32u << 10) ? Algo::kPipelined
-                        : n <= 4            ? Algo::kOneShotPull
-                        : n >= 8 && bytes > (16u << 10) ? Algo::kPipelined
+                           (uint64_t{32} << 10) + 16, uint64_t{112} << 10,
+                           (uint64_t{112} << 10) + 16}) {
+      const Plan plan = defaultPlan(bytes, tparBfloat16, ctx, -1);
+      const Algo got = plan.algo;
+      const Algo want = n >= 8 && bytes > (112u << 10) ? Algo::kPipelined
+                        : n >= 8 && bytes > (16u << 10) ? Algo::kTwoShotPull
+                        : n >= 8                        ? Algo::kTwoShotLL
+                        : bytes > (32u << 10)           ? Algo::kPipelined
+                        : n <= 4                        ? Algo::kOneShotPull
                                                         : Algo::kTwoShotLL;
       EXPECT_EQ(want, got) << n << " ranks, " << bytes;
+      if (got == Algo::kTwoShotPull) EXPECT_EQ(1, plan.active_blocks) << n << " ranks, " << bytes;
       if (n > 4 && n < 8) EXPECT_EQ(defaultPlan(bytes, tparBfloat16, hostContext(n, 1), -1).algo, got);
       // TPAR_ONESHOT_MAX_BYTES turns the rule off: the plans of one rank per GPU (with that
       // one-shot limit).
@@ -1018,13 +1025,13 @@ TEST(HostDefaults, SmallCallsOfRanksSharingAGpu) {
 
 TEST(HostDefaults, FewBlocksAndStepsThatGrowWithTheMessage) {
   // Pipelined: about one block per 8 KiB a rank sends, at most 32 / n and 8; steps of about
-  // 48 KiB per block, at most 16.
+  // 48 KiB per block, at most 16 (8 ranks sharing a GPU run it above 112 KiB only).
   struct Case {
     int n;
     uint64_t bytes;
     int blocks, steps;
   };
-  for (const Case& c : {Case{8, 48 << 10, 4, 1}, Case{8, 112 << 10, 4, 1},
+  for (const Case& c : {Case{8, 128 << 10, 4, 1}, Case{8, 768 << 10, 4, 3},
                         Case{8, 1 << 20, 4, 4}, Case{8, 64 << 20, 4, 16}, Case{4, 112 << 10, 8, 1},
                         Case{4, 1 << 20, 8, 2}, Case{2, 112 << 10, 7, 1}, Case{2, 1 << 20, 8, 1}}) {
     const Plan p = defaultPlan(c.bytes, tparBfloat16, hostContext(c.n), -1);
@@ -1034,7 +1041,7 @@ TEST(HostDefaults, FewBlocksAndStepsThatGrowWithTheMessage) {
   }
   for (int n : {2, 3, 4, 8, 16}) {
     int last_blocks = 0, last_steps = 0;
-    for (uint64_t bytes = 64u << 10; bytes <= (uint64_t{1} << 30); bytes *= 2) {
+    for (uint64_t bytes = 128u << 10; bytes <= (uint64_t{1} << 30); bytes *= 2) {
       const Plan p = defaultPlan(bytes, tparBfloat16, hostContext(n), -1);
       EXPECT_GE(p.active_blocks, last_blocks) << bytes;
       EXPECT_GE(p.steps, last_steps) << bytes;

@@ -46,7 +46,8 @@ std::string shapeExcluded(const tpar::Algorithm& a, bool host, int blocks, int t
                           const TuneLimits& limits) {
   if (blocks > limits.grid_blocks)
     return "blocks above the communicator's grid of " + std::to_string(limits.grid_blocks) +
-           " (TPAR_MAX_BLOCKS raises it, here and where the table is used)";
+           " (TPAR_MAX_BLOCKS raises it, here and where the table is used, up to what ranks"
+           " sharing a GPU can hold at once: NOTE [virtual-rank residency])";
   const int most = tpar::maxBlocksFor(a, host);
   if (most > 0 && blocks > most)
     return "blocks above the algorithm's " + std::to_string(most) + " (its flag lines)";
