@@ -10,6 +10,8 @@
 #ifndef TPAR_KERNELS_TWO_SHOT_CUH_
 #define TPAR_KERNELS_TWO_SHOT_CUH_
 
+#include <type_traits>
+
 #include "kernels/prims/mailbox.cuh"
 #include "kernels/prims/schedule.h"
 
@@ -42,6 +44,10 @@ enum Role { kPushRole, kReduceRole, kGatherRole };
 template <class Box, Direction kDir, class Codec = IdentityCodec, class Epi = IdentityEpilogue,
           class Ranks = AllRanks, bool kRotation = false>
 struct TwoShot {
+  // Two-shot LL (LineBox) moves the caller's vectors as four 32-bit words: with one 128-bit
+  // access its 8-rank rows ran slower, on the host transport and in GPU memory alike, while the
+  // other boxes are faster with it (docs/PERFORMANCE.md, "Two-shot LL with 32-bit user access").
+  static constexpr bool kWide = !std::is_same<Box, LineBox>::value;
   struct Call {
     const AllReduceArgs& a;
     const Box& box;
@@ -62,7 +68,7 @@ struct TwoShot {
       const uint64_t v = uint64_t(o) * c.chunk + j;
       if (v < c.vecs) {
         const Vec x = Codec::template encode<Box::kReservesWord>(
-            loadUser<T>(c.a.send, v, c.a.count, c.aligned));
+            loadUser<T, kWide>(c.a.send, v, c.a.count, c.aligned));
         if (ctx.failed) break;
         if (c.pull) {
           c.box.put(c.own, v, x);
@@ -86,7 +92,7 @@ struct TwoShot {
           const int p = stagedTarget(me, s, n);
           const uint64_t vs = uint64_t(p) * c.chunk + j;
           if (vs < c.vecs) {
-            const Vec x = loadUser<T>(c.a.send, vs, c.a.count, c.aligned);
+            const Vec x = loadUser<T, kWide>(c.a.send, vs, c.a.count, c.aligned);
             c.box.put(c.area(p), v, Codec::template encode<Box::kReservesWord>(x));
           }
           if (v < c.vecs) {
@@ -106,7 +112,7 @@ struct TwoShot {
       Acc<T> acc;
       auto mine = [&] {
         return Codec::template encode<Box::kReservesWord>(
-            loadUser<T>(c.a.send, v, c.a.count, c.aligned));
+            loadUser<T, kWide>(c.a.send, v, c.a.count, c.aligned));
       };
       if (!reduceFrom<T, kMax, Codec, kRotation>(c.box, n, me, src, mine, RuntimeOp{c.a.op}, w, &acc))
         return false;
@@ -123,7 +129,7 @@ struct TwoShot {
           if (i < n) c.box.put(c.area(ahead(me, i, n)) + c.goff, v, r);
         }
       }
-      storeUser<T>(c.a.recv, v, c.a.count, c.aligned, r);
+      storeUser<T, kWide>(c.a.recv, v, c.a.count, c.aligned, r);
       releaseFrom<kMax>(c.box, n, me, src);
     }
     return true;
@@ -159,7 +165,8 @@ struct TwoShot {
       for (int d = 0; d < kDepth; ++d) {
         if (vv[d] < c.vecs) {
           if (!settle(c.box, at[d], vv[d], x[d], w)) return false;
-          storeUser<T>(c.a.recv, vv[d], c.a.count, c.aligned, Codec::decode(Box::payload(x[d])));
+          storeUser<T, kWide>(c.a.recv, vv[d], c.a.count, c.aligned,
+                              Codec::decode(Box::payload(x[d])));
           c.box.release(at[d], vv[d]);
         }
       }
@@ -175,7 +182,8 @@ struct TwoShot {
       const uint64_t v_own = uint64_t(me) * c.chunk + j;
       Vec r{{0, 0, 0, 0}};
       if (v_own < c.vecs)
-        r = Codec::template encode<Box::kReservesWord>(loadUser<T>(c.a.recv, v_own, c.a.count, c.aligned));
+        r = Codec::template encode<Box::kReservesWord>(
+            loadUser<T, kWide>(c.a.recv, v_own, c.a.count, c.aligned));
 #pragma unroll
       for (int s = 1; s < kMax; ++s) {
         if (s < n) {
@@ -184,7 +192,7 @@ struct TwoShot {
           if (v < c.vecs) {
             typename Box::Line x = c.box.fetch(c.own + c.goff, v);
             if (!settle(c.box, c.own + c.goff, v, x, w)) return false;
-            storeUser<T>(c.a.recv, v, c.a.count, c.aligned, Codec::decode(Box::payload(x)));
+            storeUser<T, kWide>(c.a.recv, v, c.a.count, c.aligned, Codec::decode(Box::payload(x)));
             c.box.release(c.own + c.goff, v);
           }
         }

@@ -48,11 +48,17 @@ constexpr uint64_t kHostLLMaxBytes = 32u << 10;
 // only above the second size (one-shot pull below it).
 constexpr uint64_t kSharedHostSmallMaxBytes = 12u << 10;
 constexpr uint64_t kSharedHostPairPullMaxBytes = 8u << 10;
-// Above the small calls (NOTE [two-shot LL on a shared GPU]): eight or more ranks sharing a GPU
-// run two-shot LL up to the first size only, the two-shot pull up to the second, the pipelined
-// two-shot above it.
-constexpr uint64_t kSharedHostWideLLMaxBytes = 16u << 10;
-constexpr uint64_t kSharedHostWidePullMaxBytes = 112u << 10;
+// Past the small calls (NOTE [push calls on a shared GPU]): two ranks sharing a GPU push
+// one-shot up to the first size, 3 or 4 ranks up to the second (3 ranks one-shot up to the
+// third), 5 to 7 ranks two-shot up to the fourth, 8 or more up to the fifth.
+constexpr uint64_t kSharedHostPairPushMaxBytes = 64u << 10;
+constexpr uint64_t kSharedHostPushMaxBytes = 96u << 10;
+constexpr uint64_t kSharedHostTrioOneShotMaxBytes = 40u << 10;
+constexpr uint64_t kSharedHostMidPushMaxBytes = 24u << 10;
+constexpr uint64_t kSharedHostWidePushMaxBytes = 40u << 10;
+// Past the push (NOTE [two-shot LL on a shared GPU]): eight or more ranks sharing a GPU run the
+// two-shot pull up to this size, the pipelined two-shot above it.
+constexpr uint64_t kSharedHostWidePullMaxBytes = 384u << 10;
 
 // Every rank on one GPU, in its memory (NOTE [small calls of ranks on one GPU]): from 3 ranks
 // one-shot pull up to the first size; two ranks the push one-shot up to the second.
@@ -342,32 +348,49 @@ Plan defaultPlan(uint64_t bytes, tparDataType_t dtype, const TunerContext& ctx,
       p.threads = one_shot ? 512 : 256;
       return p;
     }
+    // NOTE [push calls on a shared GPU]
+    // Ranks sharing a GPU, past the small calls: the push kernels of the small calls again,
+    // with few blocks of 512 threads. Each rank writes its data into the peers' regions (posted
+    // writes over the link, which nothing waits on) and polls its own, where the pulls below
+    // read across the link and wait a round trip per read. `tpar tune --transport host` over 1
+    // to 8 blocks of 256 and 512 threads, twice on one H200, chose the push one-shot with two
+    // blocks up to 64 KiB with 2 ranks and up to 40 KiB with 3, the push two-shot with two blocks
+    // up to 96 KiB with 3 and 4 ranks, with one block up to 24 KiB with 5 and up to 40 KiB with 8,
+    // each ahead of the defaults before it (one-shot pull, two-shot LL, two-shot pull, pipelined)
+    // in the same runs (docs/PERFORMANCE.md, "Push calls for ranks sharing a GPU on the host").
+    // 6 and 7 ranks take 5 ranks' limit unmeasured; one rank per GPU keeps the lines below.
+    // TPAR_ONESHOT_MAX_BYTES turns it off.
+    if (ctx.ranks_per_gpu > 1 && n > 1 && one_shot_max_bytes < 0 &&
+        bytes > kSharedHostSmallMaxBytes) {
+      const uint64_t push_max = n == 2   ? kSharedHostPairPushMaxBytes
+                                : n <= 4 ? kSharedHostPushMaxBytes
+                                : n < 8  ? kSharedHostMidPushMaxBytes
+                                         : kSharedHostWidePushMaxBytes;
+      if (bytes <= push_max) {
+        const bool one_shot = n == 2 || (n == 3 && bytes <= kSharedHostTrioOneShotMaxBytes);
+        p.algo = one_shot ? kernels::Algo::kOneShot : kernels::Algo::kTwoShot;
+        p.active_blocks = n <= 4 ? 2 : 1;
+        p.threads = 512;
+        return p;
+      }
+    }
     // NOTE [two-shot LL on a shared GPU]
-    // Ranks sharing a GPU, past the small calls: two-shot LL sends every byte twice (data and
-    // epoch in one line), over the one link all of them share. Two ranks ran the one-shot pull
-    // ahead of it at 32 KiB in three timed runs, and 8 ranks the pipelined two-shot (the compare
-    // rows of docs/PERFORMANCE.md, "Kernels sized for small groups"). With 4 ranks the pull
-    // over flag lines (NOTE [one-shot pull over flag lines in host memory]) was ahead of
-    // two-shot LL from 16 to 32 KiB in three rounds, and behind the pipelined two-shot at
-    // 48 KiB (same document, "One-shot pull over flag lines, and the small-group defaults
-    // run"), so up to 4 ranks pull to 32 KiB (3 ranks, which share the 4-rank kernels, ran it
-    // as the default ahead of two-shot LL from 16 to 32 KiB); 5 to 7 ranks keep two-shot LL,
-    // and 8 or more take it up to 16 KiB only (ahead of the pipelined two-shot at 12 and 16 KiB
-    // in two runs), then the two-shot pull to 112 KiB (its one block ahead of the pipelined
-    // two-shot at every size from 24 to 112 KiB in two runs; "The flag-line pull as a default"
-    // in the same document). One rank per GPU keeps the defaults of the lines below;
-    // TPAR_ONESHOT_MAX_BYTES turns the rule off.
+    // Ranks sharing a GPU, past the push: two-shot LL sends every byte twice (data and epoch in
+    // one line) over the one link all of them share. Eight or more ranks leave it for the
+    // two-shot pull up to 384 KiB (its one block ahead of the pipelined two-shot at every size
+    // from 24 to 112 KiB in two runs, docs/PERFORMANCE.md, "The flag-line pull as a default"; its
+    // one to three blocks from 128 to 384 KiB by a little in two runs, "Push calls for ranks
+    // sharing a GPU on the host"), then the pipelined two-shot. Fewer ranks keep the lines of one
+    // rank per GPU past the push. TPAR_ONESHOT_MAX_BYTES turns the rule off.
     const bool shared = ctx.ranks_per_gpu > 1 && one_shot_max_bytes < 0;
     const uint64_t limit = one_shot_max_bytes >= 0 ? static_cast<uint64_t>(one_shot_max_bytes)
-                           : shared && n <= 4      ? kHostLLMaxBytes
                            : n <= 2                ? kHostOneShotPullMaxBytes
                                                    : 0;
     const bool wide = shared && n >= 8;
-    const uint64_t ll_max = wide ? kSharedHostWideLLMaxBytes : kHostLLMaxBytes;
-    p.algo = bytes <= limit || n <= 1                    ? kernels::Algo::kOneShotPull
-             : bytes <= ll_max                           ? kernels::Algo::kTwoShotLL
+    p.algo = bytes <= limit || n <= 1                     ? kernels::Algo::kOneShotPull
              : wide && bytes <= kSharedHostWidePullMaxBytes ? kernels::Algo::kTwoShotPull
-                                                         : kernels::Algo::kPipelined;
+             : !wide && bytes <= kHostLLMaxBytes          ? kernels::Algo::kTwoShotLL
+                                                          : kernels::Algo::kPipelined;
     return hostShape(p, bytes, ctx);
   }
   // NOTE [small calls of ranks on one GPU]
@@ -454,7 +477,9 @@ std::vector<uint64_t> defaultPlanBoundaries(const TunerContext& ctx, int64_t one
   // Every size after which defaultPlan may pick another algorithm (keep in step with it).
   std::vector<uint64_t> b = {kStagedMaxBytes,          kHostOneShotPullMaxBytes,
                              kHostLLMaxBytes,          kSharedHostSmallMaxBytes,
-                             kSharedHostPairPullMaxBytes, kSharedHostWideLLMaxBytes,
+                             kSharedHostPairPullMaxBytes, kSharedHostPairPushMaxBytes,
+                             kSharedHostPushMaxBytes,  kSharedHostTrioOneShotMaxBytes,
+                             kSharedHostMidPushMaxBytes, kSharedHostWidePushMaxBytes,
                              kSharedHostWidePullMaxBytes,
                              kOneGpuPullMaxBytes,      kOneGpuPairOneShotMaxBytes,
                              defaultOneShotMaxBytes(ctx.nranks)};

@@ -133,9 +133,10 @@ TEST(DISABLED_ReportsChild, OneShotMaxBytesIsThePlanOfTheTransport) {
   const Case cases[] = {
       {2, 0, tparAlgoAuto, 3u << 20},    // GPU memory, 2 ranks on one GPU: push one-shot
       {8, 0, tparAlgoAuto, 128u << 10},  // pull, then two-shot
-      {2, 1, tparAlgoAuto, 32u << 10},   // host memory, 2 ranks: one-shot pull (push at 8-12K)
-      {4, 1, tparAlgoAuto, 32u << 10},   // 4 ranks sharing the GPU: push one-shot, then pull
-      {8, 1, tparAlgoAuto, 0},           // 8 ranks sharing it: push two-shot, LL, two-shot pull
+      {2, 1, tparAlgoAuto, 64u << 10},   // host memory, 2 ranks: one-shot pull, push above 8K
+      {3, 1, tparAlgoAuto, 40u << 10},   // 3 ranks sharing the GPU: push one-shot
+      {4, 1, tparAlgoAuto, 12u << 10},   // 4 ranks: push one-shot, then push two-shot
+      {8, 1, tparAlgoAuto, 0},           // 8 ranks sharing it: push two-shot, then two-shot pull
       {4, 0, tparAlgoTwoShot, 0},        // forced: never one-shot
       {4, 0, tparAlgoOneShot, SIZE_MAX},  // forced one-shot: every size
   };

@@ -120,14 +120,21 @@ TEST(OneShotLimit, GpuMemoryDefaultsAreTheDocumentedValues) {
 }
 
 TEST(OneShotLimit, HostMemoryDefaultsAreNotTheGpuMemoryOnes) {
-  // Two ranks: one-shot pull up to 16 KiB, up to 32 KiB where they share a GPU (NOTE [two-shot
-  // LL on a shared GPU]); more ranks: two-shot LL from the first byte.
-  EXPECT_EQ(32 * kK, oneShotLimit(tparBfloat16, context(2, LinkClass::kSameDevice, 1, 2, true, 2),
+  // Two ranks on their own GPUs: one-shot pull up to 16 KiB; more ranks: two-shot LL from the
+  // first byte.
+  EXPECT_EQ(64 * kK, oneShotLimit(tparBfloat16, context(2, LinkClass::kSameDevice, 1, 2, true, 2),
                                   nullptr, tparAlgoAuto, -1));
   EXPECT_EQ(16 * kK, oneShotLimit(tparBfloat16, context(2, LinkClass::kNoP2P, 1, 2, true, 1),
                                   nullptr, tparAlgoAuto, -1));
   EXPECT_EQ(0u, oneShotLimit(tparBfloat16, context(8, LinkClass::kSameDevice, 1, 8, true, 8),
                              nullptr, tparAlgoAuto, -1));
+  // Ranks sharing a GPU push past the small calls (NOTE [push calls on a shared GPU]): two
+  // one-shot up to 64 KiB, three up to 40 KiB, four two-shot after the small calls' one-shot
+  // (12 KiB).
+  EXPECT_EQ(40 * kK, oneShotLimit(tparBfloat16, context(3, LinkClass::kSameDevice, 1, 3, true, 3),
+                                  nullptr, tparAlgoAuto, -1));
+  EXPECT_EQ(12 * kK, oneShotLimit(tparBfloat16, context(4, LinkClass::kSameDevice, 1, 4, true, 4),
+                                  nullptr, tparAlgoAuto, -1));
   EXPECT_EQ(0u, oneShotLimit(tparBfloat16, context(4, LinkClass::kNoP2P, 1, 4, true, 1),
                              nullptr, tparAlgoAuto, -1));
 }

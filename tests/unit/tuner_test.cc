@@ -972,31 +972,40 @@ TEST(HostDefaults, SmallCallsOfRanksSharingAGpu) {
       EXPECT_EQ(n <= 4 ? 512 : 256, p.threads) << n << " ranks, " << bytes;
       EXPECT_FALSE(p.nccl);
     }
-    const Plan above = defaultPlan((12u << 10) + 16, tparBfloat16, ctx, -1);
-    const Plan own = defaultPlan((12u << 10) + 16, tparBfloat16, hostContext(n, 1), -1);
-    if (n <= 4) {
-      EXPECT_EQ(Algo::kOneShotPull, above.algo) << n << " ranks";
-    } else {
-      EXPECT_EQ(own.algo, above.algo) << n << " ranks";
-      EXPECT_EQ(Algo::kTwoShotLL, above.algo) << n;
-    }
-    // NOTE [two-shot LL on a shared GPU]: up to 4 ranks the pull up to 32 KiB (over flag lines
-    // from 3 ranks on), 8 and more two-shot LL up to 16 KiB only, then the two-shot pull (one
-    // block) up to 112 KiB; the pipelined two-shot above; 5 to 7 as one rank per GPU.
-    for (uint64_t bytes : {uint64_t{16} << 10, (uint64_t{16} << 10) + 16, uint64_t{32} << 10,
-                           (uint64_t{32} << 10) + 16, uint64_t{112} << 10,
-                           (uint64_t{112} << 10) + 16}) {
+    // NOTE [push calls on a shared GPU]: past 12 KiB the push kernels again with 512 threads,
+    // two blocks up to 4 ranks, one above: 2 ranks one-shot up to 64 KiB, 3 ranks one-shot up
+    // to 40 KiB then two-shot, 4 ranks two-shot, both up to 96 KiB; 5 to 7 ranks two-shot up to
+    // 24 KiB, 8 and more up to 40 KiB. NOTE [two-shot LL on a shared GPU]: then 8 and more the
+    // two-shot pull up to 384 KiB, the pipelined two-shot above; fewer ranks the plans of one
+    // rank per GPU (two-shot LL to 32 KiB, the pipelined two-shot above).
+    for (uint64_t bytes :
+         {(uint64_t{12} << 10) + 16, uint64_t{16} << 10, uint64_t{24} << 10,
+          (uint64_t{24} << 10) + 16, uint64_t{32} << 10, (uint64_t{32} << 10) + 16,
+          uint64_t{40} << 10, (uint64_t{40} << 10) + 16, uint64_t{64} << 10,
+          (uint64_t{64} << 10) + 16, uint64_t{96} << 10, (uint64_t{96} << 10) + 16,
+          uint64_t{112} << 10, (uint64_t{112} << 10) + 16, uint64_t{384} << 10,
+          (uint64_t{384} << 10) + 16}) {
       const Plan plan = defaultPlan(bytes, tparBfloat16, ctx, -1);
       const Algo got = plan.algo;
-      const Algo want = n >= 8 && bytes > (112u << 10) ? Algo::kPipelined
-                        : n >= 8 && bytes > (16u << 10) ? Algo::kTwoShotPull
-                        : n >= 8                        ? Algo::kTwoShotLL
-                        : bytes > (32u << 10)           ? Algo::kPipelined
-                        : n <= 4                        ? Algo::kOneShotPull
-                                                        : Algo::kTwoShotLL;
+      const uint64_t push_max = n == 2 ? 64u << 10 : n <= 4 ? 96u << 10 : n < 8 ? 24u << 10
+                                                                                : 40u << 10;
+      const bool push = bytes <= push_max;
+      const Algo want = push && (n == 2 || (n == 3 && bytes <= (40u << 10))) ? Algo::kOneShot
+                        : push                                              ? Algo::kTwoShot
+                        : n >= 8 && bytes <= (384u << 10)                   ? Algo::kTwoShotPull
+                        : n < 8 && bytes <= (32u << 10)                     ? Algo::kTwoShotLL
+                                                                            : Algo::kPipelined;
       EXPECT_EQ(want, got) << n << " ranks, " << bytes;
-      if (got == Algo::kTwoShotPull) EXPECT_EQ(1, plan.active_blocks) << n << " ranks, " << bytes;
-      if (n > 4 && n < 8) EXPECT_EQ(defaultPlan(bytes, tparBfloat16, hostContext(n, 1), -1).algo, got);
+      if (push) {
+        EXPECT_EQ(n <= 4 ? 2 : 1, plan.active_blocks) << n << " ranks, " << bytes;
+        EXPECT_EQ(512, plan.threads) << n << " ranks, " << bytes;
+      } else if (n < 8) {
+        EXPECT_EQ(defaultPlan(bytes, tparBfloat16, hostContext(n, 1), -1).algo, got) << n;
+      }
+      // The pull's blocks: about one per 16 KiB of a rank's chunk, at least one (hostShape).
+      if (got == Algo::kTwoShotPull)
+        EXPECT_EQ(n == 8 && bytes == (384u << 10) ? 3 : 1, plan.active_blocks)
+            << n << " ranks, " << bytes;
       // TPAR_ONESHOT_MAX_BYTES turns the rule off: the plans of one rank per GPU (with that
       // one-shot limit).
       EXPECT_EQ(defaultPlan(bytes, tparBfloat16, hostContext(n, 1), 8192).algo,
@@ -1008,7 +1017,8 @@ TEST(HostDefaults, SmallCallsOfRanksSharingAGpu) {
     EXPECT_EQ(Algo::kTwoShotLL, defaultPlan(4096, tparBfloat16, ctx, 0).algo) << n;
     // The one-shot limit the communicator reports follows (oneShotLimit walks the boundaries).
     const uint64_t limit = oneShotLimit(tparBfloat16, ctx, nullptr, tparAlgoAuto, -1);
-    EXPECT_EQ(n <= 4 ? uint64_t{32} << 10 : 0, limit) << n;
+    const uint64_t want_limit = n == 2 ? 64u << 10 : n == 3 ? 40u << 10 : n == 4 ? 12u << 10 : 0;
+    EXPECT_EQ(want_limit, limit) << n;
   }
   // A table still wins over the rule.
   TuningTable t;
@@ -1025,13 +1035,13 @@ TEST(HostDefaults, SmallCallsOfRanksSharingAGpu) {
 
 TEST(HostDefaults, FewBlocksAndStepsThatGrowWithTheMessage) {
   // Pipelined: about one block per 8 KiB a rank sends, at most 32 / n and 8; steps of about
-  // 48 KiB per block, at most 16 (8 ranks sharing a GPU run it above 112 KiB only).
+  // 48 KiB per block, at most 16 (8 ranks sharing a GPU run it above 384 KiB only).
   struct Case {
     int n;
     uint64_t bytes;
     int blocks, steps;
   };
-  for (const Case& c : {Case{8, 128 << 10, 4, 1}, Case{8, 768 << 10, 4, 3},
+  for (const Case& c : {Case{8, 512 << 10, 4, 2}, Case{8, 768 << 10, 4, 3},
                         Case{8, 1 << 20, 4, 4}, Case{8, 64 << 20, 4, 16}, Case{4, 112 << 10, 8, 1},
                         Case{4, 1 << 20, 8, 2}, Case{2, 112 << 10, 7, 1}, Case{2, 1 << 20, 8, 1}}) {
     const Plan p = defaultPlan(c.bytes, tparBfloat16, hostContext(c.n), -1);
@@ -1041,7 +1051,8 @@ TEST(HostDefaults, FewBlocksAndStepsThatGrowWithTheMessage) {
   }
   for (int n : {2, 3, 4, 8, 16}) {
     int last_blocks = 0, last_steps = 0;
-    for (uint64_t bytes = 128u << 10; bytes <= (uint64_t{1} << 30); bytes *= 2) {
+    for (uint64_t bytes = n >= 8 ? 512u << 10 : 128u << 10; bytes <= (uint64_t{1} << 30);
+         bytes *= 2) {
       const Plan p = defaultPlan(bytes, tparBfloat16, hostContext(n), -1);
       EXPECT_GE(p.active_blocks, last_blocks) << bytes;
       EXPECT_GE(p.steps, last_steps) << bytes;
@@ -1054,12 +1065,14 @@ TEST(HostDefaults, FewBlocksAndStepsThatGrowWithTheMessage) {
       last_steps = p.steps;
     }
   }
-  // Two-shot LL: one block when 8 ranks share the GPU, two otherwise.
-  EXPECT_EQ(1, defaultPlan(16 << 10, tparBfloat16, hostContext(8), -1).active_blocks);
-  EXPECT_EQ(2, defaultPlan(16 << 10, tparBfloat16, hostContext(5), -1).active_blocks);
-  EXPECT_EQ(Algo::kTwoShotLL, defaultPlan(16 << 10, tparBfloat16, hostContext(5), -1).algo);
+  // Two-shot LL: one block when 8 ranks share the GPU (forced: by default they push or pull at
+  // its sizes), two otherwise.
+  EXPECT_EQ(1, selectPlan(16 << 10, tparBfloat16, hostContext(8), nullptr, tparAlgoTwoShotLL, -1)
+                   .active_blocks);
+  EXPECT_EQ(2, defaultPlan(28 << 10, tparBfloat16, hostContext(5), -1).active_blocks);
+  EXPECT_EQ(Algo::kTwoShotLL, defaultPlan(28 << 10, tparBfloat16, hostContext(5), -1).algo);
   EXPECT_EQ(2, defaultPlan(16 << 10, tparBfloat16, hostContext(8, 1), -1).active_blocks);
-  EXPECT_EQ(Algo::kTwoShotLL, defaultPlan(16 << 10, tparBfloat16, hostContext(8), -1).algo);
+  EXPECT_EQ(Algo::kTwoShotLL, defaultPlan(16 << 10, tparBfloat16, hostContext(8, 1), -1).algo);
 }
 
 TEST(HostDefaults, BlocksFollowTheRanksSharingAGpuNotTheGroupSize) {

@@ -90,13 +90,16 @@ struct Acc {
 
 // The caller's buffers: any element-aligned pointer, any count.
 // Loads vector `v` of the caller's buffer; elements past `count` read as zero (never a sentinel
-// word, since a zero half makes the word differ from 0xFFFFFFFF).
-template <typename T>
+// word, since a zero half makes the word differ from 0xFFFFFFFF). kWide = false moves a whole
+// vector as four 32-bit words instead of one 128-bit access (the caller says why).
+template <typename T, bool kWide = true>
 __device__ __forceinline__ Vec loadUser(const void* base, uint64_t v, uint64_t count,
                                         bool aligned) {
   constexpr int kN = ElemTraits<T>::kPerVec;
   constexpr int kB = ElemTraits<T>::kBytes;
   const uint64_t e0 = v * kN;
+  if (!kWide && aligned && e0 + kN <= count)
+    return *reinterpret_cast<const Vec*>(static_cast<const char*>(base) + v * kVecBytes);
   if (aligned && e0 + kN <= count) {
     // Through uint4, whose 16-byte alignment makes this one 128-bit load: a Vec's words are only
     // 4-byte aligned, and a Vec access compiles to four 32-bit ones. (Aligning Vec itself gives
@@ -120,12 +123,16 @@ __device__ __forceinline__ Vec loadUser(const void* base, uint64_t v, uint64_t c
   return out;
 }
 
-template <typename T>
+template <typename T, bool kWide = true>
 __device__ __forceinline__ void storeUser(void* base, uint64_t v, uint64_t count, bool aligned,
                                           const Vec& val) {
   constexpr int kN = ElemTraits<T>::kPerVec;
   constexpr int kB = ElemTraits<T>::kBytes;
   const uint64_t e0 = v * kN;
+  if (!kWide && aligned && e0 + kN <= count) {
+    *reinterpret_cast<Vec*>(static_cast<char*>(base) + v * kVecBytes) = val;
+    return;
+  }
   if (aligned && e0 + kN <= count) {
     // One 128-bit store, as in loadUser.
     *reinterpret_cast<uint4*>(static_cast<char*>(base) + v * kVecBytes) =
