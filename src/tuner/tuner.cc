@@ -49,16 +49,21 @@ constexpr uint64_t kHostLLMaxBytes = 32u << 10;
 constexpr uint64_t kSharedHostSmallMaxBytes = 12u << 10;
 constexpr uint64_t kSharedHostPairPullMaxBytes = 8u << 10;
 // Past the small calls (NOTE [push calls on a shared GPU]): two ranks sharing a GPU push
-// one-shot up to the first size, 3 or 4 ranks up to the second (3 ranks one-shot up to the
-// third), 5 to 7 ranks two-shot up to the fourth, 8 or more up to the fifth.
+// one-shot up to the first size and two-shot up to the second, 3 or 4 ranks up to the third
+// (3 ranks one-shot up to the fourth), 5 to 7 ranks two-shot up to the fifth, 8 or more up to
+// the sixth; from 5 ranks with one block up to the sixth size, two above it.
 constexpr uint64_t kSharedHostPairPushMaxBytes = 64u << 10;
+constexpr uint64_t kSharedHostPairTwoShotMaxBytes = 128u << 10;
 constexpr uint64_t kSharedHostPushMaxBytes = 96u << 10;
 constexpr uint64_t kSharedHostTrioOneShotMaxBytes = 40u << 10;
-constexpr uint64_t kSharedHostMidPushMaxBytes = 24u << 10;
+constexpr uint64_t kSharedHostMidPushMaxBytes = 64u << 10;
 constexpr uint64_t kSharedHostWidePushMaxBytes = 40u << 10;
 // Past the push (NOTE [two-shot LL on a shared GPU]): eight or more ranks sharing a GPU run the
 // two-shot pull up to this size, the pipelined two-shot above it.
 constexpr uint64_t kSharedHostWidePullMaxBytes = 384u << 10;
+// From 3 ranks sharing a GPU, the pipelined two-shot up to this size runs at most 4 blocks of
+// 256 threads (hostShape, NOTE [narrow pipelined calls on a shared GPU]).
+constexpr uint64_t kSharedHostNarrowPipelinedMaxBytes = 384u << 10;
 
 // Every rank on one GPU, in its memory (NOTE [small calls of ranks on one GPU]): from 3 ranks
 // one-shot pull up to the first size; two ranks the push one-shot up to the second.
@@ -285,6 +290,7 @@ namespace {
 //    sends, at most 32 / (ranks sharing a GPU: their polling warps and fences add up there)
 //    and 8; steps of about 48 KiB per block, since each step costs two fenced hand-offs. With
 //    one rank per GPU that gives 8 blocks, which only a run with one rank per GPU can confirm.
+//    Ranks sharing a GPU, narrower: NOTE [narrow pipelined calls on a shared GPU] below.
 //  * twoshot-ll: one block when 8 or more ranks share a GPU, two otherwise.
 //  * pull variants (their flags or lines are polled per block): about one block per 16 KiB of a
 //    rank's chunk (with 8 ranks at 12 KiB, 32 blocks were several times slower than one).
@@ -294,9 +300,18 @@ Plan hostShape(Plan p, uint64_t bytes, const TunerContext& ctx) {
   if (p.algo == kernels::Algo::kPipelined) {
     const uint64_t pushed = bytes / n * (n - 1);
     const uint64_t sharing = static_cast<uint64_t>(std::max(ctx.ranks_per_gpu, 1));
-    const uint64_t cap = std::min<uint64_t>(std::max<uint64_t>(32 / sharing, 1), 8);
+    // NOTE [narrow pipelined calls on a shared GPU]
+    // From 3 ranks sharing a GPU, up to 384 KiB: at most 4 blocks of 256 threads. In `tpar tune
+    // --transport host` with 3, 4, 5 and 8 ranks on one GPU, 4 x 256 ran ahead of 6 or 8
+    // blocks of 512 at most sizes from 96 to 384 KiB, and as defaults against the wider shape in
+    // the next run (docs/PERFORMANCE.md, "Narrow pipelined calls and longer pushes on a shared
+    // GPU"): fewer polling warps on the one link. Two ranks keep 8 blocks, which ran ahead of 4
+    // there; larger calls were not measured.
+    const bool narrow = sharing > 1 && n >= 3 && bytes <= kSharedHostNarrowPipelinedMaxBytes;
+    const uint64_t cap = std::min<uint64_t>(std::max<uint64_t>(32 / sharing, 1), narrow ? 4 : 8);
     const uint64_t blocks = std::min<uint64_t>(std::max<uint64_t>(pushed / (8u << 10), 1), cap);
     p.active_blocks = static_cast<int>(blocks);
+    if (narrow) p.threads = 256;
     p.steps = static_cast<int>(
         std::min<uint64_t>(std::max<uint64_t>(pushed / blocks / (48u << 10), 1), 16));
     p.pull = true;
@@ -355,33 +370,41 @@ Plan defaultPlan(uint64_t bytes, tparDataType_t dtype, const TunerContext& ctx,
     // read across the link and wait a round trip per read. `tpar tune --transport host` over 1
     // to 8 blocks of 256 and 512 threads, twice on one H200, chose the push one-shot with two
     // blocks up to 64 KiB with 2 ranks and up to 40 KiB with 3, the push two-shot with two blocks
-    // up to 96 KiB with 3 and 4 ranks, with one block up to 24 KiB with 5 and up to 40 KiB with 8,
-    // each ahead of the defaults before it (one-shot pull, two-shot LL, two-shot pull, pipelined)
-    // in the same runs (docs/PERFORMANCE.md, "Push calls for ranks sharing a GPU on the host").
-    // 6 and 7 ranks take 5 ranks' limit unmeasured; one rank per GPU keeps the lines below.
+    // up to 96 KiB with 3 and 4 ranks and with one block up to 40 KiB with 8, each ahead of the
+    // defaults before it (one-shot pull, two-shot LL, two-shot pull, pipelined) in the same runs
+    // (docs/PERFORMANCE.md, "Push calls for ranks sharing a GPU on the host"). The next run
+    // carried two ranks on with the push two-shot of four blocks to 128 KiB, and 5 ranks with
+    // one block to 40 KiB and two to 64 KiB, ahead of the pipelined two-shot and two-shot LL
+    // there ("Narrow pipelined calls and longer pushes on a shared GPU"). 6 and 7 ranks take
+    // 5 ranks' lines unmeasured; one rank per GPU keeps the lines below.
     // TPAR_ONESHOT_MAX_BYTES turns it off.
     if (ctx.ranks_per_gpu > 1 && n > 1 && one_shot_max_bytes < 0 &&
         bytes > kSharedHostSmallMaxBytes) {
-      const uint64_t push_max = n == 2   ? kSharedHostPairPushMaxBytes
+      const uint64_t push_max = n == 2   ? kSharedHostPairTwoShotMaxBytes
                                 : n <= 4 ? kSharedHostPushMaxBytes
                                 : n < 8  ? kSharedHostMidPushMaxBytes
                                          : kSharedHostWidePushMaxBytes;
       if (bytes <= push_max) {
-        const bool one_shot = n == 2 || (n == 3 && bytes <= kSharedHostTrioOneShotMaxBytes);
+        const bool one_shot = (n == 2 && bytes <= kSharedHostPairPushMaxBytes) ||
+                              (n == 3 && bytes <= kSharedHostTrioOneShotMaxBytes);
         p.algo = one_shot ? kernels::Algo::kOneShot : kernels::Algo::kTwoShot;
-        p.active_blocks = n <= 4 ? 2 : 1;
+        p.active_blocks = n == 2 && !one_shot                   ? 4
+                          : n <= 4 || bytes > kSharedHostWidePushMaxBytes ? 2
+                                                                           : 1;
         p.threads = 512;
         return p;
       }
     }
     // NOTE [two-shot LL on a shared GPU]
     // Ranks sharing a GPU, past the push: two-shot LL sends every byte twice (data and epoch in
-    // one line) over the one link all of them share. Eight or more ranks leave it for the
-    // two-shot pull up to 384 KiB (its one block ahead of the pipelined two-shot at every size
-    // from 24 to 112 KiB in two runs, docs/PERFORMANCE.md, "The flag-line pull as a default"; its
-    // one to three blocks from 128 to 384 KiB by a little in two runs, "Push calls for ranks
-    // sharing a GPU on the host"), then the pipelined two-shot. Fewer ranks keep the lines of one
-    // rank per GPU past the push. TPAR_ONESHOT_MAX_BYTES turns the rule off.
+    // one line) over the one link all of them share, and the push above now covers its sizes
+    // for every group size. Eight or more ranks run the two-shot pull up to 384 KiB (its one
+    // block ahead of the pipelined two-shot at every size from 24 to 112 KiB in two runs,
+    // docs/PERFORMANCE.md, "The flag-line pull as a default"; its one to three blocks from 128
+    // to 384 KiB by a little in two runs, "Push calls for ranks sharing a GPU on the host"),
+    // then the pipelined two-shot. Fewer ranks keep the lines of one rank per GPU past the push
+    // (the pipelined two-shot, narrower up to 384 KiB: hostShape). TPAR_ONESHOT_MAX_BYTES turns
+    // the rule off.
     const bool shared = ctx.ranks_per_gpu > 1 && one_shot_max_bytes < 0;
     const uint64_t limit = one_shot_max_bytes >= 0 ? static_cast<uint64_t>(one_shot_max_bytes)
                            : n <= 2                ? kHostOneShotPullMaxBytes
@@ -470,6 +493,7 @@ Plan wirePlan(const Plan& plan, uint64_t bytes, tparDataType_t dtype, const Tune
   p.algo = kernels::Algo::kPipelined;
   p = hostShape(p, bytes, ctx);
   p.active_blocks = 0;
+  p.threads = 0;  // the kernel's own block size on the whole grid, not the narrow lossless shape
   return p;
 }
 
@@ -478,6 +502,7 @@ std::vector<uint64_t> defaultPlanBoundaries(const TunerContext& ctx, int64_t one
   std::vector<uint64_t> b = {kStagedMaxBytes,          kHostOneShotPullMaxBytes,
                              kHostLLMaxBytes,          kSharedHostSmallMaxBytes,
                              kSharedHostPairPullMaxBytes, kSharedHostPairPushMaxBytes,
+                             kSharedHostPairTwoShotMaxBytes, kSharedHostNarrowPipelinedMaxBytes,
                              kSharedHostPushMaxBytes,  kSharedHostTrioOneShotMaxBytes,
                              kSharedHostMidPushMaxBytes, kSharedHostWidePushMaxBytes,
                              kSharedHostWidePullMaxBytes,

@@ -972,35 +972,48 @@ TEST(HostDefaults, SmallCallsOfRanksSharingAGpu) {
       EXPECT_EQ(n <= 4 ? 512 : 256, p.threads) << n << " ranks, " << bytes;
       EXPECT_FALSE(p.nccl);
     }
-    // NOTE [push calls on a shared GPU]: past 12 KiB the push kernels again with 512 threads,
-    // two blocks up to 4 ranks, one above: 2 ranks one-shot up to 64 KiB, 3 ranks one-shot up
-    // to 40 KiB then two-shot, 4 ranks two-shot, both up to 96 KiB; 5 to 7 ranks two-shot up to
-    // 24 KiB, 8 and more up to 40 KiB. NOTE [two-shot LL on a shared GPU]: then 8 and more the
-    // two-shot pull up to 384 KiB, the pipelined two-shot above; fewer ranks the plans of one
-    // rank per GPU (two-shot LL to 32 KiB, the pipelined two-shot above).
+    // NOTE [push calls on a shared GPU]: past 12 KiB the push kernels again with 512 threads:
+    // 2 ranks one-shot with two blocks up to 64 KiB, then two-shot with four up to 128 KiB;
+    // 3 ranks one-shot up to 40 KiB then two-shot, 4 ranks two-shot, both with two blocks up
+    // to 96 KiB; 5 to 7 ranks two-shot up to 64 KiB, 8 and more up to 40 KiB, with one block
+    // up to 40 KiB and two above. NOTE [two-shot LL on a shared GPU]: then 8 and more the
+    // two-shot pull up to 384 KiB, the pipelined two-shot above; fewer ranks the pipelined
+    // two-shot of one rank per GPU (never two-shot LL, whose sizes the push covers), with at
+    // most 4 blocks of 256 threads up to 384 KiB from 3 ranks.
     for (uint64_t bytes :
          {(uint64_t{12} << 10) + 16, uint64_t{16} << 10, uint64_t{24} << 10,
           (uint64_t{24} << 10) + 16, uint64_t{32} << 10, (uint64_t{32} << 10) + 16,
           uint64_t{40} << 10, (uint64_t{40} << 10) + 16, uint64_t{64} << 10,
           (uint64_t{64} << 10) + 16, uint64_t{96} << 10, (uint64_t{96} << 10) + 16,
-          uint64_t{112} << 10, (uint64_t{112} << 10) + 16, uint64_t{384} << 10,
-          (uint64_t{384} << 10) + 16}) {
+          uint64_t{112} << 10, (uint64_t{112} << 10) + 16, uint64_t{128} << 10,
+          (uint64_t{128} << 10) + 16, uint64_t{384} << 10, (uint64_t{384} << 10) + 16}) {
       const Plan plan = defaultPlan(bytes, tparBfloat16, ctx, -1);
       const Algo got = plan.algo;
-      const uint64_t push_max = n == 2 ? 64u << 10 : n <= 4 ? 96u << 10 : n < 8 ? 24u << 10
-                                                                                : 40u << 10;
+      const uint64_t push_max = n == 2 ? 128u << 10 : n <= 4 ? 96u << 10 : n < 8 ? 64u << 10
+                                                                                 : 40u << 10;
       const bool push = bytes <= push_max;
-      const Algo want = push && (n == 2 || (n == 3 && bytes <= (40u << 10))) ? Algo::kOneShot
-                        : push                                              ? Algo::kTwoShot
-                        : n >= 8 && bytes <= (384u << 10)                   ? Algo::kTwoShotPull
-                        : n < 8 && bytes <= (32u << 10)                     ? Algo::kTwoShotLL
-                                                                            : Algo::kPipelined;
+      const bool one_shot =
+          (n == 2 && bytes <= (64u << 10)) || (n == 3 && bytes <= (40u << 10));
+      const Algo want = push && one_shot                  ? Algo::kOneShot
+                        : push                            ? Algo::kTwoShot
+                        : n >= 8 && bytes <= (384u << 10) ? Algo::kTwoShotPull
+                                                          : Algo::kPipelined;
       EXPECT_EQ(want, got) << n << " ranks, " << bytes;
       if (push) {
-        EXPECT_EQ(n <= 4 ? 2 : 1, plan.active_blocks) << n << " ranks, " << bytes;
+        const int blocks = n == 2 ? (one_shot ? 2 : 4) : n <= 4 ? 2 : bytes <= (40u << 10) ? 1 : 2;
+        EXPECT_EQ(blocks, plan.active_blocks) << n << " ranks, " << bytes;
         EXPECT_EQ(512, plan.threads) << n << " ranks, " << bytes;
       } else if (n < 8) {
         EXPECT_EQ(defaultPlan(bytes, tparBfloat16, hostContext(n, 1), -1).algo, got) << n;
+      }
+      if (got == Algo::kPipelined) {
+        // Narrow up to 384 KiB from 3 ranks; two ranks and larger calls keep the kernel's
+        // threads and up to 8 blocks.
+        const bool narrow = n >= 3 && bytes <= (384u << 10);
+        EXPECT_EQ(narrow ? 256 : 0, plan.threads) << n << " ranks, " << bytes;
+        EXPECT_LE(plan.active_blocks, narrow ? 4 : 8) << n << " ranks, " << bytes;
+        if (n >= 3 && n <= 4 && bytes >= (112u << 10) && bytes <= (384u << 10))
+          EXPECT_EQ(4, plan.active_blocks) << n << " ranks, " << bytes;
       }
       // The pull's blocks: about one per 16 KiB of a rank's chunk, at least one (hostShape).
       if (got == Algo::kTwoShotPull)
@@ -1035,15 +1048,15 @@ TEST(HostDefaults, SmallCallsOfRanksSharingAGpu) {
 
 TEST(HostDefaults, FewBlocksAndStepsThatGrowWithTheMessage) {
   // Pipelined: about one block per 8 KiB a rank sends, at most 32 / n and 8; steps of about
-  // 48 KiB per block, at most 16 (8 ranks sharing a GPU run it above 384 KiB only).
+  // 48 KiB per block, at most 16; from 3 ranks sharing a GPU at most 4 blocks up to 384 KiB.
   struct Case {
     int n;
     uint64_t bytes;
     int blocks, steps;
   };
   for (const Case& c : {Case{8, 512 << 10, 4, 2}, Case{8, 768 << 10, 4, 3},
-                        Case{8, 1 << 20, 4, 4}, Case{8, 64 << 20, 4, 16}, Case{4, 112 << 10, 8, 1},
-                        Case{4, 1 << 20, 8, 2}, Case{2, 112 << 10, 7, 1}, Case{2, 1 << 20, 8, 1}}) {
+                        Case{8, 1 << 20, 4, 4}, Case{8, 64 << 20, 4, 16}, Case{4, 112 << 10, 4, 1},
+                        Case{4, 1 << 20, 8, 2}, Case{2, 256 << 10, 8, 1}, Case{2, 1 << 20, 8, 1}}) {
     const Plan p = defaultPlan(c.bytes, tparBfloat16, hostContext(c.n), -1);
     ASSERT_EQ(Algo::kPipelined, p.algo) << c.n << " ranks, " << c.bytes;
     EXPECT_EQ(c.blocks, p.active_blocks) << c.n << " ranks, " << c.bytes;
@@ -1051,7 +1064,9 @@ TEST(HostDefaults, FewBlocksAndStepsThatGrowWithTheMessage) {
   }
   for (int n : {2, 3, 4, 8, 16}) {
     int last_blocks = 0, last_steps = 0;
-    for (uint64_t bytes = n >= 8 ? 512u << 10 : 128u << 10; bytes <= (uint64_t{1} << 30);
+    // (Two ranks sharing a GPU push up to 128 KiB, 8 and more pull up to 384 KiB.)
+    for (uint64_t bytes = n >= 8 ? 512u << 10 : n == 2 ? 256u << 10 : 128u << 10;
+         bytes <= (uint64_t{1} << 30);
          bytes *= 2) {
       const Plan p = defaultPlan(bytes, tparBfloat16, hostContext(n), -1);
       EXPECT_GE(p.active_blocks, last_blocks) << bytes;
@@ -1069,8 +1084,8 @@ TEST(HostDefaults, FewBlocksAndStepsThatGrowWithTheMessage) {
   // its sizes), two otherwise.
   EXPECT_EQ(1, selectPlan(16 << 10, tparBfloat16, hostContext(8), nullptr, tparAlgoTwoShotLL, -1)
                    .active_blocks);
-  EXPECT_EQ(2, defaultPlan(28 << 10, tparBfloat16, hostContext(5), -1).active_blocks);
-  EXPECT_EQ(Algo::kTwoShotLL, defaultPlan(28 << 10, tparBfloat16, hostContext(5), -1).algo);
+  EXPECT_EQ(2, selectPlan(28 << 10, tparBfloat16, hostContext(5), nullptr, tparAlgoTwoShotLL, -1)
+                   .active_blocks);
   EXPECT_EQ(2, defaultPlan(16 << 10, tparBfloat16, hostContext(8, 1), -1).active_blocks);
   EXPECT_EQ(Algo::kTwoShotLL, defaultPlan(16 << 10, tparBfloat16, hostContext(8, 1), -1).algo);
 }
