@@ -38,6 +38,13 @@ bool ChildProcess::start(const std::vector<std::string>& argv,
   log_ = path;
   std::vector<std::string> envs;
   for (char** e = environ; *e; ++e) {
+    // A child runs what its argv's filter names. GoogleTest's sharding variables, set for the
+    // parent (ctest, or a run split over machines), would make it run its shard of that filter,
+    // mostly nothing, and fail the parent's check for no reason of its own.
+    if (std::strncmp(*e, "GTEST_TOTAL_SHARDS=", 19) == 0 ||
+        std::strncmp(*e, "GTEST_SHARD_INDEX=", 18) == 0 ||
+        std::strncmp(*e, "GTEST_SHARD_STATUS_FILE=", 24) == 0)
+      continue;
     bool overridden = false;
     for (const std::string& kv : env) {
       const std::string name = kv.substr(0, kv.find('=') + 1);

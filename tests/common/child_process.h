@@ -19,8 +19,10 @@ class ChildProcess {
   // Kills a child still running and removes its output file.
   ~ChildProcess();
 
-  // Starts argv[0] (looked up in PATH) with this process's environment, where each NAME=value
-  // of `env` replaces or adds NAME. False when the output file or the process cannot be made.
+  // Starts argv[0] (looked up in PATH) with this process's environment, less GoogleTest's
+  // sharding variables, where each NAME=value of `env` replaces or adds NAME (so a test may
+  // still hand a child a shard on purpose). False when the output file or the process cannot
+  // be made.
   bool start(const std::vector<std::string>& argv, const std::vector<std::string>& env);
 
   // Exit status, 128 + the signal that ended it, -1 when it still ran after timeout_s (it is
