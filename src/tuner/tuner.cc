@@ -64,6 +64,9 @@ constexpr uint64_t kSharedHostWidePullMaxBytes = 384u << 10;
 // From 3 ranks sharing a GPU, the pipelined two-shot up to this size runs at most 4 blocks of
 // 256 threads (hostShape, NOTE [narrow pipelined calls on a shared GPU]).
 constexpr uint64_t kSharedHostNarrowPipelinedMaxBytes = 384u << 10;
+// Two ranks sharing a GPU, from this size: the pipelined two-shot up to 16 blocks each (hostShape,
+// NOTE [wide pipelined calls of two ranks on one GPU]).
+constexpr uint64_t kSharedHostPairWidePipelinedMinBytes = 1u << 20;
 
 // Every rank on one GPU, in its memory (NOTE [small calls of ranks on one GPU]): from 3 ranks
 // one-shot pull up to the first size; two ranks the push one-shot up to the second.
@@ -308,7 +311,17 @@ Plan hostShape(Plan p, uint64_t bytes, const TunerContext& ctx) {
     // GPU"): fewer polling warps on the one link. Two ranks keep 8 blocks, which ran ahead of 4
     // there; larger calls were not measured.
     const bool narrow = sharing > 1 && n >= 3 && bytes <= kSharedHostNarrowPipelinedMaxBytes;
-    const uint64_t cap = std::min<uint64_t>(std::max<uint64_t>(32 / sharing, 1), narrow ? 4 : 8);
+    // NOTE [wide pipelined calls of two ranks on one GPU]
+    // Two ranks sharing a GPU, from 1 MiB: the cap of 8 goes, leaving 32 / 2 = 16 blocks each.
+    // Their 16 blocks together do not keep the link busy in both directions: `tpar tune
+    // --transport host` with 2 ranks on one GPU chose 16 blocks at 512 KiB, 2 and 8 MiB, and
+    // 16 blocks (with shorter steps) ran up to 15 % faster from 2 MiB as defaults in the same
+    // run, slower at 512 KiB (docs/PERFORMANCE.md, "Host-staged shapes re-checked with the
+    // current kernels", and "Sixteen pipelined blocks for two ranks on one GPU"). More ranks
+    // sharing the GPU already fill it with 8 blocks or fewer each.
+    const bool wide_pair = sharing > 1 && n == 2 && bytes >= kSharedHostPairWidePipelinedMinBytes;
+    const uint64_t cap = std::min<uint64_t>(std::max<uint64_t>(32 / sharing, 1),
+                                            narrow ? 4 : wide_pair ? 16 : 8);
     const uint64_t blocks = std::min<uint64_t>(std::max<uint64_t>(pushed / (8u << 10), 1), cap);
     p.active_blocks = static_cast<int>(blocks);
     if (narrow) p.threads = 256;
@@ -503,6 +516,7 @@ std::vector<uint64_t> defaultPlanBoundaries(const TunerContext& ctx, int64_t one
                              kHostLLMaxBytes,          kSharedHostSmallMaxBytes,
                              kSharedHostPairPullMaxBytes, kSharedHostPairPushMaxBytes,
                              kSharedHostPairTwoShotMaxBytes, kSharedHostNarrowPipelinedMaxBytes,
+                             kSharedHostPairWidePipelinedMinBytes - 1,
                              kSharedHostPushMaxBytes,  kSharedHostTrioOneShotMaxBytes,
                              kSharedHostMidPushMaxBytes, kSharedHostWidePushMaxBytes,
                              kSharedHostWidePullMaxBytes,
