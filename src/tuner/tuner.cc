@@ -306,10 +306,11 @@ Plan hostShape(Plan p, uint64_t bytes, const TunerContext& ctx) {
     // NOTE [narrow pipelined calls on a shared GPU]
     // From 3 ranks sharing a GPU, up to 384 KiB: at most 4 blocks of 256 threads. In `tpar tune
     // --transport host` with 3, 4, 5 and 8 ranks on one GPU, 4 x 256 ran ahead of 6 or 8
-    // blocks of 512 at most sizes from 96 to 384 KiB, and as defaults against the wider shape in
-    // the next run (docs/PERFORMANCE.md, "Narrow pipelined calls and longer pushes on a shared
+    // blocks of 512 at most sizes from 96 to 384 KiB, and so did it as the default against the
+    // wider shape, except with 3 ranks at 120 and 128 KiB, where 8 blocks stay ahead for reasons
+    // not found (docs/PERFORMANCE.md, "Narrow pipelined calls and longer pushes on a shared
     // GPU"): fewer polling warps on the one link. Two ranks keep 8 blocks, which ran ahead of 4
-    // there; larger calls were not measured.
+    // there; above 384 KiB the sweeps chose 8 blocks again.
     const bool narrow = sharing > 1 && n >= 3 && bytes <= kSharedHostNarrowPipelinedMaxBytes;
     // NOTE [wide pipelined calls of two ranks on one GPU]
     // Two ranks sharing a GPU, from 1 MiB: the cap of 8 goes, leaving 32 / 2 = 16 blocks each.
@@ -386,10 +387,11 @@ Plan defaultPlan(uint64_t bytes, tparDataType_t dtype, const TunerContext& ctx,
     // up to 96 KiB with 3 and 4 ranks and with one block up to 40 KiB with 8, each ahead of the
     // defaults before it (one-shot pull, two-shot LL, two-shot pull, pipelined) in the same runs
     // (docs/PERFORMANCE.md, "Push calls for ranks sharing a GPU on the host"). The next run
-    // carried two ranks on with the push two-shot of four blocks to 128 KiB, and 5 ranks with
-    // one block to 40 KiB and two to 64 KiB, ahead of the pipelined two-shot and two-shot LL
-    // there ("Narrow pipelined calls and longer pushes on a shared GPU"). 6 and 7 ranks take
-    // 5 ranks' lines unmeasured; one rank per GPU keeps the lines below.
+    // carried two ranks on with the push two-shot of four blocks to 128 KiB (ahead of the
+    // pipelined two-shot from 96 KiB, even at 80), and 5 ranks with one block to 40 KiB and two
+    // to 64 KiB, ahead of two-shot LL and the pipelined two-shot there, as defaults against the
+    // ones before ("Narrow pipelined calls and longer pushes on a shared GPU"). 6 and 7 ranks
+    // take 5 ranks' lines unmeasured; one rank per GPU keeps the lines below.
     // TPAR_ONESHOT_MAX_BYTES turns it off.
     if (ctx.ranks_per_gpu > 1 && n > 1 && one_shot_max_bytes < 0 &&
         bytes > kSharedHostSmallMaxBytes) {
