@@ -306,7 +306,7 @@ Plan hostShape(Plan p, uint64_t bytes, const TunerContext& ctx) {
     // NOTE [narrow pipelined calls on a shared GPU]
     // From 3 ranks sharing a GPU, up to 384 KiB: at most 4 blocks of 256 threads. In `tpar tune
     // --transport host` with 3, 4, 5 and 8 ranks on one GPU, 4 x 256 ran ahead of 6 or 8
-    // blocks of 512 at most sizes from 96 to 384 KiB, and so did it as the default against the
+    // blocks of 512 at most sizes from 96 to 384 KiB, and did so as the default against the
     // wider shape, except with 3 ranks at 120 and 128 KiB, where 8 blocks stay ahead for reasons
     // not found (docs/PERFORMANCE.md, "Narrow pipelined calls and longer pushes on a shared
     // GPU"): fewer polling warps on the one link. Two ranks keep 8 blocks, which ran ahead of 4
