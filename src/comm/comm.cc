@@ -145,7 +145,20 @@ tparResult_t createLocal(int rank, int nranks, const ResolvedConfig& cfg, int ra
   // 32 (docs/PERFORMANCE.md, "A wider grid for ranks that share a GPU"). Small calls keep 32
   // active blocks (defaultPlan). Ranks on their own GPUs, and host memory, whose links saturate
   // with far fewer blocks, keep 32 until a run on such machines measures otherwise.
-  const int default_grid = rod > 1 && !host_transport ? kSharedGpuGridBlocks : kDefaultGridBlocks;
+  // NOTE [wire grid for two ranks on one GPU]
+  // Two ranks sharing a GPU on the host transport with a wire format (tparConfig_t::wire) get
+  // the wide grid too. The formats' kernel encodes and decodes on every block of the grid
+  // (wirePlan) and the SMs hold it back more than the link does: with 2 virtual ranks on one
+  // H200, FP8 and INT4 calls from 1 MiB ran faster with 64 blocks than with 32 in the same run,
+  // and the lossless calls of such a communicator, below the format's threshold, no slower
+  // (docs/PERFORMANCE.md, "Shorter pipelined steps and a wider wire grid on a shared GPU"). What
+  // takes the whole grid on such a communicator (a forced algorithm, the fused call) takes the
+  // 64 too. More ranks on one GPU have more blocks between them already (4 ranks ran the
+  // formats slower with 64 each than with 32); ranks on their own GPUs keep 32 until a run with
+  // one rank per GPU measures them.
+  const bool wire_pair = rod == 2 && host_transport && cfg.wire > tparWireNone;
+  const int default_grid =
+      rod > 1 && (!host_transport || wire_pair) ? kSharedGpuGridBlocks : kDefaultGridBlocks;
   const int wanted =
       std::min(kernels::kMaxBlocks, cfg.max_blocks > 0 ? cfg.max_blocks : default_grid);
   comm->max_blocks = std::max(1, std::min(wanted, resident));

@@ -67,6 +67,9 @@ constexpr uint64_t kSharedHostNarrowPipelinedMaxBytes = 384u << 10;
 // Two ranks sharing a GPU, from this size: the pipelined two-shot up to 16 blocks each (hostShape,
 // NOTE [wide pipelined calls of two ranks on one GPU]).
 constexpr uint64_t kSharedHostPairWidePipelinedMinBytes = 1u << 20;
+// From 4 ranks sharing a GPU, above the narrow size and up to this one: the pipelined two-shot
+// with 256 threads and shorter steps (hostShape, NOTE [shorter pipelined steps on a shared GPU]).
+constexpr uint64_t kSharedHostMidPipelinedMaxBytes = 1u << 20;
 
 // Every rank on one GPU, in its memory (NOTE [small calls of ranks on one GPU]): from 3 ranks
 // one-shot pull up to the first size; two ranks the push one-shot up to the second.
@@ -293,12 +296,14 @@ namespace {
 //    sends, at most 32 / (ranks sharing a GPU: their polling warps and fences add up there)
 //    and 8; steps of about 48 KiB per block, since each step costs two fenced hand-offs. With
 //    one rank per GPU that gives 8 blocks, which only a run with one rank per GPU can confirm.
-//    Ranks sharing a GPU, narrower: NOTE [narrow pipelined calls on a shared GPU] below.
+//    Ranks sharing a GPU, narrower: NOTE [narrow pipelined calls on a shared GPU] below, and
+//    shorter steps (NOTE [shorter pipelined steps on a shared GPU]) except for a wire format's
+//    plan (`for_wire`).
 //  * twoshot-ll: one block when 8 or more ranks share a GPU, two otherwise.
 //  * pull variants (their flags or lines are polled per block): about one block per 16 KiB of a
 //    rank's chunk (with 8 ranks at 12 KiB, 32 blocks were several times slower than one).
 // Other algorithms keep the kernels' own shape.
-Plan hostShape(Plan p, uint64_t bytes, const TunerContext& ctx) {
+Plan hostShape(Plan p, uint64_t bytes, const TunerContext& ctx, bool for_wire = false) {
   const uint64_t n = static_cast<uint64_t>(std::max(ctx.nranks, 1));
   if (p.algo == kernels::Algo::kPipelined) {
     const uint64_t pushed = bytes / n * (n - 1);
@@ -323,11 +328,23 @@ Plan hostShape(Plan p, uint64_t bytes, const TunerContext& ctx) {
     const bool wide_pair = sharing > 1 && n == 2 && bytes >= kSharedHostPairWidePipelinedMinBytes;
     const uint64_t cap = std::min<uint64_t>(std::max<uint64_t>(32 / sharing, 1),
                                             narrow ? 4 : wide_pair ? 16 : 8);
+    // NOTE [shorter pipelined steps on a shared GPU]
+    // From 4 ranks sharing a GPU, above the narrow sizes up to 1 MiB: 256 threads and steps of
+    // about 24 KiB per block instead of 48, blocks as before. `tpar tune --transport host` with
+    // 3, 4 and 5 ranks on one GPU chose 8 blocks of 256 with more steps at 512 KiB and 1 MiB,
+    // and as the default against the shape before it, same run, the shape ran ahead with 4, 5
+    // and 8 ranks at every size from 512 KiB to 1 MiB; with 3 ranks it was behind at 1 MiB, so
+    // 3 ranks keep the longer steps (docs/PERFORMANCE.md, "Shorter pipelined steps and a wider
+    // wire grid on a shared GPU"). A wire format's plan keeps the longer steps: its kernel was
+    // not measured with these.
+    const bool mid = !for_wire && sharing > 1 && n >= 4 && !narrow &&
+                     bytes <= kSharedHostMidPipelinedMaxBytes;
     const uint64_t blocks = std::min<uint64_t>(std::max<uint64_t>(pushed / (8u << 10), 1), cap);
     p.active_blocks = static_cast<int>(blocks);
-    if (narrow) p.threads = 256;
+    if (narrow || mid) p.threads = 256;
+    const uint64_t step_bytes = mid ? 24u << 10 : 48u << 10;
     p.steps = static_cast<int>(
-        std::min<uint64_t>(std::max<uint64_t>(pushed / blocks / (48u << 10), 1), 16));
+        std::min<uint64_t>(std::max<uint64_t>(pushed / blocks / step_bytes, 1), 16));
     p.pull = true;
   } else if (p.algo == kernels::Algo::kTwoShotLL) {
     p.active_blocks = ctx.ranks_per_gpu >= 8 ? 1 : 2;
@@ -506,7 +523,7 @@ Plan wirePlan(const Plan& plan, uint64_t bytes, tparDataType_t dtype, const Tune
   // encoding and decoding is work for the SMs that the lossless kernel's few blocks do not do.
   Plan p;
   p.algo = kernels::Algo::kPipelined;
-  p = hostShape(p, bytes, ctx);
+  p = hostShape(p, bytes, ctx, /*for_wire=*/true);
   p.active_blocks = 0;
   p.threads = 0;  // the kernel's own block size on the whole grid, not the narrow lossless shape
   return p;

@@ -79,7 +79,8 @@ uint64_t defaultOneShotMaxBytes(int nranks);
 
 // The grid of a communicator without TPAR_MAX_BLOCKS (before the residency bound): the default,
 // and that of ranks sharing a GPU in its memory (NOTE [wide grid for shared GPUs]), whose small
-// one-shots keep the default's count of blocks active.
+// one-shots keep the default's count of blocks active, and of two ranks sharing one on the host
+// transport with a wire format (NOTE [wire grid for two ranks on one GPU]).
 constexpr int kDefaultGridBlocks = 32;
 constexpr int kSharedGpuGridBlocks = 64;
 

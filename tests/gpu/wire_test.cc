@@ -122,6 +122,25 @@ TEST_P(WireFormats, EveryRankGetsTheFormatsAllReduce) {
       if (GetParam() != kTransportHost) cfg.algorithm = tparAlgoPipelined;
       VirtualGroup g;
       ASSERT_EQ("", g.init(n, cfg));
+      if (GetParam() == kTransportHost) {
+        // Two ranks sharing the GPU on the host get the wide grid with a format (NOTE [wire
+        // grid for two ranks on one GPU]); more ranks keep the grid they have without one.
+        tparConfig_t lossless = cfg;
+        lossless.wire = tparWireNone;
+        VirtualGroup plain;
+        ASSERT_EQ("", plain.init(n, lossless));
+        tparCommInfo_t with_format, without;
+        TPAR_OK(tparCommQuery(g.comm(0), &with_format));
+        TPAR_OK(tparCommQuery(plain.comm(0), &without));
+        int device = 0, sms = 0;
+        ASSERT_EQ(cudaSuccess, cudaGetDevice(&device));
+        ASSERT_EQ(cudaSuccess,
+                  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+        if (n == 2 && sms >= 2 * tpar::kSharedGpuGridBlocks)
+          EXPECT_EQ(tpar::kSharedGpuGridBlocks, with_format.blocksPerRank);
+        if (n > 2) EXPECT_EQ(without.blocksPerRank, with_format.blocksPerRank);
+        EXPECT_GE(with_format.blocksPerRank, without.blocksPerRank);
+      }
       // The smallest size a format carries and odd counts above it; 9 MiB runs in two launches
       // on the host transport (and in many in GPU memory, whose pull areas are smaller).
       const size_t min = tpar::defaultWireMinBytes(n) / 2;

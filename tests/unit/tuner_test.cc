@@ -1007,10 +1007,12 @@ TEST(HostDefaults, SmallCallsOfRanksSharingAGpu) {
         EXPECT_EQ(defaultPlan(bytes, tparBfloat16, hostContext(n, 1), -1).algo, got) << n;
       }
       if (got == Algo::kPipelined) {
-        // Narrow up to 384 KiB from 3 ranks; two ranks and larger calls keep the kernel's
-        // threads and up to 8 blocks.
+        // Narrow up to 384 KiB from 3 ranks; two ranks and larger calls keep up to 8 blocks,
+        // and 256 threads from 4 ranks up to 1 MiB (NOTE [shorter pipelined steps on a shared
+        // GPU]), the kernel's own above.
         const bool narrow = n >= 3 && bytes <= (384u << 10);
-        EXPECT_EQ(narrow ? 256 : 0, plan.threads) << n << " ranks, " << bytes;
+        const bool mid = n >= 4 && bytes <= (1u << 20);
+        EXPECT_EQ(narrow || mid ? 256 : 0, plan.threads) << n << " ranks, " << bytes;
         EXPECT_LE(plan.active_blocks, narrow ? 4 : 8) << n << " ranks, " << bytes;
         if (n >= 3 && n <= 4 && bytes >= (112u << 10) && bytes <= (384u << 10))
           EXPECT_EQ(4, plan.active_blocks) << n << " ranks, " << bytes;
@@ -1049,22 +1051,37 @@ TEST(HostDefaults, SmallCallsOfRanksSharingAGpu) {
 TEST(HostDefaults, FewBlocksAndStepsThatGrowWithTheMessage) {
   // Pipelined: about one block per 8 KiB a rank sends, at most 32 / n and 8; steps of about
   // 48 KiB per block, at most 16; from 3 ranks sharing a GPU at most 4 blocks up to 384 KiB,
-  // two ranks sharing one up to 16 blocks from 1 MiB (one rank per GPU: 8).
+  // from 4 ranks sharing one steps of about 24 KiB above that up to 1 MiB, two ranks sharing
+  // one up to 16 blocks from 1 MiB (one rank per GPU: 8).
   struct Case {
     int n;
     uint64_t bytes;
     int blocks, steps;
     int per_gpu = 0;  // ranks sharing a GPU; 0: all of them
   };
-  for (const Case& c : {Case{8, 512 << 10, 4, 2}, Case{8, 768 << 10, 4, 3},
-                        Case{8, 1 << 20, 4, 4}, Case{8, 64 << 20, 4, 16}, Case{4, 112 << 10, 4, 1},
-                        Case{4, 1 << 20, 8, 2}, Case{2, 256 << 10, 8, 1}, Case{2, 512 << 10, 8, 1},
-                        Case{2, 1 << 20, 16, 1}, Case{2, 4 << 20, 16, 2}, Case{2, 1 << 20, 8, 1, 1},
-                        Case{4, 4 << 20, 8, 8}}) {
+  // (8 ranks at 512 KiB send 448 KiB: 4 blocks of 112 KiB, 4 steps of 24 and 2 of 48.)
+  for (const Case& c : {Case{8, 512 << 10, 4, 4}, Case{8, 768 << 10, 4, 7},
+                        Case{8, 1 << 20, 4, 9}, Case{8, 2 << 20, 4, 9}, Case{8, 64 << 20, 4, 16},
+                        Case{8, 512 << 10, 8, 1, 1}, Case{4, 112 << 10, 4, 1},
+                        Case{4, 1 << 20, 8, 4}, Case{4, 1 << 20, 8, 2, 1}, Case{3, 1 << 20, 8, 1},
+                        Case{5, 512 << 10, 6, 2}, Case{2, 256 << 10, 8, 1},
+                        Case{2, 512 << 10, 8, 1}, Case{2, 1 << 20, 16, 1}, Case{2, 4 << 20, 16, 2},
+                        Case{2, 1 << 20, 8, 1, 1}, Case{4, 4 << 20, 8, 8}}) {
     const Plan p = defaultPlan(c.bytes, tparBfloat16, hostContext(c.n, c.per_gpu), -1);
     ASSERT_EQ(Algo::kPipelined, p.algo) << c.n << " ranks, " << c.bytes;
     EXPECT_EQ(c.blocks, p.active_blocks) << c.n << " ranks, " << c.bytes;
     EXPECT_EQ(c.steps, p.steps) << c.n << " ranks, " << c.bytes;
+  }
+  // A wire format's plan keeps the steps of about 48 KiB (on every block of the grid).
+  for (int n : {4, 8}) {
+    bool applies = false;
+    const Plan lossless = defaultPlan(1 << 20, tparBfloat16, hostContext(n), -1);
+    const Plan w = wirePlan(lossless, 1 << 20, tparBfloat16, hostContext(n), tparAlgoAuto,
+                            tparWireFp8, &applies);
+    ASSERT_TRUE(applies) << n;
+    EXPECT_EQ(n == 4 ? 2 : 4, w.steps) << n;
+    EXPECT_EQ(0, w.active_blocks) << n;
+    EXPECT_EQ(0, w.threads) << n;
   }
   for (int n : {2, 3, 4, 8, 16}) {
     int last_blocks = 0, last_steps = 0;
@@ -1109,7 +1126,10 @@ TEST(HostDefaults, ForcedHostAlgorithmsGetTheHostShape) {
   const Plan p = selectPlan(1 << 20, tparBfloat16, ctx, nullptr, tparAlgoPipelined, -1);
   EXPECT_EQ(Algo::kPipelined, p.algo);
   EXPECT_EQ(4, p.active_blocks);
-  EXPECT_EQ(4, p.steps);
+  // 8 ranks sharing the GPU at 1 MiB: steps of about 24 KiB (NOTE [shorter pipelined steps on
+  // a shared GPU]), 896 KiB over 4 blocks.
+  EXPECT_EQ(9, p.steps);
+  EXPECT_EQ(256, p.threads);
   EXPECT_TRUE(p.pull);
   EXPECT_EQ(1, selectPlan(12 << 10, tparBfloat16, ctx, nullptr, tparAlgoTwoShotLL, -1)
                    .active_blocks);
