@@ -524,6 +524,17 @@ Plan wirePlan(const Plan& plan, uint64_t bytes, tparDataType_t dtype, const Tune
   Plan p;
   p.algo = kernels::Algo::kPipelined;
   p = hostShape(p, bytes, ctx, /*for_wire=*/true);
+  // NOTE [wire steps in powers of two]
+  // The formats' kernel runs a power of two of steps: the lossless shape's count rounded down.
+  // With 2 and 8 virtual ranks on one H200 the counts between powers of two (5 to 15: 2 ranks
+  // at 8 and 16 MiB, 8 ranks from 1.5 to 3 MiB) ran far slower per byte than the powers on
+  // either side, with every format; rounded down, those sizes ran faster and the others as
+  // before, in the same run (docs/PERFORMANCE.md, "Wire formats: steps in powers of two"). This
+  // is the dip at 8 ranks of the earlier runs; why uneven counts cost so much in the kernel was
+  // not pinned down.
+  int steps = 1;
+  while (steps * 2 <= p.steps) steps *= 2;
+  p.steps = steps;
   p.active_blocks = 0;
   p.threads = 0;  // the kernel's own block size on the whole grid, not the narrow lossless shape
   return p;

@@ -99,7 +99,8 @@ inline uint64_t defaultWireMinBytes(int /*nranks*/) { return kWireMinBytes; }
 // `min_bytes` (TPAR_WIRE_MIN_BYTES; -1: defaultWireMinBytes), NCCL, or a forced algorithm
 // other than pipelined, or receive regions in GPU memory unless pipelined is forced: there the
 // formats measured slower than lossless); else the pipelined schedule (`plan` itself when
-// pipelined is forced, else the host shape on every block of the grid), whose kernel with the
+// pipelined is forced, else the host shape on every block of the grid, its steps rounded down to
+// a power of two: NOTE [wire steps in powers of two]), whose kernel with the
 // format runs (registry's wireAlgorithmOf). *applies says which.
 Plan wirePlan(const Plan& plan, uint64_t bytes, tparDataType_t dtype, const TunerContext& ctx,
               tparAlgo_t forced, int wire, bool* applies, int64_t min_bytes = -1);

@@ -1072,6 +1072,30 @@ TEST(HostDefaults, FewBlocksAndStepsThatGrowWithTheMessage) {
     EXPECT_EQ(c.blocks, p.active_blocks) << c.n << " ranks, " << c.bytes;
     EXPECT_EQ(c.steps, p.steps) << c.n << " ranks, " << c.bytes;
   }
+  // A wire format's plan runs a power of two of steps (NOTE [wire steps in powers of two]): the
+  // lossless shape's count rounded down, where that count lies between two powers.
+  for (int n : {2, 3, 4, 5, 8}) {
+    for (uint64_t bytes = 512u << 10; bytes <= (uint64_t{256} << 20); bytes += bytes / 2) {
+      bool applies = false;
+      const Plan lossless = defaultPlan(bytes, tparBfloat16, hostContext(n), -1);
+      const Plan w = wirePlan(lossless, bytes, tparBfloat16, hostContext(n), tparAlgoAuto,
+                              tparWireInt4, &applies);
+      ASSERT_TRUE(applies) << n << " ranks, " << bytes;
+      EXPECT_GE(w.steps, 1) << n << " ranks, " << bytes;
+      EXPECT_EQ(0, w.steps & (w.steps - 1)) << n << " ranks, " << bytes << ": " << w.steps;
+    }
+  }
+  {
+    // 8 ranks at 2 MiB: 1792 KiB over 4 blocks is 9 steps of 48 KiB, run as 8; 2 ranks at
+    // 16 MiB: 8 MiB over 16 blocks is 10, run as 8.
+    bool applies = false;
+    const Plan w8 = wirePlan(defaultPlan(2u << 20, tparBfloat16, hostContext(8), -1), 2u << 20,
+                             tparBfloat16, hostContext(8), tparAlgoAuto, tparWireFp8, &applies);
+    EXPECT_EQ(8, w8.steps);
+    const Plan w2 = wirePlan(defaultPlan(16u << 20, tparBfloat16, hostContext(2), -1), 16u << 20,
+                             tparBfloat16, hostContext(2), tparAlgoAuto, tparWireFp8, &applies);
+    EXPECT_EQ(8, w2.steps);
+  }
   // A wire format's plan keeps the steps of about 48 KiB (on every block of the grid).
   for (int n : {4, 8}) {
     bool applies = false;
