@@ -38,6 +38,15 @@ struct WireTwoShot {
   // WireBlock lays out a block.
   static constexpr int kCodeWords = 8 * Codes::kBits / 32;  // per vector: 2 or 1
   static constexpr uint64_t kVecCodeBytes = kCodeWords * 4;
+  // NOTE [wire schedule in runs of 8 blocks]
+  // Chunks, block slices and steps start on multiples of 8 wire blocks (32 vectors: one warp's
+  // run), so that no warp's codes straddle one more line of the link than they fill. With the
+  // plain formulas a step width off a multiple of 8 ran far slower per byte on virtual ranks
+  // (docs/PERFORMANCE.md, "Wire formats: an aligned schedule"). The cost is up to 7 blocks of
+  // padding per chunk, inside the half of the region the lossless schedule sizes for the same
+  // piece: codes and scales take 34 of a block's 64 bytes (the property test
+  // AlignedWireChunksFitTheHalfTheLosslessPieceUses).
+  static constexpr uint64_t kAlign = 8;
 
   struct Call {
     const AllReduceArgs& a;
@@ -341,7 +350,7 @@ struct WireTwoShot {
   __device__ static bool role(const Call& c, const CallContext& ctx, const Slice& s, int steps,
                               int r, int k, const Group& g, Waiter& w) {
     uint64_t s0, s1;  // wire blocks of the slice's step k; the loops take vectors
-    stepRange(s, steps, k, &s0, &s1);
+    alignedStepRange(s, steps, k, kAlign, &s0, &s1);
     const PeerPositions pp{c.n, c.me, 4 * s0, static_cast<uint32_t>(4 * (s1 - s0))};
     const uint32_t done = static_cast<uint32_t>(k + 1);
     if (r == kWirePush) {
@@ -378,7 +387,7 @@ struct WireTwoShot {
     const bool pull = a.pull != 0;
     const FlagBox box(a, ctx, grid, steps, pull);
     const uint64_t blocks = (a.count + kBlock - 1) / kBlock;
-    const Slice s = blockSlice(blocks, a.nranks, grid, blockIdx.x, 1);
+    const Slice s = alignedBlockSlice(blocks, a.nranks, grid, blockIdx.x, kAlign);
     const uint64_t codes = uint64_t(a.nranks) * s.chunk * 4 * kVecCodeBytes;
     __shared__ uint16_t s_scales[3][kSmemScales];
     Call c{a,      box,   a.nranks, a.rank, pull, a.vec_aligned != 0, (a.count + 7) / 8, s.chunk,

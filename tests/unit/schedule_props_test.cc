@@ -1,5 +1,6 @@
 // Properties of the schedules (CPU): the staged and hierarchical transfer lists, and the
 // formulas every kernel runs (src/kernels/prims/schedule.h).
+#include <algorithm>
 #include <map>
 #include <set>
 #include <tuple>
@@ -178,6 +179,59 @@ TEST(KernelSchedule, BlockSlicesAndStepsCoverEveryPositionOfAChunkOnce) {
             ASSERT_EQ(1, seen[j]) << "vecs " << vecs << " n " << n << " grid " << grid << " j " << j;
         }
       }
+    }
+  }
+}
+
+TEST(KernelSchedule, AlignedSlicesAndStepsCoverEveryPositionOnceFromAlignedStarts) {
+  for (uint64_t vecs : {1ull, 5ull, 100ull, 4097ull, 65536ull, 160000ull}) {
+    for (int n : {1, 2, 3, 8}) {
+      for (int grid : {1, 7, 16, 64}) {
+        for (int steps : {1, 5, 10, 16}) {
+          for (uint64_t align : {1ull, 8ull}) {
+            std::vector<int> seen;
+            uint64_t chunk = 0;
+            for (int b = 0; b < grid; ++b) {
+              const Slice s = kernels::alignedBlockSlice(vecs, n, grid, b, align);
+              chunk = s.chunk;
+              ASSERT_EQ(0u, chunk % align);
+              ASSERT_GE(chunk * n, vecs);
+              seen.resize(chunk, 0);
+              uint64_t covered = 0;
+              for (int k = 0; k < steps; ++k) {
+                uint64_t s0, s1;
+                kernels::alignedStepRange(s, steps, k, align, &s0, &s1);
+                ASSERT_LE(s0, s1);
+                if (s1 > s0) ASSERT_EQ(0u, s0 % align) << "step " << k << " of block " << b;
+                for (uint64_t j = s0; j < s1; ++j) ++seen[j];
+                covered += s1 - s0;
+              }
+              EXPECT_EQ(s.width(), covered) << "the steps of block " << b << " cover its slice";
+            }
+            for (uint64_t j = 0; j < chunk; ++j)
+              ASSERT_EQ(1, seen[j]) << "vecs " << vecs << " n " << n << " grid " << grid << " j " << j;
+          }
+        }
+      }
+    }
+  }
+}
+
+// The formats' kernel pads every chunk to whole runs of 8 wire blocks (NOTE [wire schedule in
+// runs of 8 blocks]) inside the half of the region the lossless pipelined schedule sizes for
+// the same piece: its codes and scales (34 bytes per block of 32 16-bit values, FP8 and INT8;
+// INT4 less) must fit there for every piece, from a single block to the largest, at every
+// group size. The half holds at least the smallest maxBytesPerCall (64 KiB) and at least the
+// lossless chunks of the piece.
+TEST(KernelSchedule, AlignedWireChunksFitTheHalfTheLosslessPieceUses) {
+  for (int n = 2; n <= 16; ++n) {
+    for (uint64_t bytes = 64; bytes <= (64ull << 20); bytes = bytes * 3 / 2 + 64) {
+      const uint64_t blocks = (bytes + 63) / 64;
+      const Slice s = kernels::alignedBlockSlice(blocks, n, 64, 0, 8);
+      const uint64_t wire = uint64_t(n) * s.chunk * (32 + 2);
+      const uint64_t lossless = uint64_t(n) * kernels::chunkVecs((bytes + 15) / 16, n, 1) * 16;
+      const uint64_t half = std::max<uint64_t>(lossless, 64u << 10);
+      ASSERT_LE(wire, half) << "n " << n << " bytes " << bytes;
     }
   }
 }

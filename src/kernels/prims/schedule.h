@@ -51,6 +51,28 @@ TPAR_HOST_DEVICE inline void stepRange(const Slice& s, int steps, int k, uint64_
   if (*s0 > *s1) *s0 = *s1;
 }
 
+// blockSlice and stepRange in whole multiples of `align` positions: the chunk, every block's
+// slice and every step start on a multiple of `align` (the last ones shorter or empty), so that
+// runs of `align` positions never straddle two of them.
+TPAR_HOST_DEVICE inline Slice alignedBlockSlice(uint64_t vecs, int n, int grid, int block,
+                                                uint64_t align) {
+  Slice s;
+  s.vecs = vecs;
+  s.chunk = chunkVecs(vecs, n, align);
+  const uint64_t slice = ((s.chunk + grid - 1) / grid + align - 1) / align * align;
+  s.j0 = uint64_t(block) * slice;
+  s.j1 = s.j0 + slice < s.chunk ? s.j0 + slice : s.chunk;
+  return s;
+}
+
+TPAR_HOST_DEVICE inline void alignedStepRange(const Slice& s, int steps, int k, uint64_t align,
+                                              uint64_t* s0, uint64_t* s1) {
+  const uint64_t sw = ((s.width() + steps - 1) / steps + align - 1) / align * align;
+  *s0 = s.j0 + uint64_t(k) * sw;
+  *s1 = *s0 + sw < s.j1 ? *s0 + sw : s.j1;
+  if (*s0 > *s1) *s0 = *s1;
+}
+
 // The (peer, position) pairs of a phase: pair u is peer ahead(me, 1 + u / width) (rotation: at
 // each step every rank a different target), position s0 + u % width. 32-bit: a piece has fewer
 // than 2^27 vectors, and a 64-bit division costs several times more on every pair's path.
