@@ -110,6 +110,18 @@ struct WireTwoShot {
     }
   }
 
+  // acc = decode(c) when first, else op(acc, decode(c)), element by element (no array of
+  // the decoded values live beside acc).
+  __device__ static void addDecoded(const Coded& c, bool first, const RuntimeOp& op, float* acc) {
+    constexpr uint32_t mask = (1u << Codes::kBits) - 1;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      const uint32_t code = (c.w[i / (32 / Codes::kBits)] >> ((i % (32 / Codes::kBits)) * Codes::kBits)) & mask;
+      const float y = wireDecode<F>(static_cast<uint8_t>(code), c.scale);
+      acc[i] = first ? y : op(acc[i], y);
+    }
+  }
+
   template <typename T>
   __device__ static void load(const void* base, uint64_t v, uint64_t count, bool aligned,
                               float* x) {
@@ -234,7 +246,7 @@ struct WireTwoShot {
 
   // Our chunk's vectors [j0, j1) (a multiple of 4 apart), warp by warp: decode every rank's,
   // add in rank order, encode the sum once, send or publish it, store its decode.
-  template <typename T>
+  template <typename T, int kMax>
   __device__ static void reduce(const Call& c, uint64_t j0, uint64_t j1, uint32_t t,
                                 uint32_t nt, const Group& g, uint16_t* sm) {
     const RuntimeOp op{c.a.op};
@@ -256,26 +268,41 @@ struct WireTwoShot {
       const uint64_t v = uint64_t(c.me) * c.chunk * 4 + j;
       const bool in = j < j1 && v < c.vecs;
       float acc[8], x[8];
-      for (int s = 0; s < c.n; ++s) {
-        if (s == c.me) {
+      // NOTE [wire reads in flight]
+      // Reads across the host link are round trips: the reduce loads peers' codes kAhead at a
+      // time before it decodes them (added in rank order all the same), and the gather keeps
+      // kDepth loads in flight per thread, where one at a time left each warp waiting a round
+      // trip per peer (docs/PERFORMANCE.md, "Wire formats: reads in flight"). The lossless
+      // kernel loads every peer at once; here 4 at a time spilled tens of bytes per thread for
+      // sm_90, 2 (with the gather's 2) a few, in the 8-bit formats only.
+      constexpr int kAhead = kMax < 2 ? kMax : 2;
+      for (int b = 0; b < c.n; b += kAhead) {
+        Coded cs[kAhead];
 #pragma unroll
-          for (int i = 0; i < 8; ++i) x[i] = 0.0f;
-          if (in) load<T>(c.a.send, v, c.a.count, c.aligned, x);
-          decode(encode(x), x);
-        } else if (in) {
-          const char* src = c.pull ? area(c, s) : c.own;
-          const uint64_t at = c.pull ? v : uint64_t(s) * c.chunk * 4 + j;
-          Coded cs;
-          if (staged) {
-            cs = getCodes(src, at);
-            cs.scale = sm[uint64_t(s) * nb + (j / 4 - s0)];
-          } else {
-            cs = get(c, src, at);
+        for (int d = 0; d < kAhead; ++d) {
+          const int s = b + d;
+          if (s < c.n && s != c.me && in) {
+            const char* src = c.pull ? area(c, s) : c.own;
+            const uint64_t at = c.pull ? v : uint64_t(s) * c.chunk * 4 + j;
+            cs[d] = staged ? getCodes(src, at) : get(c, src, at);
           }
-          decode(cs, x);
         }
 #pragma unroll
-        for (int i = 0; i < 8; ++i) acc[i] = s == 0 ? x[i] : op(acc[i], x[i]);
+        for (int d = 0; d < kAhead; ++d) {
+          const int s = b + d;
+          if (s >= c.n) break;
+          if (s == c.me) {
+#pragma unroll
+            for (int i = 0; i < 8; ++i) x[i] = 0.0f;
+            if (in) load<T>(c.a.send, v, c.a.count, c.aligned, x);
+            decode(encode(x), x);
+#pragma unroll
+            for (int i = 0; i < 8; ++i) acc[i] = s == 0 ? x[i] : op(acc[i], x[i]);
+          } else if (in) {
+            if (staged) cs[d].scale = sm[uint64_t(s) * nb + (j / 4 - s0)];
+            addDecoded(cs[d], s == 0, op, acc);
+          }
+        }
       }
       if (!in) {
 #pragma unroll
@@ -326,27 +353,46 @@ struct WireTwoShot {
       }
       g.sync();
     }
-    for (uint32_t u = t; u < pp.pairs(); u += nt) {
-      uint64_t j;
-      const int o = pp.peer(u, &j);
-      const uint64_t v = uint64_t(o) * c.chunk * 4 + j;
-      if (v >= c.vecs) continue;
-      const char* src = (c.pull ? area(c, o) : c.own) + c.goff;
-      Coded x;
-      if (staged) {
-        x = getCodes(src, v);
-        x.scale = sm[uint64_t(u / pp.width) * nb + (j / 4 - s0)];
-      } else {
-        x = get(c, src, v);
+    // kDepth loads in flight per thread before their decodes and stores (NOTE [wire reads in
+    // flight]).
+    constexpr int kDepth = 2;
+    const uint32_t pairs = pp.pairs();
+    for (uint32_t u0 = t; u0 < pairs; u0 += kDepth * nt) {
+      Coded x[kDepth];
+      uint64_t vv[kDepth];
+#pragma unroll
+      for (int d = 0; d < kDepth; ++d) {
+        const uint32_t u = u0 + d * nt;
+        vv[d] = c.vecs;
+        if (u < pairs) {
+          uint64_t j;
+          const int o = pp.peer(u, &j);
+          const uint64_t v = uint64_t(o) * c.chunk * 4 + j;
+          if (v < c.vecs) {
+            vv[d] = v;
+            const char* src = (c.pull ? area(c, o) : c.own) + c.goff;
+            if (staged) {
+              x[d] = getCodes(src, v);
+              x[d].scale = sm[uint64_t(u / pp.width) * nb + (j / 4 - s0)];
+            } else {
+              x[d] = get(c, src, v);
+            }
+          }
+        }
       }
-      float y[8];
-      decode(x, y);
-      store<T>(c.a.recv, v, c.a.count, c.aligned, y);
+#pragma unroll
+      for (int d = 0; d < kDepth; ++d) {
+        if (vv[d] < c.vecs) {
+          float y[8];
+          decode(x[d], y);
+          store<T>(c.a.recv, vv[d], c.a.count, c.aligned, y);
+        }
+      }
     }
     if (staged) g.sync();  // the next step's scales go where these were
   }
 
-  template <typename T>
+  template <typename T, int kMax>
   __device__ static bool role(const Call& c, const CallContext& ctx, const Slice& s, int steps,
                               int r, int k, const Group& g, Waiter& w) {
     uint64_t s0, s1;  // wire blocks of the slice's step k; the loops take vectors
@@ -360,7 +406,7 @@ struct WireTwoShot {
     }
     if (r == kWireReduce) {
       if (!c.box.await(kScatterPhase, done, g, w)) return false;
-      reduce<T>(c, 4 * s0, 4 * s1, g.t, g.threads, g, c.sm[0]);
+      reduce<T, kMax>(c, 4 * s0, 4 * s1, g.t, g.threads, g, c.sm[0]);
       c.box.commit(kGatherPhase, done, g);
       return true;
     }
@@ -376,11 +422,11 @@ struct WireTwoShot {
     if constexpr (ElemTraits<T>::kPerVec != 8) {
       if (threadIdx.x == 0) recordError(a, tparInternalError);
     } else {
-      runWire<T>(a, ctx);
+      runWire<T, kMax>(a, ctx);
     }
   }
 
-  template <typename T>
+  template <typename T, int kMax>
   __device__ static void runWire(const AllReduceArgs& a, const CallContext& ctx) {
     const int grid = activeBlocks(a);
     const int steps = a.steps > 1 ? a.steps : 1;
@@ -400,11 +446,11 @@ struct WireTwoShot {
       if (s.width() == 0) return;
       if (threadIdx.x == 0) s_bad[0] = 0;
       const Group whole{0, static_cast<int>(blockDim.x), static_cast<int>(threadIdx.x), s_bad};
-      for (int k = 0; k < steps; ++k) role<T>(c, ctx, s, steps, kWirePush, k, whole, w);
+      for (int k = 0; k < steps; ++k) role<T, kMax>(c, ctx, s, steps, kWirePush, k, whole, w);
       for (int k = 0; k < steps; ++k)
-        if (!role<T>(c, ctx, s, steps, kWireReduce, k, whole, w)) return;
+        if (!role<T, kMax>(c, ctx, s, steps, kWireReduce, k, whole, w)) return;
       for (int k = 0; k < steps; ++k)
-        if (!role<T>(c, ctx, s, steps, kWireGather, k, whole, w)) return;
+        if (!role<T, kMax>(c, ctx, s, steps, kWireGather, k, whole, w)) return;
       return;
     }
     // Groups of whole warps, as the lossless kernel: a quarter push, a quarter gather, the rest
@@ -421,7 +467,7 @@ struct WireTwoShot {
     const Group g{1 + r, group_warps * 32, static_cast<int>(threadIdx.x) - first_warp * 32,
                   &s_bad[r]};
     for (int k = 0; k < steps; ++k)
-      if (!role<T>(c, ctx, s, steps, r, k, g, w)) return;
+      if (!role<T, kMax>(c, ctx, s, steps, r, k, g, w)) return;
   }
 };
 
