@@ -10,6 +10,7 @@ close to the unsplit model; then it times one decode step of 1, 8 and 64 tokens 
 graphs with tpar, with torch.distributed (NCCL) and with no all-reduce at all (compute only).
 With `--wire fp8 int8 int4` it also runs each compressed wire format (docs/WIRE.md) and reports
 its relative error against the lossless path and fp32; its ranks must agree bit for bit.
+With more processes than GPUs the ranks share GPUs over gloo (World), without the NCCL rows.
 
 `overhead` measures the CPU time an eager Communicator.all_reduce adds over the C call
 (10,000 calls each, the stream held by an earlier kernel so that launches never wait for the
@@ -39,25 +40,50 @@ import tpar
 # ---- the world ---------------------------------------------------------------------------
 
 class World:
+    """The ranks of torchrun. With more processes on a node than GPUs, ranks share GPUs
+    (local rank modulo the GPU count: virtual ranks, as `tpar bench` runs them on one GPU); NCCL
+    refuses two ranks on one GPU, so then the world is gloo only and the NCCL rows are left out
+    (`shared_gpu` in the record)."""
+
     def __init__(self):
         if "LOCAL_RANK" not in os.environ:
             raise SystemExit("run under torchrun: torchrun --nproc-per-node N -m tpar.check ...")
         self.rank = int(os.environ["RANK"])
         self.size = int(os.environ["WORLD_SIZE"])
         self.local = int(os.environ["LOCAL_RANK"])
-        self.device = torch.device("cuda", self.local)
+        gpus = torch.cuda.device_count()
+        if gpus < 1:
+            raise SystemExit("tpar.check needs a CUDA GPU: torch.cuda.device_count() is 0")
+        local_size = int(os.environ.get("LOCAL_WORLD_SIZE", self.size))
+        self.shared = local_size > gpus
+        self.device = torch.device("cuda", self.local % gpus)
         torch.cuda.set_device(self.device)
-        dist.init_process_group("nccl", device_id=self.device, timeout=datetime.timedelta(seconds=120))
-        self.gloo = dist.new_group(backend="gloo")
+        timeout = datetime.timedelta(seconds=120)
+        if self.shared:
+            dist.init_process_group("gloo", timeout=timeout)
+            self.gloo = dist.group.WORLD
+        else:
+            dist.init_process_group("nccl", device_id=self.device, timeout=timeout)
+            self.gloo = dist.new_group(backend="gloo")
 
     def log(self, *args):
         if self.rank == 0:
             print(*args, flush=True)
 
     def gather(self, t):
+        if self.shared:  # gloo gathers host tensors
+            parts = [torch.empty_like(t, device="cpu") for _ in range(self.size)]
+            dist.all_gather(parts, t.contiguous().cpu(), group=self.gloo)
+            return [p.to(self.device) for p in parts]
         parts = [torch.empty_like(t) for _ in range(self.size)]
         dist.all_gather(parts, t.contiguous())
         return parts
+
+    def all_true(self, flag):
+        """Whether `flag` holds on every rank."""
+        x = torch.tensor([1 if flag else 0], device="cpu" if self.shared else self.device)
+        dist.all_reduce(x, op=dist.ReduceOp.MIN, group=self.gloo if self.shared else None)
+        return bool(x.item())
 
 
 def machine_record(command):
@@ -239,13 +265,13 @@ def run_model(world, args):
             pe = model.rotary(h, pos)
             mode["name"] = "tpar"
             out_tpar = model(h, pe)
-            mode["name"] = "nccl"
-            out_nccl = model(h, pe)
             torch.cuda.synchronize()
             outs = world.gather(out_tpar)
             agree = all(torch.equal(o.view(torch.int16), outs[0].view(torch.int16)) for o in outs)
-            check = {"tokens": tokens, "ranks_bitwise_equal": agree,
-                     "tpar_vs_nccl_rel_err": rel_err(out_tpar, out_nccl)}
+            check = {"tokens": tokens, "ranks_bitwise_equal": agree}
+            if not world.shared:
+                mode["name"] = "nccl"
+                check["tpar_vs_nccl_rel_err"] = rel_err(out_tpar, model(h, pe))
             if world.rank == 0:
                 # The unsplit model on this GPU, in bf16 and in fp32 (the reference).
                 full = Decoder(cfg, world.device, dtype, args.seed)
@@ -276,20 +302,26 @@ def run_model(world, args):
                 world.log(f"tokens {tokens:3d}, wire {w}: ranks bitwise equal {w_agree}; rel. "
                           f"error vs lossless {entry['vs_lossless_rel_err']:.2e}" +
                           (f", vs fp32 {entry['vs_fp32_rel_err']:.2e}" if world.rank == 0 else ""))
-            flags = torch.tensor([1 if check.get("close_to_unsplit", True) and agree else 0],
-                                 device=world.device)
-            dist.all_reduce(flags, op=dist.ReduceOp.MIN)
-            ok &= bool(flags.item())
+            ok &= world.all_true(check.get("close_to_unsplit", True) and agree)
             results["checks"].append(check)
             world.log(f"tokens {tokens:3d}: ranks bitwise equal {agree}; " + (
                 f"rel. error vs fp32: TP {check['tp_vs_fp32_rel_err']:.2e}, unsplit bf16 "
                 f"{check['unsplit_bf16_vs_fp32_rel_err']:.2e}; TP vs unsplit "
-                f"{check['tp_vs_unsplit_bf16_rel_err']:.2e}; tpar vs NCCL "
-                f"{check['tpar_vs_nccl_rel_err']:.2e}" if world.rank == 0 else ""))
+                f"{check['tp_vs_unsplit_bf16_rel_err']:.2e}" +
+                (f"; tpar vs NCCL {check['tpar_vs_nccl_rel_err']:.2e}" if not world.shared else "")
+                if world.rank == 0 else ""))
 
-        world.log(f"{'tokens':>6} {'AR bytes':>9} {'tpar us':>9} {'nccl us':>9} {'none us':>9} "
-                  f"{'tpar AR%':>8} {'nccl AR%':>8} {'speedup':>7}")
-        for tokens in args.tokens:
+        if world.shared or args.no_timing:
+            # Ranks sharing a GPU time each other's kernels, and NCCL cannot run there.
+            world.log("timing left out (" + ("ranks share a GPU" if world.shared else "--no-timing") + ")")
+            args.tokens_timed = []
+        else:
+            args.tokens_timed = args.tokens
+
+        if args.tokens_timed:
+            world.log(f"{'tokens':>6} {'AR bytes':>9} {'tpar us':>9} {'nccl us':>9} {'none us':>9} "
+                      f"{'tpar AR%':>8} {'nccl AR%':>8} {'speedup':>7}")
+        for tokens in args.tokens_timed:
             h, pos = decode_inputs(cfg, tokens, world.device, dtype, args.seed + tokens)
             pe = model.rotary(h, pos)
             row = {"tokens": tokens, "all_reduce_bytes": tokens * args.hidden * 2}
@@ -399,6 +431,8 @@ def main(argv=None):
     p.add_argument("--wire", nargs="+", default=["none"], choices=["none", "fp8", "int8", "int4"],
                    help="model: also run each compressed wire format and compare it with the "
                         "lossless path and fp32 (docs/WIRE.md)")
+    p.add_argument("--no-timing", action="store_true",
+                   help="model: the checks only (ranks that share a GPU never time)")
     p.add_argument("--replays", type=int, default=20)
     p.add_argument("--calls", type=int, default=10000)
     p.add_argument("--batch", type=int, default=200, help="launches per held stream")
@@ -413,6 +447,7 @@ def main(argv=None):
     record = machine_record(" ".join(["torchrun", f"--nproc-per-node {world.size}", "-m tpar.check"] +
                                      (argv if argv is not None else sys.argv[1:])))
     record["ranks"] = world.size
+    record["shared_gpu"] = world.shared
     if args.what == "model":
         results, ok = run_model(world, args)
     else:

@@ -87,3 +87,41 @@ def test_check_takes_the_wire_formats_and_refuses_others(monkeypatch, capsys):
         check.main(["model", "--wire", "fp9"])
     assert e.value.code == 2
     assert "--wire" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("gpus, local_world, shared", [(1, 2, True), (2, 2, False), (1, 1, False),
+                                                        (2, 4, True)])
+def test_check_world_shares_gpus_over_gloo_when_ranks_outnumber_them(monkeypatch, gpus,
+                                                                     local_world, shared):
+    """More local ranks than GPUs: `tpar.check` runs them on shared GPUs (local rank modulo the
+    count) over gloo alone, since NCCL refuses two ranks on one GPU; else one GPU per rank over
+    NCCL with a gloo group beside it."""
+    from tpar import check
+
+    local = local_world - 1
+    calls = []
+    monkeypatch.setenv("LOCAL_RANK", str(local))
+    monkeypatch.setenv("RANK", str(local))
+    monkeypatch.setenv("WORLD_SIZE", str(local_world))
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", str(local_world))
+    monkeypatch.setattr(check.torch.cuda, "device_count", lambda: gpus)
+    monkeypatch.setattr(check.torch.cuda, "set_device", lambda d: calls.append(("device", d)))
+    monkeypatch.setattr(check.dist, "init_process_group",
+                        lambda backend, **kw: calls.append(("init", backend)))
+    monkeypatch.setattr(check.dist, "new_group", lambda backend: calls.append(("group", backend)))
+    w = check.World()
+    assert w.shared is shared
+    assert w.device == torch.device("cuda", local % gpus)
+    assert ("init", "gloo" if shared else "nccl") in calls
+    assert (("group", "gloo") in calls) is (not shared)
+
+
+def test_check_world_without_a_gpu_says_so(monkeypatch):
+    from tpar import check
+
+    for k, v in {"LOCAL_RANK": "0", "RANK": "0", "WORLD_SIZE": "1"}.items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.setattr(check.torch.cuda, "device_count", lambda: 0)
+    with pytest.raises(SystemExit) as e:
+        check.World()
+    assert "GPU" in str(e.value)
