@@ -104,6 +104,7 @@ def test_check_world_shares_gpus_over_gloo_when_ranks_outnumber_them(monkeypatch
     monkeypatch.setenv("RANK", str(local))
     monkeypatch.setenv("WORLD_SIZE", str(local_world))
     monkeypatch.setenv("LOCAL_WORLD_SIZE", str(local_world))
+    monkeypatch.delenv("TPAR_ALLOW_SHARED_DEVICE", raising=False)
     monkeypatch.setattr(check.torch.cuda, "device_count", lambda: gpus)
     monkeypatch.setattr(check.torch.cuda, "set_device", lambda d: calls.append(("device", d)))
     monkeypatch.setattr(check.dist, "init_process_group",
@@ -114,6 +115,8 @@ def test_check_world_shares_gpus_over_gloo_when_ranks_outnumber_them(monkeypatch
     assert w.device == torch.device("cuda", local % gpus)
     assert ("init", "gloo" if shared else "nccl") in calls
     assert (("group", "gloo") in calls) is (not shared)
+    # tpar allows ranks on one GPU only when asked: the shared world asks, the other does not.
+    assert (check.os.environ.get("TPAR_ALLOW_SHARED_DEVICE") == "1") is shared
 
 
 def test_check_world_without_a_gpu_says_so(monkeypatch):
