@@ -313,17 +313,14 @@ def run_model(world, args):
                 (f"; tpar vs NCCL {check['tpar_vs_nccl_rel_err']:.2e}" if not world.shared else "")
                 if world.rank == 0 else ""))
 
-        if world.shared or args.no_timing:
-            # Ranks sharing a GPU time each other's kernels, and NCCL cannot run there.
-            world.log("timing left out (" + ("ranks share a GPU" if world.shared else "--no-timing") + ")")
-            args.tokens_timed = []
-        else:
-            args.tokens_timed = args.tokens
-
-        if args.tokens_timed:
+        # Ranks sharing a GPU time each other's kernels, and NCCL cannot run there.
+        timed = [] if world.shared or args.no_timing else args.tokens
+        if timed:
             world.log(f"{'tokens':>6} {'AR bytes':>9} {'tpar us':>9} {'nccl us':>9} {'none us':>9} "
                       f"{'tpar AR%':>8} {'nccl AR%':>8} {'speedup':>7}")
-        for tokens in args.tokens_timed:
+        else:
+            world.log("timing left out (" + ("ranks share a GPU" if world.shared else "--no-timing") + ")")
+        for tokens in timed:
             h, pos = decode_inputs(cfg, tokens, world.device, dtype, args.seed + tokens)
             pe = model.rotary(h, pos)
             row = {"tokens": tokens, "all_reduce_bytes": tokens * args.hidden * 2}

@@ -101,23 +101,25 @@ struct WireTwoShot {
     return c;
   }
 
-  __device__ static void decode(const Coded& c, float* x) {
+  // Value i (0..7) of a vector's codes.
+  __device__ __forceinline__ static float valueOf(const Coded& c, int i) {
     constexpr uint32_t mask = (1u << Codes::kBits) - 1;
+    constexpr int kPerWord = 32 / Codes::kBits;
+    const uint32_t code = (c.w[i / kPerWord] >> ((i % kPerWord) * Codes::kBits)) & mask;
+    return wireDecode<F>(static_cast<uint8_t>(code), c.scale);
+  }
+
+  __device__ static void decode(const Coded& c, float* x) {
 #pragma unroll
-    for (int i = 0; i < 8; ++i) {
-      const uint32_t code = (c.w[i / (32 / Codes::kBits)] >> ((i % (32 / Codes::kBits)) * Codes::kBits)) & mask;
-      x[i] = wireDecode<F>(static_cast<uint8_t>(code), c.scale);
-    }
+    for (int i = 0; i < 8; ++i) x[i] = valueOf(c, i);
   }
 
   // acc = decode(c) when first, else op(acc, decode(c)), element by element (no array of
   // the decoded values live beside acc).
   __device__ static void addDecoded(const Coded& c, bool first, const RuntimeOp& op, float* acc) {
-    constexpr uint32_t mask = (1u << Codes::kBits) - 1;
 #pragma unroll
     for (int i = 0; i < 8; ++i) {
-      const uint32_t code = (c.w[i / (32 / Codes::kBits)] >> ((i % (32 / Codes::kBits)) * Codes::kBits)) & mask;
-      const float y = wireDecode<F>(static_cast<uint8_t>(code), c.scale);
+      const float y = valueOf(c, i);
       acc[i] = first ? y : op(acc[i], y);
     }
   }

@@ -42,35 +42,30 @@ TPAR_HOST_DEVICE inline Slice blockSlice(uint64_t vecs, int n, int grid, int blo
   return s;
 }
 
-// Step k of `steps` of a slice: positions [*s0, *s1), empty when the slice is used up.
-TPAR_HOST_DEVICE inline void stepRange(const Slice& s, int steps, int k, uint64_t* s0,
-                                       uint64_t* s1) {
-  const uint64_t sw = (s.width() + steps - 1) / steps;
-  *s0 = s.j0 + uint64_t(k) * sw;
-  *s1 = *s0 + sw < s.j1 ? *s0 + sw : s.j1;
-  if (*s0 > *s1) *s0 = *s1;
-}
-
-// blockSlice and stepRange in whole multiples of `align` positions: the chunk, every block's
-// slice and every step start on a multiple of `align` (the last ones shorter or empty), so that
-// runs of `align` positions never straddle two of them.
-TPAR_HOST_DEVICE inline Slice alignedBlockSlice(uint64_t vecs, int n, int grid, int block,
-                                                uint64_t align) {
-  Slice s;
-  s.vecs = vecs;
-  s.chunk = chunkVecs(vecs, n, align);
-  const uint64_t slice = ((s.chunk + grid - 1) / grid + align - 1) / align * align;
-  s.j0 = uint64_t(block) * slice;
-  s.j1 = s.j0 + slice < s.chunk ? s.j0 + slice : s.chunk;
-  return s;
-}
-
+// Step k of `steps` of a slice: positions [*s0, *s1), empty when the slice is used up. Every
+// step but the last is `align` positions wide or a multiple of that (1: the plain split).
 TPAR_HOST_DEVICE inline void alignedStepRange(const Slice& s, int steps, int k, uint64_t align,
                                               uint64_t* s0, uint64_t* s1) {
   const uint64_t sw = ((s.width() + steps - 1) / steps + align - 1) / align * align;
   *s0 = s.j0 + uint64_t(k) * sw;
   *s1 = *s0 + sw < s.j1 ? *s0 + sw : s.j1;
   if (*s0 > *s1) *s0 = *s1;
+}
+
+TPAR_HOST_DEVICE inline void stepRange(const Slice& s, int steps, int k, uint64_t* s0,
+                                       uint64_t* s1) {
+  alignedStepRange(s, steps, k, 1, s0, s1);
+}
+
+// blockSlice with the chunk and every block's slice in whole multiples of `align` positions
+// (the last slice shorter or empty), so that runs of `align` positions never straddle two.
+TPAR_HOST_DEVICE inline Slice alignedBlockSlice(uint64_t vecs, int n, int grid, int block,
+                                                uint64_t align) {
+  Slice s = blockSlice(vecs, n, grid, block, align);
+  const uint64_t slice = ((s.chunk + grid - 1) / grid + align - 1) / align * align;
+  s.j0 = uint64_t(block) * slice;
+  s.j1 = s.j0 + slice < s.chunk ? s.j0 + slice : s.chunk;
+  return s;
 }
 
 // The (peer, position) pairs of a phase: pair u is peer ahead(me, 1 + u / width) (rotation: at
