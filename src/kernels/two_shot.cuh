@@ -48,6 +48,22 @@ struct TwoShot {
   // access its 8-rank rows ran slower, on the host transport and in GPU memory alike, while the
   // other boxes are faster with it (docs/PERFORMANCE.md, "Two-shot LL with 32-bit user access").
   static constexpr bool kWide = !std::is_same<Box, LineBox>::value;
+  // NOTE [positions in flight in the per-vector two-shot]
+  // The per-vector two-shot (sentinel mailbox, no epilogue, no rotation) gives each thread
+  // its (peer, position) pairs one after another, and each pair's load waits out a full memory
+  // latency before its store: with the grid's one block of 512 threads per multiprocessor that
+  // is too few loads in flight for large calls. When every thread has at least
+  // kDeepPairsPerThread pairs to scatter, the scatter and the gather keep kDeep loads in
+  // flight per thread and the reduce (up to 4 ranks: at 8 its 7 peer loads are already in
+  // flight, and two positions' worth spills) takes kDeep positions at once. The 16-rank
+  // kernels keep one pair at a time: the deeper path spills there. With virtual ranks
+  // in one H200's memory that made 4 and 8 MiB calls 4 to 13 % faster at 2, 3, 4 and 8 ranks,
+  // and was no faster with fewer pairs per thread (docs/PERFORMANCE.md, "Positions in flight in
+  // the two-shot"). The gate is work per thread, not bytes, so a narrower grid (one rank per
+  // GPU: 32 blocks) takes it at smaller calls; that was not measured.
+  static constexpr int kDeep =
+      Box::kPerVector && !kRotation && std::is_same<Epi, IdentityEpilogue>::value ? 2 : 1;
+  static constexpr uint64_t kDeepPairsPerThread = 4;
   struct Call {
     const AllReduceArgs& a;
     const Box& box;
@@ -58,22 +74,60 @@ struct TwoShot {
     __device__ char* area(int p) const { return box.area(Ranks::rank(a, p)); }
   };
 
-  // Our input's part of every other chunk at the positions of `pp`.
-  template <typename T>
+  // Our input's part of every other chunk at the positions of `pp`, kDepth loads in flight per
+  // thread before their stores.
+  template <typename T, int kDepth = 1>
   __device__ static void scatter(const Call& c, const CallContext& ctx, const PeerPositions& pp,
                                  uint32_t t, uint32_t nt) {
-    for (uint32_t u = t; u < pp.pairs(); u += nt) {
-      uint64_t j;
-      const int o = pp.peer(u, &j);
-      const uint64_t v = uint64_t(o) * c.chunk + j;
-      if (v < c.vecs) {
-        const Vec x = Codec::template encode<Box::kReservesWord>(
-            loadUser<T, kWide>(c.a.send, v, c.a.count, c.aligned));
+    if constexpr (kDepth == 1) {
+      // One pair at a time, as every mailbox but the deep per-vector path runs it.
+      for (uint32_t u = t; u < pp.pairs(); u += nt) {
+        uint64_t j;
+        const int o = pp.peer(u, &j);
+        const uint64_t v = uint64_t(o) * c.chunk + j;
+        if (v < c.vecs) {
+          const Vec x = Codec::template encode<Box::kReservesWord>(
+              loadUser<T, kWide>(c.a.send, v, c.a.count, c.aligned));
+          if (ctx.failed) break;
+          if (c.pull) {
+            c.box.put(c.own, v, x);
+          } else {
+            c.box.put(c.area(o), uint64_t(c.me) * c.chunk + j, x);
+          }
+        }
+      }
+    } else {
+      const uint32_t pairs = pp.pairs();
+      for (uint32_t u0 = t; u0 < pairs; u0 += kDepth * nt) {
+        Vec x[kDepth];
+        uint64_t v[kDepth], slot[kDepth];
+        int o[kDepth];
+#pragma unroll
+        for (int d = 0; d < kDepth; ++d) {
+          const uint32_t u = u0 + d * nt;
+          v[d] = c.vecs;  // nothing to send
+          if (u < pairs) {
+            uint64_t j;
+            o[d] = pp.peer(u, &j);
+            const uint64_t vd = uint64_t(o[d]) * c.chunk + j;
+            if (vd < c.vecs) {
+              v[d] = vd;
+              slot[d] = uint64_t(c.me) * c.chunk + j;
+              x[d] = loadUser<T, kWide>(c.a.send, vd, c.a.count, c.aligned);
+            }
+          }
+        }
         if (ctx.failed) break;
-        if (c.pull) {
-          c.box.put(c.own, v, x);
-        } else {
-          c.box.put(c.area(o), uint64_t(c.me) * c.chunk + j, x);
+#pragma unroll
+        for (int d = 0; d < kDepth; ++d) {
+          if (v[d] < c.vecs) {
+            const Vec e = Codec::template encode<Box::kReservesWord>(x[d]);
+            if (c.pull) {
+              c.box.put(c.own, v[d], e);
+            } else {
+              c.box.put(c.area(o[d]), slot[d], e);
+            }
+          }
         }
       }
     }
@@ -135,12 +189,67 @@ struct TwoShot {
     return true;
   }
 
-  // The other ranks' reduced positions of `pp` into the output, Box::kGatherDepth loads in
-  // flight per thread before their stores. False on give-up.
-  template <typename T>
+  // reduce() with kDeep positions per thread at once (NOTE [positions in flight in the
+  // per-vector two-shot]): every peer's slot and our own input of each position are loaded
+  // first, then each position is settled, reduced in rank order, sent and stored as reduce()
+  // does. False on give-up.
+  template <typename T, int kMax>
+  __device__ static bool reduceDeep(const Call& c, uint64_t j0, uint64_t j1, uint32_t nt,
+                                    Waiter& w) {
+    const int n = c.n, me = c.me;
+    for (uint64_t jb = j0; jb < j1; jb += kDeep * nt) {
+      typename Box::Line in[kDeep][kMax];
+      Vec own[kDeep];
+      uint64_t v[kDeep];
+#pragma unroll
+      for (int d = 0; d < kDeep; ++d) {
+        const uint64_t j = jb + d * nt;
+        const uint64_t vd = uint64_t(me) * c.chunk + j;
+        v[d] = j < j1 && vd < c.vecs ? vd : c.vecs;  // c.vecs: past our chunk or the message
+        if (v[d] < c.vecs) {
+#pragma unroll
+          for (int s = 0; s < kMax; ++s)
+            if (s < n && s != me) in[d][s] = c.box.fetch(c.own, uint64_t(s) * c.chunk + j);
+        }
+      }
+#pragma unroll
+      for (int d = 0; d < kDeep; ++d)
+        if (v[d] < c.vecs)
+          own[d] = Codec::template encode<Box::kReservesWord>(
+              loadUser<T, kWide>(c.a.send, v[d], c.a.count, c.aligned));
+#pragma unroll
+      for (int d = 0; d < kDeep; ++d) {
+        if (v[d] >= c.vecs) continue;
+        const uint64_t j = jb + d * nt;
+        Acc<T> acc;
+#pragma unroll
+        for (int s = 0; s < kMax; ++s) {
+          if (s < n) {
+            if (s != me && !settle(c.box, c.own, uint64_t(s) * c.chunk + j, in[d][s], w))
+              return false;
+            acc.take(s, s == me ? own[d] : Codec::decode(Box::payload(in[d][s])),
+                     RuntimeOp{c.a.op});
+          }
+        }
+        const Vec r = Codec::template encode<Box::kReservesWord>(acc.round());
+#pragma unroll
+        for (int i = 1; i < kMax; ++i) {
+          if (i < n) c.box.put(c.area(ahead(me, i, n)) + c.goff, v[d], r);
+        }
+        storeUser<T, kWide>(c.a.recv, v[d], c.a.count, c.aligned, r);
+#pragma unroll
+        for (int s = 0; s < kMax; ++s)
+          if (s < n && s != me) c.box.release(c.own, uint64_t(s) * c.chunk + j);
+      }
+    }
+    return true;
+  }
+
+  // The other ranks' reduced positions of `pp` into the output, kDepth loads in flight per
+  // thread before their stores. False on give-up.
+  template <typename T, int kDepth = Box::kGatherDepth>
   __device__ static bool gather(const Call& c, const PeerPositions& pp, uint32_t t, uint32_t nt,
                                 Waiter& w) {
-    constexpr int kDepth = Box::kGatherDepth;
     const uint32_t pairs = pp.pairs();
     for (uint32_t u0 = t; u0 < pairs; u0 += kDepth * nt) {
       typename Box::Line x[kDepth];
@@ -253,6 +362,19 @@ struct TwoShot {
       const Group whole{0, static_cast<int>(blockDim.x), static_cast<int>(threadIdx.x), nullptr};
       const uint64_t spread = spreadIndex(threadIdx.x, blockIdx.x, grid);
       box.begin();
+      if constexpr (kDeep > 1 && kMax <= 8) {
+        if (pp.pairs() >= kDeepPairsPerThread * nt) {
+          scatter<T, kDeep>(c, ctx, pp, t, nt);
+          if (!box.await(kScatterPhase, 1, whole, w)) return;
+          if constexpr (kMax <= 4) {
+            if (!reduceDeep<T, kMax>(c, spread, c.chunk, nt, w)) return;
+          } else {
+            if (!reduce<T, kMax>(c, spread, c.chunk, nt, w)) return;
+          }
+          gather<T, kDeep>(c, pp, t, nt, w);
+          return;
+        }
+      }
       if (!kRotation) scatter<T>(c, ctx, pp, t, nt);
       if (!box.await(kScatterPhase, 1, whole, w)) return;
       if (!reduce<T, kMax>(c, spread, c.chunk, nt, w)) return;

@@ -1,6 +1,7 @@
 // Correctness of the all-reduce kernels with virtual ranks (N streams on one GPU), on both
 // transports: receive regions in the GPU's memory (the default for virtual ranks) and in pinned
 // host memory mapped into the GPU (forced), where every push and poll crosses the PCIe link.
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <tuple>
@@ -220,6 +221,37 @@ TEST_P(AllReduceQuery, ReportsFixedMemoryWithinBudgetAndTheSetup) {
     }
     EXPECT_GE(info.blocksPerRank, 1);
   }
+}
+
+// The per-vector two-shot keeps several pairs in flight per thread once every thread has
+// enough of them (NOTE [positions in flight in the per-vector two-shot]). A grid of 2 blocks
+// (TPAR_MAX_BLOCKS, read once per process, hence the child) reaches that at small counts, so
+// counts on both sides of the gate run here, every group size of the deep kernels, with tails
+// that leave the last round of a thread's pairs part-filled, out of place and in place.
+TEST(DISABLED_NarrowGridChild, TwoShotMatchesReferenceBelowAndAboveTheDeepGate) {
+  TPAR_REQUIRE_GPU();
+  ASSERT_NE(nullptr, std::getenv("TPAR_MAX_BLOCKS"));
+  for (int transport : {kTransportDefault, kTransportHost}) {
+    for (int n : {2, 3, 4, 5, 8}) {
+      SCOPED_TRACE(transportLabel(transport) + ", " + std::to_string(n) + " ranks");
+      VirtualGroup g;
+      ASSERT_EQ("", g.init(n, configFor(transport, tparAlgoTwoShot)));
+      for (size_t count : {size_t{20000}, size_t{65536 * 3 + 5}, size_t{300001}}) {
+        runAndCheck(g, count, tparBfloat16, tparSum, /*in_place=*/false);
+        runAndCheck(g, count, tparFloat32, tparMax, /*in_place=*/true);
+        runAndCheck(g, count + 8, tparFloat16, tparSum, /*in_place=*/true);
+      }
+      if (HasFailure()) return;
+    }
+  }
+}
+
+TEST(AllReduceNarrowGrid, TwoShotOnTwoBlocksMatchesReferenceOnBothTransports) {
+  TPAR_REQUIRE_GPU();
+  std::string out;
+  const int rc = runSelfChild("DISABLED_NarrowGridChild.*", {"TPAR_MAX_BLOCKS=2"}, 600, &out);
+  EXPECT_EQ(0, rc) << out;
+  EXPECT_NE(std::string::npos, out.find("[  PASSED  ] 1 test")) << out;
 }
 
 std::string transportName(const ::testing::TestParamInfo<int>& info) {
