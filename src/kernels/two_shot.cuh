@@ -57,9 +57,9 @@ struct TwoShot {
   // flight per thread and the reduce (up to 4 ranks: at 8 its 7 peer loads are already in
   // flight, and two positions' worth spills) takes kDeep positions at once. The 16-rank
   // kernels keep one pair at a time: the deeper path spills there. With virtual ranks
-  // in one H200's memory that made 4 and 8 MiB calls 4 to 13 % faster at 2, 3, 4 and 8 ranks,
-  // and was no faster with fewer pairs per thread (docs/PERFORMANCE.md, "Positions in flight in
-  // the two-shot"). The gate is work per thread, not bytes, so a narrower grid (one rank per
+  // in one H200's memory that made calls from 4 MiB faster at 2, 3, 4 and 8 ranks, and was no
+  // faster with fewer pairs per thread (docs/PERFORMANCE.md, "Positions in flight in the
+  // two-shot"). The gate is work per thread, not bytes, so a narrower grid (one rank per
   // GPU: 32 blocks) takes it at smaller calls; that was not measured.
   static constexpr int kDeep =
       Box::kPerVector && !kRotation && std::is_same<Epi, IdentityEpilogue>::value ? 2 : 1;
