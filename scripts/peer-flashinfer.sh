@@ -10,9 +10,11 @@
 #       restored header in BUILD_DIR and runs it: every candidate of FlashInfer's tuning grid
 #       checked and timed, the best re-timed (--ranks, --sizes, --memory device,host, -n, -w).
 #   scripts/peer-flashinfer.sh table BUILD_DIR OUT_DIR [--ranks R] [--sizes S] [-n N] [-w W]
-#       the comparison in one session: the peer in both memories, `tpar bench` with the host
-#       transport and in GPU memory on the same ranks and sizes (default 2,4,8 and
-#       12K,112K,384K,1M,4M, 200 calls), and OUT_DIR/compare.json (scripts/peer-compare.py).
+#                                   [--memory device,host]
+#       the comparison in one session: the peer in both memories (or the ones --memory names),
+#       `tpar bench` with the host transport and in GPU memory on the same ranks and sizes
+#       (default 2,4,8 and 12K,112K,384K,1M,4M, 200 calls), and OUT_DIR/compare.json
+#       (scripts/peer-compare.py).
 #
 # What it measures and how it is compared: docs/PERFORMANCE.md, "Against FlashInfer's PCIe
 # kernels". Environment: TPAR_CUDA_ARCHS (default: the build's own choice), TPAR_COMMIT (the
@@ -49,7 +51,7 @@ case "${1:-}" in
     shift 3
     [ -f "$dest/$header" ] && [ -f "$dest/COMMIT" ] ||
       { echo "peer-flashinfer: no $dest/$header: run 'scripts/peer-flashinfer.sh restore MIRROR' first" >&2; exit 2; }
-    ranks=2,4,8 sizes=12K,112K,384K,1M,4M iters=200 warmup=20
+    ranks=2,4,8 sizes=12K,112K,384K,1M,4M iters=200 warmup=20 memory=device,host
     if [ "$what" = table ]; then
       while [ $# -gt 0 ]; do
         case $1 in
@@ -57,10 +59,15 @@ case "${1:-}" in
           --sizes) sizes=${2:?--sizes needs a value}; shift ;;
           -n) iters=${2:?-n needs a value}; shift ;;
           -w) warmup=${2:?-w needs a value}; shift ;;
-          *) echo "peer-flashinfer: table takes --ranks, --sizes, -n and -w, not '$1'" >&2; exit 2 ;;
+          --memory) memory=${2:?--memory needs a value}; shift ;;
+          *) echo "peer-flashinfer: table takes --ranks, --sizes, -n, -w and --memory, not '$1'" >&2; exit 2 ;;
         esac
         shift
       done
+      case $memory in
+        device|host|device,host|host,device) ;;
+        *) echo "peer-flashinfer: --memory is device, host or both (device,host), not '$memory'" >&2; exit 2 ;;
+      esac
       mkdir -p "$out"
     fi
     commit=$(cat "$dest/COMMIT")
@@ -80,16 +87,24 @@ case "${1:-}" in
       "$exe" --json "$out" "$@"
       exit
     fi
-    # The whole comparison in one session: the peer over both memories, tpar's default with
-    # its host transport and in GPU memory, the same ranks, sizes and calls, then the pairs.
-    "$exe" --ranks "$ranks" --sizes "$sizes" --memory device,host -n "$iters" -w "$warmup" \
+    # The whole comparison in one session: the peer over the memories asked for, tpar's default
+    # with its host transport and in GPU memory (the same memories), the same ranks, sizes and
+    # calls, then the pairs.
+    "$exe" --ranks "$ranks" --sizes "$sizes" --memory "$memory" -n "$iters" -w "$warmup" \
       --json "$out/peer-flashinfer.json"
-    "$tpar" bench --transport host --ranks "$ranks" --sizes "$sizes" -n "$iters" -w "$warmup" \
-      --json "$out/tpar-host.json"
-    "$tpar" bench --transport p2p --ranks "$ranks" --sizes "$sizes" -n "$iters" -w "$warmup" \
-      --json "$out/tpar-device.json"
-    python3 scripts/peer-compare.py "$out/peer-flashinfer.json" \
-      --tpar "$out/tpar-host.json" "$out/tpar-device.json" -o "$out/compare.json"
+    mine=()
+    if [[ ,$memory, == *,host,* ]]; then
+      "$tpar" bench --transport host --ranks "$ranks" --sizes "$sizes" -n "$iters" -w "$warmup" \
+        --json "$out/tpar-host.json"
+      mine+=("$out/tpar-host.json")
+    fi
+    if [[ ,$memory, == *,device,* ]]; then
+      "$tpar" bench --transport p2p --ranks "$ranks" --sizes "$sizes" -n "$iters" -w "$warmup" \
+        --json "$out/tpar-device.json"
+      mine+=("$out/tpar-device.json")
+    fi
+    python3 scripts/peer-compare.py "$out/peer-flashinfer.json" --tpar "${mine[@]}" \
+      -o "$out/compare.json"
     ;;
   *) usage ;;
 esac

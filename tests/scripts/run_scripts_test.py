@@ -750,6 +750,13 @@ class PeerScripts(unittest.TestCase):
         self.assertEqual(r.returncode, 2)
         self.assertIn("not '--bogus'", r.stderr)
         self.assertFalse(os.path.exists(os.path.join(t, "b")))
+        # --memory names device, host or both; anything else is refused before a build.
+        r = run(["bash", script, "table", os.path.join(t, "b"), os.path.join(t, "o"),
+                 "--memory", "gpu"])
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("not 'gpu'", r.stderr)
+        self.assertFalse(os.path.exists(os.path.join(t, "b")))
+        self.assertFalse(os.path.exists(os.path.join(t, "o")))
 
 
 if __name__ == "__main__":
