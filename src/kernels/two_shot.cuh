@@ -80,7 +80,8 @@ struct TwoShot {
   __device__ static void scatter(const Call& c, const CallContext& ctx, const PeerPositions& pp,
                                  uint32_t t, uint32_t nt) {
     if constexpr (kDepth == 1) {
-      // One pair at a time, as every mailbox but the deep per-vector path runs it.
+      // One pair at a time, as every mailbox but the deep per-vector path runs it: a loop of
+      // its own, since the deep loop below with one pair compiles to other code for them.
       for (uint32_t u = t; u < pp.pairs(); u += nt) {
         uint64_t j;
         const int o = pp.peer(u, &j);
@@ -237,9 +238,8 @@ struct TwoShot {
           if (i < n) c.box.put(c.area(ahead(me, i, n)) + c.goff, v[d], r);
         }
         storeUser<T, kWide>(c.a.recv, v[d], c.a.count, c.aligned, r);
-#pragma unroll
-        for (int s = 0; s < kMax; ++s)
-          if (s < n && s != me) c.box.release(c.own, uint64_t(s) * c.chunk + j);
+        releaseFrom<kMax>(c.box, n, me,
+                          [&](int s) { return At{c.own, uint64_t(s) * c.chunk + j}; });
       }
     }
     return true;
