@@ -96,7 +96,18 @@ tparResult_t createLocal(int rank, int nranks, const ResolvedConfig& cfg, int ra
   comm->nranks = nranks;
   comm->device = device;
   comm->cfg = cfg;
-  comm->layout = kernels::WorkspaceLayout::forMaxBytes(cfg.max_bytes_per_call, host_transport);
+  // NOTE [a whole pull area for ranks on one GPU]
+  // Three or more ranks, every one of them in this process on this GPU (virtual ranks), with
+  // receive regions in its memory: the pull area takes a whole piece, as it does in host
+  // memory, rather than kDevicePullMaxBytes, so that the two-shot pull runs a large call in one
+  // launch (NOTE [two-shot pull for large calls of ranks on one GPU] in tuner/tuner.cc). That
+  // costs four times the piece size more GPU memory per rank (two halves, two parities). The
+  // condition is the same on every rank by construction (one process, one device, one
+  // configuration), which the layout needs: peers address each other's workspace by it. Every
+  // other group keeps the small area.
+  comm->whole_pull = !host_transport && nranks >= 3 && ranks_on_device >= nranks;
+  comm->layout = kernels::WorkspaceLayout::forMaxBytes(cfg.max_bytes_per_call, host_transport,
+                                                       comm->whole_pull);
   comm->host_transport = host_transport;
   comm->threads = cfg.threads;
   comm->ranks_on_device = std::max(1, ranks_on_device);
@@ -342,6 +353,7 @@ tparResult_t applyTopology(tparComm* comm, const Topology& topo) {
     for (int b = 0; b < n; ++b) worst = std::max(worst, static_cast<int>(topo.links[a][b]));
   ctx.worst_link = worst;
   ctx.ranks_per_gpu = maxRanksPerGpu(topo);
+  ctx.whole_pull = comm->whole_pull;
   const size_t m = topo.islands.empty() ? 0 : topo.islands[0].size();
   bool equal = m > 0;
   for (const auto& island : topo.islands) equal &= island.size() == m;

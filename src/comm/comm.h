@@ -41,6 +41,9 @@ struct tparComm {
   int max_blocks = 1;
   // Ranks of this process on this GPU, this one included (NOTE [virtual-rank residency]).
   int ranks_on_device = 1;
+  // The pull area in GPU memory takes a whole piece (NOTE [a whole pull area for ranks on one
+  // GPU] in comm.cc).
+  bool whole_pull = false;
   // Topology as every rank of the group sees it (rank 0's view), and what the tuner uses.
   tpar::Topology topology;
   tpar::TunerContext tuner_ctx;

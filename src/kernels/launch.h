@@ -80,19 +80,25 @@ struct WorkspaceLayout {
   static constexpr int kLineBlocks = 64;  // blocks of a launch with flag lines, at most
   static constexpr uint64_t kPullFlagBytes = 2 * kLineBlocks * kMaxRanks * kVecBytes;
   // Largest pull message with receive regions in GPU memory, where the pull variants serve
-  // small messages only (in host memory they carry everything).
+  // small messages only (in host memory they carry everything), unless the area is whole.
   static constexpr uint64_t kDevicePullMaxBytes = 256u << 10;
   uint64_t data_bytes;  // sentinel area, per parity
   uint64_t pull_bytes;  // pull area, per parity
 
   // `host`: receive regions in pinned host memory, where the pull variants carry messages up
-  // to the piece size.
-  static WorkspaceLayout forMaxBytes(uint64_t max_bytes_per_call, bool host = false) {
+  // to the piece size. `whole_pull`: regions in GPU memory whose pull area takes a whole piece
+  // too (NOTE [a whole pull area for ranks on one GPU]); every rank of a communicator must
+  // pass the same values.
+  static WorkspaceLayout forMaxBytes(uint64_t max_bytes_per_call, bool host = false,
+                                     bool whole_pull = false) {
     // Two-shot needs two areas of one message plus rounding, one-shot n messages (smaller pieces
-    // at high rank counts); the pull areas need twice the largest pull message.
+    // at high rank counts); the pull areas need twice the largest pull message. A whole area
+    // also holds the n chunks' rounding (flagLinesMax), so that a piece of the full size is
+    // one launch of the flag-line schedules.
     const uint64_t pull_max =
-        host || max_bytes_per_call < kDevicePullMaxBytes ? max_bytes_per_call
-                                                          : kDevicePullMaxBytes;
+        whole_pull ? max_bytes_per_call + uint64_t(kMaxRanks) * kVecBytes
+        : host || max_bytes_per_call < kDevicePullMaxBytes ? max_bytes_per_call
+                                                            : kDevicePullMaxBytes;
     return WorkspaceLayout{2 * max_bytes_per_call + 4096, kPullFlagBytes + 2 * pull_max + 64};
   }
   uint64_t totalBytes() const { return kDataOffset + 2 * data_bytes + 2 * pull_bytes; }

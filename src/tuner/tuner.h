@@ -47,6 +47,9 @@ struct TunerContext {
   // The most ranks that share one GPU (virtual ranks: all of them). With receive regions in
   // host memory they share its link, its polls and its fences (hostShape).
   int ranks_per_gpu = 1;
+  // The pull area in GPU memory takes a whole piece (NOTE [a whole pull area for ranks on one
+  // GPU] in comm/comm.cc): the two-shot pull runs a large call in one launch there.
+  bool whole_pull = false;
   // An NCCL communicator is attached (tparCommSetNcclComm; every rank attaches alike): table
   // entries naming NCCL apply. Without one they give way to the defaults.
   bool nccl = false;

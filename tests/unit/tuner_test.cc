@@ -202,6 +202,47 @@ TEST(TunerDefaults, RanksOnOneGpuPullSmallCallsAndTwoRanksPushOneShotToThreeMiB)
             defaultPlan(4 * kK, tparBfloat16, context(2, LinkClass::kSameSwitch, 1, true), -1).algo);
 }
 
+TEST(TunerDefaults, RanksOnOneGpuWithAWholePullAreaPullLargeCalls) {
+  // NOTE [two-shot pull for large calls of ranks on one GPU]: with a whole pull area, 8 ranks
+  // from 1 MiB and 3 to 7 ranks from 4 MiB; 2 ranks, smaller calls, no whole area, ranks on
+  // several GPUs or more than 8, and TPAR_ONESHOT_MAX_BYTES keep the two-shot.
+  for (int n : {2, 3, 4, 5, 7, 8}) {
+    TunerContext ctx = context(n, LinkClass::kSameDevice, 1, true);
+    ctx.ranks_per_gpu = n;
+    ctx.whole_pull = true;
+    const uint64_t from = n >= 8 ? 1 * kM : 4 * kM;
+    for (uint64_t bytes : {from - 16, from, from + 16, 8 * kM, 64 * kM}) {
+      const Plan p = defaultPlan(bytes, tparBfloat16, ctx, -1);
+      const bool pull = n > 2 && bytes >= from;
+      const Algo small = n == 2 && bytes <= 3 * kM ? Algo::kOneShot : Algo::kTwoShot;
+      EXPECT_EQ(pull ? Algo::kTwoShotPull : small, p.algo) << n << " ranks " << bytes;
+      EXPECT_EQ(0, p.active_blocks) << n << " ranks " << bytes;  // the kernel's own grid
+      // Without the whole area, or with a one-shot limit set by hand, nothing moves.
+      TunerContext part = ctx;
+      part.whole_pull = false;
+      EXPECT_EQ(small, defaultPlan(bytes, tparBfloat16, part, -1).algo) << n << " " << bytes;
+      EXPECT_EQ(Algo::kTwoShot, defaultPlan(bytes, tparBfloat16, ctx, 0).algo) << n << " " << bytes;
+    }
+    // Below the threshold the calls of every size keep their algorithms.
+    EXPECT_EQ(n == 2 ? Algo::kOneShot : Algo::kOneShotPull,
+              defaultPlan(12 * kK, tparBfloat16, ctx, -1).algo) << n;
+    EXPECT_EQ(n == 2 ? 3 * kM : 128 * kK,
+              oneShotLimit(tparBfloat16, ctx, nullptr, tparAlgoAuto, -1)) << n;
+    // Ranks on two GPUs: the reads would cross a link.
+    TunerContext split = ctx;
+    split.ranks_per_gpu = n / 2;
+    if (n >= 4) EXPECT_EQ(Algo::kTwoShot, defaultPlan(8 * kM, tparBfloat16, split, -1).algo) << n;
+    // Host memory has its own lines (HostDefaults), never this one's default shape.
+    TunerContext host = ctx;
+    host.host_transport = true;
+    EXPECT_NE(Algo::kTwoShotPull, defaultPlan(8 * kM, tparBfloat16, host, -1).algo) << n;
+  }
+  TunerContext sixteen = context(16, LinkClass::kSameDevice, 1, true);
+  sixteen.ranks_per_gpu = 16;
+  sixteen.whole_pull = true;
+  EXPECT_EQ(Algo::kTwoShot, defaultPlan(8 * kM, tparBfloat16, sixteen, -1).algo);
+}
+
 TEST(TunerDefaults, OneShotLimitOverrideMovesTheThreshold) {
   const TunerContext ctx = context(8, LinkClass::kSameSwitch, 1, true);
   EXPECT_EQ(Algo::kTwoShot, pick(1 * kK, ctx, 0));
@@ -1189,6 +1230,30 @@ TEST(RegionPlace, HostWhenForcedOrWhenAPairLacksP2pAndForcedP2pWithoutItIsRefuse
   EXPECT_EQ(RegionPlace::kHostMemory, chooseRegionPlace(1, false));
   EXPECT_EQ(RegionPlace::kGpuMemory, chooseRegionPlace(2, true));
   EXPECT_EQ(RegionPlace::kImpossible, chooseRegionPlace(2, false));
+}
+
+TEST(HostLayout, AWholePullAreaRunsAPieceOfTheFullSizeInOneFlagLineLaunch) {
+  // NOTE [a whole pull area for ranks on one GPU]: in GPU memory, the flag-line schedules take
+  // a whole piece at every group size, where the small area splits it.
+  using kernels::WorkspaceLayout;
+  for (uint64_t max : {uint64_t{64} << 10, uint64_t{1} << 20, uint64_t{8} << 20,
+                       (uint64_t{8} << 20) + 48}) {
+    const WorkspaceLayout whole = WorkspaceLayout::forMaxBytes(max, false, true);
+    const WorkspaceLayout part = WorkspaceLayout::forMaxBytes(max, false, false);
+    EXPECT_EQ(whole.data_bytes, part.data_bytes);
+    const uint64_t half = WorkspaceLayout::pullHalf(whole.pull_bytes);
+    for (int n = 2; n <= kernels::kMaxRanks; ++n) {
+      for (Algo a : {Algo::kTwoShotPull, Algo::kPipelined}) {
+        const uint64_t piece = maxPieceBytes(a, whole, n);
+        EXPECT_GE(piece, max) << n << " ranks, " << algoName(a);
+        // n chunks of ceil(vecs / n) vectors still fit one half.
+        const uint64_t v = max / 16;
+        EXPECT_LE((v + n - 1) / n * n * 16, half) << n;
+        if (max > WorkspaceLayout::kDevicePullMaxBytes)
+          EXPECT_LT(maxPieceBytes(a, part, n), max) << n;
+      }
+    }
+  }
 }
 
 TEST(HostLayout, PullLimitsFitTheirAreasAndGrowWithThePieceOnlyInHostMemory) {
