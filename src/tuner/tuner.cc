@@ -76,8 +76,10 @@ constexpr uint64_t kSharedHostMidPipelinedMaxBytes = 1u << 20;
 constexpr uint64_t kOneGpuPullMaxBytes = 128u << 10;
 constexpr uint64_t kOneGpuPairOneShotMaxBytes = 3u << 20;
 // Every rank on one GPU with a whole pull area (NOTE [two-shot pull for large calls of ranks
-// on one GPU]): the two-shot pull from the first size with 8 ranks, from the second with 3 to 7.
+// on one GPU]): the two-shot pull from the first size with 8 ranks, from the second with 5 to 7,
+// from the third with 3 and 4.
 constexpr uint64_t kOneGpuWideTwoShotPullMinBytes = 1u << 20;
+constexpr uint64_t kOneGpuMidTwoShotPullMinBytes = 2u << 20;
 constexpr uint64_t kOneGpuTwoShotPullMinBytes = 4u << 20;
 
 // Ranks sharing a GPU, in its memory: one-shot up to this size runs 32 of the wider grid's
@@ -477,12 +479,14 @@ Plan defaultPlan(uint64_t bytes, tparDataType_t dtype, const TunerContext& ctx,
   // rank publishes its input once, reads its chunk from every peer where it was published, and
   // nothing is reset; the sentinel two-shot stores into every peer's region and every reader
   // writes its sentinels back. With virtual ranks on one H200 the pull ran ahead of the
-  // two-shot with 8 ranks from 1 MiB and with 3 and 4 ranks from 4 MiB, behind below those sizes
-  // and with 2 ranks (docs/PERFORMANCE.md, "The two-shot pull in GPU memory with a pull area for
-  // the whole call"); 5 to 7 ranks take the 4-rank line unmeasured. Groups across GPUs never
-  // take the rule: there every read of the pull crosses the link.
+  // two-shot with 8 ranks from 1 MiB, with 5 to 7 ranks from 2 MiB and with 3 and 4 ranks from
+  // 4 MiB, behind below those sizes and with 2 ranks (docs/PERFORMANCE.md, "The two-shot pull in
+  // GPU memory with a pull area for the whole call" and "A whole pull area by default").
+  // Groups across GPUs never take the rule: there every read of the pull crosses the link.
   if (one_gpu && ctx.whole_pull && ctx.nranks > 2 &&
-      bytes >= (ctx.nranks >= 8 ? kOneGpuWideTwoShotPullMinBytes : kOneGpuTwoShotPullMinBytes)) {
+      bytes >= (ctx.nranks >= 8   ? kOneGpuWideTwoShotPullMinBytes
+                : ctx.nranks >= 5 ? kOneGpuMidTwoShotPullMinBytes
+                                  : kOneGpuTwoShotPullMinBytes)) {
     p.algo = kernels::Algo::kTwoShotPull;
     return p;
   }
@@ -572,6 +576,7 @@ std::vector<uint64_t> defaultPlanBoundaries(const TunerContext& ctx, int64_t one
                              kSharedHostWidePullMaxBytes,
                              kOneGpuPullMaxBytes,      kOneGpuPairOneShotMaxBytes,
                              kOneGpuWideTwoShotPullMinBytes - 1,
+                             kOneGpuMidTwoShotPullMinBytes - 1,
                              kOneGpuTwoShotPullMinBytes - 1,
                              defaultOneShotMaxBytes(ctx.nranks)};
   if (one_shot_max_bytes >= 0) b.push_back(static_cast<uint64_t>(one_shot_max_bytes));

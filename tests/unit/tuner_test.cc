@@ -204,13 +204,13 @@ TEST(TunerDefaults, RanksOnOneGpuPullSmallCallsAndTwoRanksPushOneShotToThreeMiB)
 
 TEST(TunerDefaults, RanksOnOneGpuWithAWholePullAreaPullLargeCalls) {
   // NOTE [two-shot pull for large calls of ranks on one GPU]: with a whole pull area, 8 ranks
-  // from 1 MiB and 3 to 7 ranks from 4 MiB; 2 ranks, smaller calls, no whole area, ranks on
+  // from 1 MiB, 5 to 7 ranks from 2 MiB, 3 and 4 ranks from 4 MiB; 2 ranks, smaller calls, no whole area, ranks on
   // several GPUs or more than 8, and TPAR_ONESHOT_MAX_BYTES keep the two-shot.
-  for (int n : {2, 3, 4, 5, 7, 8}) {
+  for (int n : {2, 3, 4, 5, 6, 7, 8}) {
     TunerContext ctx = context(n, LinkClass::kSameDevice, 1, true);
     ctx.ranks_per_gpu = n;
     ctx.whole_pull = true;
-    const uint64_t from = n >= 8 ? 1 * kM : 4 * kM;
+    const uint64_t from = n >= 8 ? 1 * kM : n >= 5 ? 2 * kM : 4 * kM;
     for (uint64_t bytes : {from - 16, from, from + 16, 8 * kM, 64 * kM}) {
       const Plan p = defaultPlan(bytes, tparBfloat16, ctx, -1);
       const bool pull = n > 2 && bytes >= from;
