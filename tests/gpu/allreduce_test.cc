@@ -212,12 +212,17 @@ TEST_P(AllReduceQuery, ReportsFixedMemoryWithinBudgetAndTheSetup) {
     EXPECT_EQ(8, info.nranks);
     EXPECT_EQ(host ? tparTransportHost : tparTransportSameDevice, info.transport)
         << tparTransportName(info.transport);
-    EXPECT_LE(info.deviceMemoryBytes, size_t(64) << 20);
+    // The receive workspace (tparConfig_t.maxBytesPerCall) is 8 x the piece size here: in host
+    // memory, and in GPU memory for three or more ranks all on one GPU in one process, as these
+    // eight are. Beyond it a communicator holds flags, epochs and the fused kernels' scratch.
+    const size_t workspace = 8 * info.maxBytesPerCall;
+    const size_t beyond = size_t(4) << 20;
+    EXPECT_LE(info.deviceMemoryBytes, (host ? 0 : workspace) + beyond);
     if (host) {
       // The receive regions live in host memory.
-      EXPECT_GE(info.hostMemoryBytes, info.maxBytesPerCall);
+      EXPECT_GE(info.hostMemoryBytes, workspace);
     } else {
-      EXPECT_GE(info.deviceMemoryBytes, 4 * info.maxBytesPerCall);
+      EXPECT_GE(info.deviceMemoryBytes, workspace);
     }
     EXPECT_GE(info.blocksPerRank, 1);
   }
