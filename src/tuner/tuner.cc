@@ -74,6 +74,9 @@ constexpr uint64_t kSharedHostMidPipelinedMaxBytes = 1u << 20;
 // Every rank on one GPU, in its memory (NOTE [small calls of ranks on one GPU]): from 3 ranks
 // one-shot pull up to the first size; two ranks the push one-shot up to the second.
 constexpr uint64_t kOneGpuPullMaxBytes = 128u << 10;
+// Three and four ranks with a whole pull area take the one-shot pull up to this size (NOTE
+// [one-shot pull to 384 KiB for three and four ranks on one GPU]).
+constexpr uint64_t kOneGpuSmallGroupPullMaxBytes = 384u << 10;
 constexpr uint64_t kOneGpuPairOneShotMaxBytes = 3u << 20;
 // Every rank on one GPU with a whole pull area (NOTE [two-shot pull for large calls of ranks
 // on one GPU]): the two-shot pull from the first size with 8 ranks, from the second with 5 to 7,
@@ -469,7 +472,15 @@ Plan defaultPlan(uint64_t bytes, tparDataType_t dtype, const TunerContext& ctx,
   // TPAR_ONESHOT_MAX_BYTES turns it off.
   const bool one_gpu = ctx.ranks_per_gpu >= ctx.nranks && ctx.nranks >= 2 && ctx.nranks <= 8 &&
                        one_shot_max_bytes < 0;
-  if (one_gpu && ctx.nranks > 2 && bytes <= kOneGpuPullMaxBytes) {
+  // NOTE [one-shot pull to 384 KiB for three and four ranks on one GPU]
+  // With a whole pull area (NOTE [a whole pull area for ranks on one GPU] in comm/comm.cc) a
+  // one-shot pull past 256 KiB is one launch, not several. Four virtual ranks on one H200 then
+  // ran it ahead of two-shot at 384 KiB and behind at 1 MiB (docs/PERFORMANCE.md, "A whole pull
+  // area by default"); eight, whose pull reads seven peers' whole inputs, stay behind at
+  // 384 KiB. Three ranks read fewer peers than four and take the same line.
+  const uint64_t pull_max = ctx.whole_pull && ctx.nranks <= 4 ? kOneGpuSmallGroupPullMaxBytes
+                                                              : kOneGpuPullMaxBytes;
+  if (one_gpu && ctx.nranks > 2 && bytes <= pull_max) {
     p.algo = kernels::Algo::kOneShotPull;
     return p;
   }
@@ -575,6 +586,7 @@ std::vector<uint64_t> defaultPlanBoundaries(const TunerContext& ctx, int64_t one
                              kSharedHostMidPushMaxBytes, kSharedHostWidePushMaxBytes,
                              kSharedHostWidePullMaxBytes,
                              kOneGpuPullMaxBytes,      kOneGpuPairOneShotMaxBytes,
+                             kOneGpuSmallGroupPullMaxBytes,
                              kOneGpuWideTwoShotPullMinBytes - 1,
                              kOneGpuMidTwoShotPullMinBytes - 1,
                              kOneGpuTwoShotPullMinBytes - 1,

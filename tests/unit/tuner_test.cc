@@ -223,11 +223,22 @@ TEST(TunerDefaults, RanksOnOneGpuWithAWholePullAreaPullLargeCalls) {
       EXPECT_EQ(small, defaultPlan(bytes, tparBfloat16, part, -1).algo) << n << " " << bytes;
       EXPECT_EQ(Algo::kTwoShot, defaultPlan(bytes, tparBfloat16, ctx, 0).algo) << n << " " << bytes;
     }
-    // Below the threshold the calls of every size keep their algorithms.
+    // Small calls: one-shot pull up to 128 KiB, for 3 and 4 ranks up to 384 KiB (NOTE [one-shot
+    // pull to 384 KiB for three and four ranks on one GPU]); without the whole area 128 KiB.
     EXPECT_EQ(n == 2 ? Algo::kOneShot : Algo::kOneShotPull,
               defaultPlan(12 * kK, tparBfloat16, ctx, -1).algo) << n;
-    EXPECT_EQ(n == 2 ? 3 * kM : 128 * kK,
+    const bool small_group = n == 3 || n == 4;
+    EXPECT_EQ(n == 2 ? 3 * kM : small_group ? 384 * kK : 128 * kK,
               oneShotLimit(tparBfloat16, ctx, nullptr, tparAlgoAuto, -1)) << n;
+    if (n > 2) {
+      EXPECT_EQ(small_group ? Algo::kOneShotPull : Algo::kTwoShot,
+                defaultPlan(384 * kK, tparBfloat16, ctx, -1).algo) << n;
+      EXPECT_EQ(Algo::kTwoShot, defaultPlan(384 * kK + 16, tparBfloat16, ctx, -1).algo) << n;
+      TunerContext part = ctx;
+      part.whole_pull = false;
+      EXPECT_EQ(Algo::kTwoShot, defaultPlan(384 * kK, tparBfloat16, part, -1).algo) << n;
+      EXPECT_EQ(128 * kK, oneShotLimit(tparBfloat16, part, nullptr, tparAlgoAuto, -1)) << n;
+    }
     // Ranks on two GPUs: the reads would cross a link.
     TunerContext split = ctx;
     split.ranks_per_gpu = n / 2;
