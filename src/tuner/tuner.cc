@@ -475,9 +475,9 @@ Plan defaultPlan(uint64_t bytes, tparDataType_t dtype, const TunerContext& ctx,
   // NOTE [one-shot pull to 384 KiB for three and four ranks on one GPU]
   // With a whole pull area (NOTE [a whole pull area for ranks on one GPU] in comm/comm.cc) a
   // one-shot pull past 256 KiB is one launch, not several. Four virtual ranks on one H200 then
-  // ran it ahead of two-shot at 384 KiB and behind at 1 MiB (docs/PERFORMANCE.md, "A whole pull
-  // area by default"); eight, whose pull reads seven peers' whole inputs, stay behind at
-  // 384 KiB. Three ranks read fewer peers than four and take the same line.
+  // ran it ahead of two-shot at 256 and 384 KiB and behind at 1 MiB, three ahead at 256 KiB and
+  // even at 384 KiB (docs/PERFORMANCE.md, "A whole pull area by default"); eight, whose pull
+  // reads seven peers' whole inputs, stay behind at 384 KiB.
   const uint64_t pull_max = ctx.whole_pull && ctx.nranks <= 4 ? kOneGpuSmallGroupPullMaxBytes
                                                               : kOneGpuPullMaxBytes;
   if (one_gpu && ctx.nranks > 2 && bytes <= pull_max) {

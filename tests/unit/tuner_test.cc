@@ -204,8 +204,9 @@ TEST(TunerDefaults, RanksOnOneGpuPullSmallCallsAndTwoRanksPushOneShotToThreeMiB)
 
 TEST(TunerDefaults, RanksOnOneGpuWithAWholePullAreaPullLargeCalls) {
   // NOTE [two-shot pull for large calls of ranks on one GPU]: with a whole pull area, 8 ranks
-  // from 1 MiB, 5 to 7 ranks from 2 MiB, 3 and 4 ranks from 4 MiB; 2 ranks, smaller calls, no whole area, ranks on
-  // several GPUs or more than 8, and TPAR_ONESHOT_MAX_BYTES keep the two-shot.
+  // from 1 MiB, 5 to 7 ranks from 2 MiB, 3 and 4 ranks from 4 MiB; 2 ranks, smaller calls, no
+  // whole area, ranks on several GPUs or more than 8, and TPAR_ONESHOT_MAX_BYTES keep the
+  // two-shot.
   for (int n : {2, 3, 4, 5, 6, 7, 8}) {
     TunerContext ctx = context(n, LinkClass::kSameDevice, 1, true);
     ctx.ranks_per_gpu = n;
