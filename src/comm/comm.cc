@@ -441,6 +441,9 @@ void prepareCalls(tparComm* comm) {
   args.pull_bytes = comm->layout.pull_bytes;
   args.rank = comm->rank;
   args.nranks = comm->nranks;
+  // NOTE [hand-offs at GPU scope] in kernels/prims/mailbox.cuh: every rank in this process on
+  // this GPU (the condition of the whole pull area, from 2 ranks), regions in its memory.
+  args.gpu_scope = !comm->host_transport && comm->ranks_on_device >= comm->nranks ? 1 : 0;
   args.hier_k = comm->hier_k;
   args.hier_m = comm->hier_m;
   args.hier_island = comm->hier_island;
@@ -454,6 +457,21 @@ void refreshCallLimits(tparComm* comm) {
 }
 
 namespace {
+
+// NOTE [one-shot pull over flag lines on one GPU]
+// Epoch lines carry half a payload each, so a one-shot pull over them reads twice the input;
+// flag lines read it once, after a fenced flag per block. At system scope that flag cost more
+// than the bytes in GPU memory (NOTE [one-shot pull over flag lines in host memory] in
+// kernels/one_shot.cu); at GPU scope (NOTE [hand-offs at GPU scope] in
+// kernels/prims/mailbox.cuh, the same condition: every rank in this process on this GPU,
+// regions in its memory) 8 virtual ranks on one H200 ran the flag lines ahead of the epoch
+// lines at every size they pull, 3 and 4 ranks behind at 12 KiB (docs/PERFORMANCE.md,
+// "Hand-offs at GPU scope for ranks on one GPU"). So groups from kOneGpuFlagPullMinRanks on
+// take them; host memory takes them from 3 ranks (the host kernels' own split).
+bool flagPull(const tparComm* comm) {
+  return comm->host_transport ||
+         (comm->ranks_on_device >= comm->nranks && comm->nranks >= kOneGpuFlagPullMinRanks);
+}
 
 bool vecAligned(const void* p) { return reinterpret_cast<uintptr_t>(p) % kernels::kVecBytes == 0; }
 
@@ -506,7 +524,7 @@ void prepareAllReduce(const tparComm* comm, size_t count, tparDataType_t dtype, 
   // A wire format's pieces are whole blocks of 32 values, so that every piece encodes the
   // blocks a single launch would (docs/WIRE.md: blocks count from the start of the buffer).
   if (wa != nullptr) c.piece_elems = c.piece_elems / 32 * 32;
-  c.fn = (wa != nullptr ? wa->kernels : kernelsFor(algo, comm->host_transport))->get(dtype, comm->nranks);
+  c.fn = (wa != nullptr ? wa->kernels : kernelsFor(algo, flagPull(comm)))->get(dtype, comm->nranks);
 
   kernels::AllReduceArgs& args = c.args;
   args = comm->call_template;  // NOTE [call template]
@@ -514,7 +532,7 @@ void prepareAllReduce(const tparComm* comm, size_t count, tparDataType_t dtype, 
                            uint64_t(count) ^ shape_hash, comm->nccl.comm != nullptr);
   args.op = op;
   args.active_blocks = c.plan.active_blocks;
-  const int algo_blocks = maxBlocksFor(algo, comm->host_transport);
+  const int algo_blocks = maxBlocksFor(algo, flagPull(comm));
   if (algo_blocks > 0 && (args.active_blocks <= 0 || args.active_blocks > algo_blocks))
     args.active_blocks = std::min(comm->max_blocks, algo_blocks);
   args.steps = c.plan.steps;

@@ -67,6 +67,11 @@ struct tparComm {
 
 namespace tpar {
 
+// Groups of this many ranks or more, every one in this process on this GPU with the regions
+// in its memory, run the one-shot pull over flag lines (NOTE [one-shot pull over flag lines on
+// one GPU] in comm.cc).
+constexpr int kOneGpuFlagPullMinRanks = 8;
+
 // Builds a communicator's local half (workspace, host state, launch shape) on the current
 // device. `ranks_on_device` counts the ranks of this process sharing the device (their kernels
 // must be co-resident). On failure nothing is left allocated.

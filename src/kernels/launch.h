@@ -138,6 +138,8 @@ struct AllReduceArgs {
   int active_blocks;              // blocks that work (0: all); the others only keep the epoch
   int steps;                      // pipelined: steps per block (0 or 1: one)
   int pull;                       // pipelined: publish in our own region, peers read it there
+  int gpu_scope;                  // every rank on this GPU, regions in its memory: flag lines
+                                  // fence at GPU scope (NOTE [hand-offs at GPU scope])
   // Hierarchical: k islands of m ranks. hier_rank[i * m + p] is the rank at position p of
   // island i; this rank is at (hier_island, hier_pos).
   int hier_k, hier_m, hier_island, hier_pos;

@@ -88,9 +88,11 @@ struct OneShot {
 // 4 and 8 ranks from 12 KiB (and at 8 ranks from 4 KiB), behind at 2 ranks up to 32 KiB,
 // where the round trip weighs more than the bytes; in GPU memory, where a read crosses no link,
 // they are behind or even at every size and group (docs/PERFORMANCE.md, "One-shot pull over
-// flag lines, and the small-group defaults run"). So host regions get them from 3 ranks on
-// (3 ranks, which share the 4-rank kernels, were not timed); 2 ranks and GPU memory keep epoch
-// lines. Flag lines exist for the first kLineBlocks blocks: the row's host block limit.
+// flag lines, and the small-group defaults run"), fenced at system scope. So host regions get
+// them from 3 ranks on (3 ranks, which share the 4-rank kernels, were not timed); 2 ranks keep
+// epoch lines, and so does GPU memory, except the groups on one GPU whose flags are fenced at
+// GPU scope (NOTE [one-shot pull over flag lines on one GPU] in comm/comm.cc). Flag lines exist
+// for the first kLineBlocks blocks: the row's host block limit.
 template <typename T>
 void hostPullKernels(const void* (&fn)[4]) {
   using Flags = OneShot<FlagBox, true>;

@@ -58,13 +58,15 @@ struct Algorithm {
   ByteModel bytes;
   // With the regions in pinned host memory (the host transport), when not null: other kernels
   // of the same schedule and key, and their block limit (kernelsFor, maxBlocksFor;
-  // NOTE [one-shot pull over flag lines in host memory]).
+  // NOTE [one-shot pull over flag lines in host memory]). Groups all on one GPU may take them
+  // in its memory too (NOTE [one-shot pull over flag lines on one GPU] in comm/comm.cc).
   const kernels::KernelSet* host_kernels;
   int host_max_blocks;
 };
 
-// The kernels row `a` launches, and its most active blocks (0: the communicator's grid), with
-// the regions in host memory (`host`) or in GPU memory.
+// The kernels row `a` launches, and its most active blocks (0: the communicator's grid): its
+// host kernels (`host`: regions in host memory, or a group that takes them in GPU memory) or
+// its own.
 inline const kernels::KernelSet* kernelsFor(const Algorithm& a, bool host) {
   return host && a.host_kernels != nullptr ? a.host_kernels : a.kernels;
 }

@@ -75,12 +75,12 @@ constexpr uint64_t kSharedHostMidPipelinedMaxBytes = 1u << 20;
 // one-shot pull up to the first size; two ranks the push one-shot up to the second.
 constexpr uint64_t kOneGpuPullMaxBytes = 128u << 10;
 // Three and four ranks with a whole pull area take the one-shot pull up to this size (NOTE
-// [one-shot pull to 384 KiB for three and four ranks on one GPU]).
-constexpr uint64_t kOneGpuSmallGroupPullMaxBytes = 384u << 10;
+// [one-shot pull to 512 KiB for three and four ranks on one GPU]).
+constexpr uint64_t kOneGpuSmallGroupPullMaxBytes = 512u << 10;
 constexpr uint64_t kOneGpuPairOneShotMaxBytes = 3u << 20;
 // Every rank on one GPU with a whole pull area (NOTE [two-shot pull for large calls of ranks
-// on one GPU]): the two-shot pull from the first size with 8 ranks, from the second with 5 to 7,
-// from the third with 3 and 4.
+// on one GPU]): the two-shot pull from the first size with 7 and 8 ranks, from the second with
+// 5 and 6, from the third with 3 and 4.
 constexpr uint64_t kOneGpuWideTwoShotPullMinBytes = 1u << 20;
 constexpr uint64_t kOneGpuMidTwoShotPullMinBytes = 2u << 20;
 constexpr uint64_t kOneGpuTwoShotPullMinBytes = 4u << 20;
@@ -472,11 +472,13 @@ Plan defaultPlan(uint64_t bytes, tparDataType_t dtype, const TunerContext& ctx,
   // TPAR_ONESHOT_MAX_BYTES turns it off.
   const bool one_gpu = ctx.ranks_per_gpu >= ctx.nranks && ctx.nranks >= 2 && ctx.nranks <= 8 &&
                        one_shot_max_bytes < 0;
-  // NOTE [one-shot pull to 384 KiB for three and four ranks on one GPU]
+  // NOTE [one-shot pull to 512 KiB for three and four ranks on one GPU]
   // With a whole pull area (NOTE [a whole pull area for ranks on one GPU] in comm/comm.cc) a
   // one-shot pull past 256 KiB is one launch, not several. Four virtual ranks on one H200 then
   // ran it ahead of two-shot at 256 and 384 KiB and behind at 1 MiB, three ahead at 256 KiB and
-  // even at 384 KiB (docs/PERFORMANCE.md, "A whole pull area by default"); eight, whose pull
+  // even at 384 KiB (docs/PERFORMANCE.md, "A whole pull area by default"); as the default to
+  // 512 KiB against the line at 384 KiB, four ranks ran ahead at 512 KiB and three a little
+  // ahead (same document, "Hand-offs at GPU scope for ranks on one GPU"). Eight, whose pull
   // reads seven peers' whole inputs, stay behind at 384 KiB.
   const uint64_t pull_max = ctx.whole_pull && ctx.nranks <= 4 ? kOneGpuSmallGroupPullMaxBytes
                                                               : kOneGpuPullMaxBytes;
@@ -492,10 +494,12 @@ Plan defaultPlan(uint64_t bytes, tparDataType_t dtype, const TunerContext& ctx,
   // writes its sentinels back. With virtual ranks on one H200 the pull ran ahead of the
   // two-shot with 8 ranks from 1 MiB, with 5 to 7 ranks from 2 MiB and with 3 and 4 ranks from
   // 4 MiB, behind below those sizes and with 2 ranks (docs/PERFORMANCE.md, "The two-shot pull in
-  // GPU memory with a pull area for the whole call" and "A whole pull area by default").
+  // GPU memory with a pull area for the whole call" and "A whole pull area by default"); 7
+  // ranks forced ahead at 1 MiB in two runs, then as the default from 1 MiB in a third ("Hand-offs
+  // at GPU scope for ranks on one GPU").
   // Groups across GPUs never take the rule: there every read of the pull crosses the link.
   if (one_gpu && ctx.whole_pull && ctx.nranks > 2 &&
-      bytes >= (ctx.nranks >= 8   ? kOneGpuWideTwoShotPullMinBytes
+      bytes >= (ctx.nranks >= 7   ? kOneGpuWideTwoShotPullMinBytes
                 : ctx.nranks >= 5 ? kOneGpuMidTwoShotPullMinBytes
                                   : kOneGpuTwoShotPullMinBytes)) {
     p.algo = kernels::Algo::kTwoShotPull;

@@ -122,14 +122,22 @@ TEST(CallTemplate, PlanFollowsATuningTableOrForcedAlgorithmSetAfterInit) {
 
 // NOTE [one-shot pull over flag lines in host memory]: a one-shot pull call launches the row's
 // host kernels when the regions are in host memory, from 3 ranks on with at most the flag
-// lines' blocks whatever its plan asks; in GPU memory, and at 2 ranks, the epoch-line kernels.
+// lines' blocks whatever its plan asks; in GPU memory, and at 2 ranks, the epoch-line kernels,
+// except (NOTE [one-shot pull over flag lines on one GPU]) groups of kOneGpuFlagPullMinRanks
+// or more all on this GPU in this process, which take the host kernels in GPU memory too.
+// The flag lines fence at GPU scope exactly where every rank is here and the regions are in
+// GPU memory (NOTE [hand-offs at GPU scope]).
 TEST(CallTemplate, OneShotPullTakesTheHostKernelsInHostMemory) {
   std::mt19937 rng(std::random_device{}());
-  for (int n : {2, 3, 4, 8}) {
-    for (bool host : {false, true}) {
+  for (int n : {2, 3, 4, 7, 8, 9, 16}) {
+    for (int where = 0; where < 3; ++where) {
+      // 0: GPU memory, ranks on several GPUs; 1: host memory; 2: GPU memory, every rank here.
+      const bool host = where == 1;
+      const bool one_gpu = where == 2;
       Fake f(n);
       tparComm* c = f.comm.get();
       c->host_transport = host;
+      c->ranks_on_device = one_gpu ? n : 1;
       c->layout = kernels::WorkspaceLayout::forMaxBytes(c->cfg.max_bytes_per_call, host);
       c->max_blocks = 128;
       ASSERT_EQ(tparSuccess, applyTopology(c, flatTopology(n, LinkClass::kSameSwitch)));
@@ -147,11 +155,13 @@ TEST(CallTemplate, OneShotPullTakesTheHostKernelsInHostMemory) {
       const CallLaunch call = f.call(1000 + rng() % 5000);
       ASSERT_EQ(Algo::kOneShotPull, call.plan.algo) << n << " " << host;
       const Algorithm& row = algorithm(Algo::kOneShotPull);
-      const kernels::KernelSet* want = host ? row.host_kernels : row.kernels;
-      EXPECT_EQ(want->get(tparBfloat16, n), call.fn) << n << " ranks, host " << host;
-      EXPECT_EQ(n == 2 || !host, call.fn == row.kernels->get(tparBfloat16, n)) << n << " " << host;
-      EXPECT_EQ(host ? kernels::WorkspaceLayout::kLineBlocks : asked, call.args.active_blocks)
-          << n << " ranks, host " << host;
+      const bool flags = host || (one_gpu && n >= kOneGpuFlagPullMinRanks);
+      const kernels::KernelSet* want = flags ? row.host_kernels : row.kernels;
+      EXPECT_EQ(want->get(tparBfloat16, n), call.fn) << n << " ranks, where " << where;
+      EXPECT_EQ(n == 2 || !flags, call.fn == row.kernels->get(tparBfloat16, n)) << n << " " << where;
+      EXPECT_EQ(flags ? kernels::WorkspaceLayout::kLineBlocks : asked, call.args.active_blocks)
+          << n << " ranks, where " << where;
+      EXPECT_EQ(one_gpu ? 1 : 0, call.args.gpu_scope) << n << " ranks, where " << where;
     }
   }
 }

@@ -203,15 +203,15 @@ TEST(TunerDefaults, RanksOnOneGpuPullSmallCallsAndTwoRanksPushOneShotToThreeMiB)
 }
 
 TEST(TunerDefaults, RanksOnOneGpuWithAWholePullAreaPullLargeCalls) {
-  // NOTE [two-shot pull for large calls of ranks on one GPU]: with a whole pull area, 8 ranks
-  // from 1 MiB, 5 to 7 ranks from 2 MiB, 3 and 4 ranks from 4 MiB; 2 ranks, smaller calls, no
+  // NOTE [two-shot pull for large calls of ranks on one GPU]: with a whole pull area, 7 and 8
+  // ranks from 1 MiB, 5 and 6 ranks from 2 MiB, 3 and 4 ranks from 4 MiB; 2 ranks, smaller calls, no
   // whole area, ranks on several GPUs or more than 8, and TPAR_ONESHOT_MAX_BYTES keep the
   // two-shot.
   for (int n : {2, 3, 4, 5, 6, 7, 8}) {
     TunerContext ctx = context(n, LinkClass::kSameDevice, 1, true);
     ctx.ranks_per_gpu = n;
     ctx.whole_pull = true;
-    const uint64_t from = n >= 8 ? 1 * kM : n >= 5 ? 2 * kM : 4 * kM;
+    const uint64_t from = n >= 7 ? 1 * kM : n >= 5 ? 2 * kM : 4 * kM;
     for (uint64_t bytes : {from - 16, from, from + 16, 8 * kM, 64 * kM}) {
       const Plan p = defaultPlan(bytes, tparBfloat16, ctx, -1);
       const bool pull = n > 2 && bytes >= from;
@@ -224,17 +224,19 @@ TEST(TunerDefaults, RanksOnOneGpuWithAWholePullAreaPullLargeCalls) {
       EXPECT_EQ(small, defaultPlan(bytes, tparBfloat16, part, -1).algo) << n << " " << bytes;
       EXPECT_EQ(Algo::kTwoShot, defaultPlan(bytes, tparBfloat16, ctx, 0).algo) << n << " " << bytes;
     }
-    // Small calls: one-shot pull up to 128 KiB, for 3 and 4 ranks up to 384 KiB (NOTE [one-shot
-    // pull to 384 KiB for three and four ranks on one GPU]); without the whole area 128 KiB.
+    // Small calls: one-shot pull up to 128 KiB, for 3 and 4 ranks up to 512 KiB (NOTE [one-shot
+    // pull to 512 KiB for three and four ranks on one GPU]); without the whole area 128 KiB.
     EXPECT_EQ(n == 2 ? Algo::kOneShot : Algo::kOneShotPull,
               defaultPlan(12 * kK, tparBfloat16, ctx, -1).algo) << n;
     const bool small_group = n == 3 || n == 4;
-    EXPECT_EQ(n == 2 ? 3 * kM : small_group ? 384 * kK : 128 * kK,
+    EXPECT_EQ(n == 2 ? 3 * kM : small_group ? 512 * kK : 128 * kK,
               oneShotLimit(tparBfloat16, ctx, nullptr, tparAlgoAuto, -1)) << n;
     if (n > 2) {
       EXPECT_EQ(small_group ? Algo::kOneShotPull : Algo::kTwoShot,
                 defaultPlan(384 * kK, tparBfloat16, ctx, -1).algo) << n;
-      EXPECT_EQ(Algo::kTwoShot, defaultPlan(384 * kK + 16, tparBfloat16, ctx, -1).algo) << n;
+      EXPECT_EQ(small_group ? Algo::kOneShotPull : Algo::kTwoShot,
+                defaultPlan(512 * kK, tparBfloat16, ctx, -1).algo) << n;
+      EXPECT_EQ(Algo::kTwoShot, defaultPlan(512 * kK + 16, tparBfloat16, ctx, -1).algo) << n;
       TunerContext part = ctx;
       part.whole_pull = false;
       EXPECT_EQ(Algo::kTwoShot, defaultPlan(384 * kK, tparBfloat16, part, -1).algo) << n;

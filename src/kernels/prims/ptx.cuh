@@ -31,6 +31,13 @@ __device__ __forceinline__ uint32_t loadAcquireSys(const void* p) {
   return v;
 }
 
+// The acquire where every observer is on this GPU (NOTE [hand-offs at GPU scope]).
+__device__ __forceinline__ uint32_t loadAcquireGpu(const void* p) {
+  uint32_t v;
+  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+
 __device__ __forceinline__ uint64_t globalTimerNs() {
   uint64_t t;
   asm volatile("mov.u64 %0, %globaltimer;" : "=l"(t));
