@@ -181,9 +181,9 @@ struct PullAreas {
 // memory (AllReduceArgs::gpu_scope), every reader runs on this GPU: fence.sc.gpu and
 // ld.acquire.gpu order the data before the flag for all of them, as the PTX memory model
 // defines scopes, and they need not wait for the system's ordering point. Virtual ranks on one
-// H200 ran the two-shot pull 4 to 25 % faster so, and the one-shot pull over flag lines ahead
-// of epoch lines from 8 ranks (docs/PERFORMANCE.md, "Hand-offs at GPU scope for ranks on one
-// GPU"). Ranks on other GPUs, in other processes or with regions in host memory keep the
+// H200 ran the two-shot pull so in 4 to 28 % less time, and the one-shot pull over flag lines
+// ahead of epoch lines from 8 ranks (docs/PERFORMANCE.md, "Hand-offs at GPU scope for ranks on
+// one GPU"). Ranks on other GPUs, in other processes or with regions in host memory keep the
 // system scope.
 __device__ __forceinline__ char* lineSlot(char* area, int phase, int block, int sender) {
   return area + ((uint64_t(phase) * WorkspaceLayout::kLineBlocks + block) * kMaxRanks + sender) *
