@@ -96,6 +96,9 @@ tparResult_t createLocal(int rank, int nranks, const ResolvedConfig& cfg, int ra
   comm->nranks = nranks;
   comm->device = device;
   comm->cfg = cfg;
+  comm->host_transport = host_transport;
+  comm->threads = cfg.threads;
+  comm->ranks_on_device = std::max(1, ranks_on_device);
   // NOTE [a whole pull area for ranks on one GPU]
   // Three or more ranks, every one of them in this process on this GPU (virtual ranks), with
   // receive regions in its memory: the pull area takes a whole piece, as it does in host
@@ -105,12 +108,9 @@ tparResult_t createLocal(int rank, int nranks, const ResolvedConfig& cfg, int ra
   // condition is the same on every rank by construction (one process, one device, one
   // configuration), which the layout needs: peers address each other's workspace by it. Every
   // other group keeps the small area.
-  comm->whole_pull = !host_transport && nranks >= 3 && ranks_on_device >= nranks;
+  comm->whole_pull = nranks >= 3 && everyRankHereInGpuMemory(comm);
   comm->layout = kernels::WorkspaceLayout::forMaxBytes(cfg.max_bytes_per_call, host_transport,
                                                        comm->whole_pull);
-  comm->host_transport = host_transport;
-  comm->threads = cfg.threads;
-  comm->ranks_on_device = std::max(1, ranks_on_device);
 
   auto fail = [&](tparResult_t res) {
     destroyComm(comm);
@@ -441,9 +441,8 @@ void prepareCalls(tparComm* comm) {
   args.pull_bytes = comm->layout.pull_bytes;
   args.rank = comm->rank;
   args.nranks = comm->nranks;
-  // NOTE [hand-offs at GPU scope] in kernels/prims/mailbox.cuh: every rank in this process on
-  // this GPU (the condition of the whole pull area, from 2 ranks), regions in its memory.
-  args.gpu_scope = !comm->host_transport && comm->ranks_on_device >= comm->nranks ? 1 : 0;
+  // NOTE [hand-offs at GPU scope] in kernels/prims/mailbox.cuh.
+  args.gpu_scope = everyRankHereInGpuMemory(comm) ? 1 : 0;
   args.hier_k = comm->hier_k;
   args.hier_m = comm->hier_m;
   args.hier_island = comm->hier_island;
@@ -470,7 +469,7 @@ namespace {
 // take them; host memory takes them from 3 ranks (the host kernels' own split).
 bool flagPull(const tparComm* comm) {
   return comm->host_transport ||
-         (comm->ranks_on_device >= comm->nranks && comm->nranks >= kOneGpuFlagPullMinRanks);
+         (everyRankHereInGpuMemory(comm) && comm->nranks >= kOneGpuFlagPullMinRanks);
 }
 
 bool vecAligned(const void* p) { return reinterpret_cast<uintptr_t>(p) % kernels::kVecBytes == 0; }
@@ -524,7 +523,8 @@ void prepareAllReduce(const tparComm* comm, size_t count, tparDataType_t dtype, 
   // A wire format's pieces are whole blocks of 32 values, so that every piece encodes the
   // blocks a single launch would (docs/WIRE.md: blocks count from the start of the buffer).
   if (wa != nullptr) c.piece_elems = c.piece_elems / 32 * 32;
-  c.fn = (wa != nullptr ? wa->kernels : kernelsFor(algo, flagPull(comm)))->get(dtype, comm->nranks);
+  const bool flags = flagPull(comm);
+  c.fn = (wa != nullptr ? wa->kernels : kernelsFor(algo, flags))->get(dtype, comm->nranks);
 
   kernels::AllReduceArgs& args = c.args;
   args = comm->call_template;  // NOTE [call template]
@@ -532,7 +532,7 @@ void prepareAllReduce(const tparComm* comm, size_t count, tparDataType_t dtype, 
                            uint64_t(count) ^ shape_hash, comm->nccl.comm != nullptr);
   args.op = op;
   args.active_blocks = c.plan.active_blocks;
-  const int algo_blocks = maxBlocksFor(algo, flagPull(comm));
+  const int algo_blocks = maxBlocksFor(algo, flags);
   if (algo_blocks > 0 && (args.active_blocks <= 0 || args.active_blocks > algo_blocks))
     args.active_blocks = std::min(comm->max_blocks, algo_blocks);
   args.steps = c.plan.steps;

@@ -72,6 +72,13 @@ namespace tpar {
 // one GPU] in comm.cc).
 constexpr int kOneGpuFlagPullMinRanks = 8;
 
+// Every rank of the communicator is in this process on this GPU, with the receive regions in
+// its memory: the condition of the whole pull area (NOTE [a whole pull area for ranks on one
+// GPU] in comm.cc), of hand-offs at GPU scope and of the one-shot pull over flag lines there.
+inline bool everyRankHereInGpuMemory(const tparComm* comm) {
+  return !comm->host_transport && comm->ranks_on_device >= comm->nranks;
+}
+
 // Builds a communicator's local half (workspace, host state, launch shape) on the current
 // device. `ranks_on_device` counts the ranks of this process sharing the device (their kernels
 // must be co-resident). On failure nothing is left allocated.

@@ -495,8 +495,8 @@ Plan defaultPlan(uint64_t bytes, tparDataType_t dtype, const TunerContext& ctx,
   // two-shot with 8 ranks from 1 MiB, with 5 to 7 ranks from 2 MiB and with 3 and 4 ranks from
   // 4 MiB, behind below those sizes and with 2 ranks (docs/PERFORMANCE.md, "The two-shot pull in
   // GPU memory with a pull area for the whole call" and "A whole pull area by default"); 7
-  // ranks forced ahead at 1 MiB in two runs, then as the default from 1 MiB in a third ("Hand-offs
-  // at GPU scope for ranks on one GPU").
+  // ranks forced ahead at 1 MiB in two runs, then as the default from 1 MiB in a third
+  // ("Hand-offs at GPU scope for ranks on one GPU").
   // Groups across GPUs never take the rule: there every read of the pull crosses the link.
   if (one_gpu && ctx.whole_pull && ctx.nranks > 2 &&
       bytes >= (ctx.nranks >= 7   ? kOneGpuWideTwoShotPullMinBytes
