@@ -520,9 +520,9 @@ void prepareAllReduce(const tparComm* comm, size_t count, tparDataType_t dtype, 
   const uint64_t algo_limit = algo.max_bytes(comm->layout, c.shape);
   const uint64_t piece_limit = std::min<uint64_t>(comm->cfg.max_bytes_per_call, algo_limit);
   c.piece_elems = piece_limit / c.esize;  // piece_limit is a multiple of 16
-  // A wire format's pieces are whole blocks of 32 values, so that every piece encodes the
-  // blocks a single launch would (docs/WIRE.md: blocks count from the start of the buffer).
-  if (wa != nullptr) c.piece_elems = c.piece_elems / 32 * 32;
+  // A wire format's pieces are whole blocks, so that every piece encodes the blocks a single
+  // launch would (docs/WIRE.md: blocks count from the start of the buffer).
+  if (wa != nullptr) c.piece_elems = c.piece_elems / wa->block_values * wa->block_values;
   const bool flags = flagPull(comm);
   c.fn = (wa != nullptr ? wa->kernels : kernelsFor(algo, flags))->get(dtype, comm->nranks);
 

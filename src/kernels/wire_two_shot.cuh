@@ -1,12 +1,12 @@
 // The flag-line two-shot (the pipelined kernel's schedule, two_shot.cuh) with a compressed wire
 // format (docs/WIRE.md): the registry's pipelined+fp8, pipelined+int8 and pipelined+int4.
 //
-// Chunks, block slices and steps are whole wire blocks of kBlock values (4 vectors of 16-bit
-// data), counted from the start of the launch, so every rank encodes the same blocks. A thread
-// holds one vector (8 values); the 4 lanes of a quad hold one wire block and agree on its scale
-// by two shuffles; each stores its 8 codes (8 bytes, or 4 for INT4) at its vector's place in an
-// area, the quad's first lane the block's bf16 scale in the area's scale array after every
-// code: consecutive lanes write consecutive bytes. Per block:
+// Chunks, block slices and steps are whole wire blocks of kBlock values (kVecs vectors of
+// 16-bit data), counted from the start of the launch, so every rank encodes the same blocks. A
+// thread holds one vector (8 values); the kVecs lanes of a block's group (4 at the block of 32)
+// agree on its scale by shuffles; each stores its 8 codes (8 bytes, or 4 for INT4) at its
+// vector's place in an area, the group's first lane the block's bf16 scale in the area's scale
+// array after every code: consecutive lanes write consecutive bytes. Per block:
 //   scatter: each rank encodes its contribution once (its own too, in the reduction, so the sum
 //            does not depend on which rank reduces);
 //   reduce:  the owner decodes the n contributions and adds them in fp32 in rank order, encodes
@@ -33,20 +33,21 @@ template <WireFormat F>
 struct WireTwoShot {
   static constexpr int kBlock = kWireKernelBlock;
   using Codes = WireCodes<F>;
-  // A thread holds one 16-byte vector of 8 values, so the 4 lanes of a quad hold one wire
-  // block; their codes are 8 bytes (FP8, INT8) or 4 (INT4) per vector, contiguous as
+  // A thread holds one 16-byte vector of 8 values, so kVecs lanes hold one wire block (a quad at
+  // the block of 32); their codes are 8 bytes (FP8, INT8) or 4 (INT4) per vector, contiguous as
   // WireBlock lays out a block.
+  static constexpr int kVecs = kWireKernelBlockVecs;
   static constexpr int kCodeWords = 8 * Codes::kBits / 32;  // per vector: 2 or 1
   static constexpr uint64_t kVecCodeBytes = kCodeWords * 4;
-  // NOTE [wire schedule in runs of 8 blocks]
-  // Chunks, block slices and steps start on multiples of 8 wire blocks (32 vectors: one warp's
-  // run), so that no warp's codes straddle one more line of the link than they fill. With the
-  // plain formulas a step width off a multiple of 8 ran far slower per byte on virtual ranks
-  // (docs/PERFORMANCE.md, "Wire formats: an aligned schedule"). The cost is up to 7 blocks of
-  // padding per chunk, inside the half of the region the lossless schedule sizes for the same
-  // piece: codes and scales take 34 of a block's 64 bytes (the property test
-  // AlignedWireChunksFitTheHalfTheLosslessPieceUses).
-  static constexpr uint64_t kAlign = 8;
+  // NOTE [wire schedule in runs of a warp]
+  // Chunks, block slices and steps start on multiples of one warp's run of wire blocks (32
+  // vectors: 8 blocks of 32 values), so that no warp's codes straddle one more line of the link
+  // than they fill. With the plain formulas a step width off a multiple of 8 blocks ran far
+  // slower per byte on virtual ranks (docs/PERFORMANCE.md, "Wire formats: an aligned
+  // schedule"). The cost is up to one run less a block of padding per chunk, inside the half of
+  // the region the lossless schedule sizes for the same piece: codes and scales take 34 of a
+  // 32-value block's 64 bytes (the property test AlignedWireChunksFitTheHalfTheLosslessPieceUses).
+  static constexpr uint64_t kAlign = kWireKernelAlign;
 
   struct Call {
     const AllReduceArgs& a;
@@ -67,8 +68,9 @@ struct WireTwoShot {
   };
 
   // The block's scale from each lane's 8 values: largest finite magnitude and whether an
-  // infinity is there, over the quad (every lane of the warp takes part in the shuffles).
-  __device__ static uint16_t quadScale(const float* x) {
+  // infinity is there, over the block's kVecs lanes (every lane of the warp takes part in the
+  // shuffles).
+  __device__ static uint16_t blockScale(const float* x) {
     float amax = 0.0f;
     uint32_t inf = 0;
 #pragma unroll
@@ -79,16 +81,17 @@ struct WireTwoShot {
         amax = fmaxf(amax, wire::absf(x[i]));
       }
     }
-    amax = fmaxf(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, 1));
-    amax = fmaxf(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, 2));
-    inf |= __shfl_xor_sync(0xFFFFFFFFu, inf, 1);
-    inf |= __shfl_xor_sync(0xFFFFFFFFu, inf, 2);
+#pragma unroll
+    for (int m = 1; m < kVecs; m <<= 1)
+      amax = fmaxf(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, m));
+#pragma unroll
+    for (int m = 1; m < kVecs; m <<= 1) inf |= __shfl_xor_sync(0xFFFFFFFFu, inf, m);
     return wireScale<F>(amax, inf != 0);
   }
 
   __device__ static Coded encode(const float* x) {
     Coded c;
-    c.scale = quadScale(x);
+    c.scale = blockScale(x);
 #pragma unroll
     for (int k = 0; k < kCodeWords; ++k) {
       uint32_t word = 0;
@@ -157,10 +160,10 @@ struct WireTwoShot {
     *reinterpret_cast<volatile uint16_t*>(area + c.scales + block * 2) = scale;
   }
 
-  // Vector v's codes and, from the quad's first lane, its block's scale.
+  // Vector v's codes and, from the block's first lane, its block's scale.
   __device__ static void put(const Call& c, char* area, uint64_t v, const Coded& x) {
     putCodes(area, v, x);
-    if ((v & 3) == 0) putScale(c, area, v / 4, x.scale);
+    if (v % kVecs == 0) putScale(c, area, v / kVecs, x.scale);
   }
 
   __device__ static Coded getCodes(const char* area, uint64_t v) {
@@ -183,13 +186,13 @@ struct WireTwoShot {
 
   __device__ static Coded get(const Call& c, const char* area, uint64_t v) {
     Coded x = getCodes(area, v);
-    x.scale = getScale(c, area, v / 4);
+    x.scale = getScale(c, area, v / kVecs);
     return x;
   }
 
   __device__ static char* area(const Call& c, int r) { return c.box.area(r); }
 
-  // Every loop below walks whole warps (the quads' shuffles need every lane): `base` is the
+  // Every loop below walks whole warps (the blocks' shuffles need every lane): `base` is the
   // warp's first index, lanes past the end take part with zeros and store nothing.
 
   // NOTE [wire scales in shared memory]
@@ -209,13 +212,13 @@ struct WireTwoShot {
   __device__ static void scatter(const Call& c, const CallContext& ctx, const PeerPositions& pp,
                                  uint32_t t, uint32_t nt, const Group& g, uint16_t* sm) {
     const uint32_t lane = t & 31;
-    const uint64_t nb = pp.width / 4, s0 = pp.s0 / 4;
+    const uint64_t nb = pp.width / kVecs, s0 = pp.s0 / kVecs;
     const bool staged = nb * uint64_t(c.n - 1) <= uint64_t(kSmemScales);
     for (uint32_t base = t - lane; base < pp.pairs(); base += nt) {
       const uint32_t u = base + lane;
       uint64_t j = 0;
       const int o = u < pp.pairs() ? pp.peer(u, &j) : 0;
-      const uint64_t v = uint64_t(o) * c.chunk * 4 + j;
+      const uint64_t v = uint64_t(o) * c.chunk * kVecs + j;
       const bool in = u < pp.pairs() && v < c.vecs;
       float x[8] = {0, 0, 0, 0, 0, 0, 0, 0};
       if (in) load<T>(c.a.send, v, c.a.count, c.aligned, x);
@@ -223,10 +226,10 @@ struct WireTwoShot {
       if (ctx.failed) break;
       if (!in) continue;
       char* dst = c.pull ? c.own : area(c, o);
-      const uint64_t at = c.pull ? v : uint64_t(c.me) * c.chunk * 4 + j;
+      const uint64_t at = c.pull ? v : uint64_t(c.me) * c.chunk * kVecs + j;
       if (staged) {
         putCodes(dst, at, e);
-        if ((j & 3) == 0) sm[uint64_t(u / pp.width) * nb + (j / 4 - s0)] = e.scale;
+        if (j % kVecs == 0) sm[uint64_t(u / pp.width) * nb + (j / kVecs - s0)] = e.scale;
       } else {
         put(c, dst, at, e);
       }
@@ -237,7 +240,7 @@ struct WireTwoShot {
     for (uint64_t i = t; i < nb * uint64_t(c.n - 1); i += nt) {
       const int o = ahead(c.me, 1 + static_cast<int>(i / nb), c.n);
       const uint64_t b = s0 + i % nb;
-      if ((uint64_t(o) * c.chunk + b) * 4 >= c.vecs) continue;
+      if ((uint64_t(o) * c.chunk + b) * kVecs >= c.vecs) continue;
       if (c.pull) {
         putScale(c, c.own, uint64_t(o) * c.chunk + b, sm[i]);
       } else {
@@ -246,14 +249,14 @@ struct WireTwoShot {
     }
   }
 
-  // Our chunk's vectors [j0, j1) (a multiple of 4 apart), warp by warp: decode every rank's,
+  // Our chunk's vectors [j0, j1) (a multiple of kVecs apart), warp by warp: decode every rank's,
   // add in rank order, encode the sum once, send or publish it, store its decode.
   template <typename T, int kMax>
   __device__ static void reduce(const Call& c, uint64_t j0, uint64_t j1, uint32_t t,
                                 uint32_t nt, const Group& g, uint16_t* sm) {
     const RuntimeOp op{c.a.op};
     const uint32_t lane = t & 31;
-    const uint64_t s0 = j0 / 4, nb = (j1 - j0) / 4;
+    const uint64_t s0 = j0 / kVecs, nb = (j1 - j0) / kVecs;
     const bool staged = nb * uint64_t(c.n) <= uint64_t(kSmemScales);
     if (staged) {
       for (uint64_t i = t; i < nb * uint64_t(c.n); i += nt) {
@@ -267,7 +270,7 @@ struct WireTwoShot {
     }
     for (uint64_t base = j0 + (t - lane); base < j1; base += nt) {
       const uint64_t j = base + lane;
-      const uint64_t v = uint64_t(c.me) * c.chunk * 4 + j;
+      const uint64_t v = uint64_t(c.me) * c.chunk * kVecs + j;
       const bool in = j < j1 && v < c.vecs;
       float acc[8], x[8];
       // NOTE [wire reads in flight]
@@ -285,7 +288,7 @@ struct WireTwoShot {
           const int s = b + d;
           if (s < c.n && s != c.me && in) {
             const char* src = c.pull ? area(c, s) : c.own;
-            const uint64_t at = c.pull ? v : uint64_t(s) * c.chunk * 4 + j;
+            const uint64_t at = c.pull ? v : uint64_t(s) * c.chunk * kVecs + j;
             cs[d] = staged ? getCodes(src, at) : get(c, src, at);
           }
         }
@@ -301,7 +304,7 @@ struct WireTwoShot {
 #pragma unroll
             for (int i = 0; i < 8; ++i) acc[i] = s == 0 ? x[i] : op(acc[i], x[i]);
           } else if (in) {
-            if (staged) cs[d].scale = sm[uint64_t(s) * nb + (j / 4 - s0)];
+            if (staged) cs[d].scale = sm[uint64_t(s) * nb + (j / kVecs - s0)];
             addDecoded(cs[d], s == 0, op, acc);
           }
         }
@@ -314,7 +317,7 @@ struct WireTwoShot {
       if (!in) continue;
       if (staged) {
         // Our own run of sm is free (we read no scales of ours): the sums' scales go there.
-        if ((j & 3) == 0) sm[uint64_t(c.me) * nb + (j / 4 - s0)] = e.scale;
+        if (j % kVecs == 0) sm[uint64_t(c.me) * nb + (j / kVecs - s0)] = e.scale;
         if (c.pull) {
           putCodes(c.own + c.goff, v, e);
         } else {
@@ -333,7 +336,7 @@ struct WireTwoShot {
     const uint64_t dests = c.pull ? 1 : uint64_t(c.n - 1);
     for (uint64_t i = t; i < nb * dests; i += nt) {
       const uint64_t b = uint64_t(c.me) * c.chunk + s0 + i % nb;
-      if (b * 4 >= c.vecs) continue;
+      if (b * kVecs >= c.vecs) continue;
       char* dst = c.pull ? c.own : area(c, ahead(c.me, 1 + static_cast<int>(i / nb), c.n));
       putScale(c, dst + c.goff, b, sm[uint64_t(c.me) * nb + i % nb]);
     }
@@ -345,7 +348,7 @@ struct WireTwoShot {
   template <typename T>
   __device__ static void gather(const Call& c, const PeerPositions& pp, uint32_t t, uint32_t nt,
                                 const Group& g, uint16_t* sm) {
-    const uint64_t nb = pp.width / 4, s0 = pp.s0 / 4;
+    const uint64_t nb = pp.width / kVecs, s0 = pp.s0 / kVecs;
     const bool staged = nb * uint64_t(c.n - 1) <= uint64_t(kSmemScales);
     if (staged) {
       for (uint64_t i = t; i < nb * uint64_t(c.n - 1); i += nt) {
@@ -369,13 +372,13 @@ struct WireTwoShot {
         if (u < pairs) {
           uint64_t j;
           const int o = pp.peer(u, &j);
-          const uint64_t v = uint64_t(o) * c.chunk * 4 + j;
+          const uint64_t v = uint64_t(o) * c.chunk * kVecs + j;
           if (v < c.vecs) {
             vv[d] = v;
             const char* src = (c.pull ? area(c, o) : c.own) + c.goff;
             if (staged) {
               x[d] = getCodes(src, v);
-              x[d].scale = sm[uint64_t(u / pp.width) * nb + (j / 4 - s0)];
+              x[d].scale = sm[uint64_t(u / pp.width) * nb + (j / kVecs - s0)];
             } else {
               x[d] = get(c, src, v);
             }
@@ -399,7 +402,7 @@ struct WireTwoShot {
                               int r, int k, const Group& g, Waiter& w) {
     uint64_t s0, s1;  // wire blocks of the slice's step k; the loops take vectors
     alignedStepRange(s, steps, k, kAlign, &s0, &s1);
-    const PeerPositions pp{c.n, c.me, 4 * s0, static_cast<uint32_t>(4 * (s1 - s0))};
+    const PeerPositions pp{c.n, c.me, kVecs * s0, static_cast<uint32_t>(kVecs * (s1 - s0))};
     const uint32_t done = static_cast<uint32_t>(k + 1);
     if (r == kWirePush) {
       scatter<T>(c, ctx, pp, g.t, g.threads, g, c.sm[2]);
@@ -408,7 +411,7 @@ struct WireTwoShot {
     }
     if (r == kWireReduce) {
       if (!c.box.await(kScatterPhase, done, g, w)) return false;
-      reduce<T, kMax>(c, 4 * s0, 4 * s1, g.t, g.threads, g, c.sm[0]);
+      reduce<T, kMax>(c, kVecs * s0, kVecs * s1, g.t, g.threads, g, c.sm[0]);
       c.box.commit(kGatherPhase, done, g);
       return true;
     }
@@ -436,7 +439,7 @@ struct WireTwoShot {
     const FlagBox box(a, ctx, grid, steps, pull);
     const uint64_t blocks = (a.count + kBlock - 1) / kBlock;
     const Slice s = alignedBlockSlice(blocks, a.nranks, grid, blockIdx.x, kAlign);
-    const uint64_t codes = uint64_t(a.nranks) * s.chunk * 4 * kVecCodeBytes;
+    const uint64_t codes = uint64_t(a.nranks) * s.chunk * kVecs * kVecCodeBytes;
     __shared__ uint16_t s_scales[3][kSmemScales];
     Call c{a,      box,   a.nranks, a.rank, pull, a.vec_aligned != 0, (a.count + 7) / 8, s.chunk,
            codes, box.gatherOffset(s.chunk, a.nranks), box.area(a.rank),

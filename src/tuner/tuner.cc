@@ -569,9 +569,9 @@ Plan wirePlan(const Plan& plan, uint64_t bytes, tparDataType_t dtype, const Tune
   // either side, with every format; rounded down, those sizes ran faster and the others as
   // before, in the same run (docs/PERFORMANCE.md, "Wire formats: steps in powers of two"). This
   // is the dip at 8 ranks of the earlier runs. What the slow counts share is a step width that
-  // is not a multiple of a warp's run of 8 wire blocks; the kernel now aligns its steps to
-  // those runs (NOTE [wire schedule in runs of 8 blocks]), which covers the sizes a power of two
-  // did not.
+  // is not a multiple of a warp's run of wire blocks; the kernel now aligns its steps to those
+  // runs (NOTE [wire schedule in runs of a warp]), which covers the sizes a power of two did
+  // not.
   int steps = 1;
   while (steps * 2 <= p.steps) steps *= 2;
   p.steps = steps;

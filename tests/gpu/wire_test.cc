@@ -71,7 +71,8 @@ size_t runWire(VirtualGroup& g, WireFormat f, const Case& c, std::mt19937_64& rn
     }
   }
   const std::vector<float> want =
-      tpar::ref::wireAllReduce(f, 32, tpar::ref::WireAlgo::kTwoShot, values, c.op);
+      tpar::ref::wireAllReduce(f, tpar::kernels::kWireKernelBlock,
+                                 tpar::ref::WireAlgo::kTwoShot, values, c.op);
   Buffers b;
   EXPECT_EQ(cudaSuccess, b.alloc(n, c.count * 2));
   for (int r = 0; r < n; ++r) {

@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include "kernels/prims/wire.h"
 #include "tools/tpar/common/backend.h"
 #include "tools/tpar/bench/bench.h"
 #include "tools/tpar/common/cli_options.h"
@@ -166,16 +167,17 @@ TEST(HostLinkFloor, OneRankPerGpuDividesTheBytesByTheRanks) {
 }
 
 TEST(HostLinkFloor, WireVariantsMoveTheirCodesAndScales) {
-  // FP8 and INT8: 34 bytes per 32 values where bf16 takes 64; INT4: 18.
+  // FP8 and INT8: B + 2 bytes per block of B values where bf16 takes 2B; INT4: B / 2 + 2.
+  constexpr double kB = tpar::kernels::kWireKernelBlock;
   HostLinkFloor plain, fp8, int8, int4;
   ASSERT_TRUE(hostLinkFloor("pipelined", kM, 4, 4, kWrite, kRead, kRtt, &plain));
   ASSERT_TRUE(hostLinkFloor("pipelined+fp8", kM, 4, 4, kWrite, kRead, kRtt, &fp8));
   ASSERT_TRUE(hostLinkFloor("pipelined+int8", kM, 4, 4, kWrite, kRead, kRtt, &int8));
   ASSERT_TRUE(hostLinkFloor("pipelined+int4", kM, 4, 4, kWrite, kRead, kRtt, &int4));
-  EXPECT_DOUBLE_EQ(plain.write_bytes * 34 / 64, fp8.write_bytes);
-  EXPECT_DOUBLE_EQ(plain.read_bytes * 34 / 64, fp8.read_bytes);
+  EXPECT_DOUBLE_EQ(plain.write_bytes * (kB + 2) / (2 * kB), fp8.write_bytes);
+  EXPECT_DOUBLE_EQ(plain.read_bytes * (kB + 2) / (2 * kB), fp8.read_bytes);
   EXPECT_DOUBLE_EQ(fp8.read_bytes, int8.read_bytes);
-  EXPECT_DOUBLE_EQ(plain.read_bytes * 18 / 64, int4.read_bytes);
+  EXPECT_DOUBLE_EQ(plain.read_bytes * (kB / 2 + 2) / (2 * kB), int4.read_bytes);
   EXPECT_EQ(plain.rounds, int4.rounds);
   EXPECT_LT(int4.us, fp8.us);
   EXPECT_LT(fp8.us, plain.us);

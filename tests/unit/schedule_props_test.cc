@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include "kernels/prims/schedule.h"
+#include "kernels/prims/wire.h"
 #include "unit/schedule_model.h"
 
 namespace tpar {
@@ -217,18 +218,19 @@ TEST(KernelSchedule, AlignedSlicesAndStepsCoverEveryPositionOnceFromAlignedStart
   }
 }
 
-// The formats' kernel pads every chunk to whole runs of 8 wire blocks (NOTE [wire schedule in
-// runs of 8 blocks]) inside the half of the region the lossless pipelined schedule sizes for
-// the same piece: its codes and scales (34 bytes per block of 32 16-bit values, FP8 and INT8;
-// INT4 less) must fit there for every piece, from a single block to the largest, at every
-// group size. The half holds at least the smallest maxBytesPerCall (64 KiB) and at least the
-// lossless chunks of the piece.
+// The formats' kernel pads every chunk to whole runs of a warp's wire blocks (NOTE [wire
+// schedule in runs of a warp]) inside the half of the region the lossless pipelined schedule
+// sizes for the same piece: its codes and scales (B + 2 bytes per block of B 16-bit values, FP8
+// and INT8; INT4 less) must fit there for every piece, from a single block to the largest, at
+// every group size. The half holds at least the smallest maxBytesPerCall (64 KiB) and at least
+// the lossless chunks of the piece.
 TEST(KernelSchedule, AlignedWireChunksFitTheHalfTheLosslessPieceUses) {
+  constexpr uint64_t kB = kernels::kWireKernelBlock;
   for (int n = 2; n <= 16; ++n) {
     for (uint64_t bytes = 64; bytes <= (64ull << 20); bytes = bytes * 3 / 2 + 64) {
-      const uint64_t blocks = (bytes + 63) / 64;
-      const Slice s = kernels::alignedBlockSlice(blocks, n, 64, 0, 8);
-      const uint64_t wire = uint64_t(n) * s.chunk * (32 + 2);
+      const uint64_t blocks = (bytes + 2 * kB - 1) / (2 * kB);
+      const Slice s = kernels::alignedBlockSlice(blocks, n, 64, 0, kernels::kWireKernelAlign);
+      const uint64_t wire = uint64_t(n) * s.chunk * (kB + 2);
       const uint64_t lossless = uint64_t(n) * kernels::chunkVecs((bytes + 15) / 16, n, 1) * 16;
       const uint64_t half = std::max<uint64_t>(lossless, 64u << 10);
       ASSERT_LE(wire, half) << "n " << n << " bytes " << bytes;

@@ -188,8 +188,16 @@ TPAR_HD uint16_t wireBlockScale(const float* x, int n) {
   return wireScale<F>(amax, inf);
 }
 
-// The block the kernels send (wire_two_shot.cuh): 32 values, one bf16 scale.
+// The block the kernels send (wire_two_shot.cuh): 32 values, one bf16 scale. The kernel is
+// written for any block of 32, 64 or 128 values (docs/WIRE.md, "The block size").
 constexpr int kWireKernelBlock = 32;
+static_assert(kWireKernelBlock == 32 || kWireKernelBlock == 64 || kWireKernelBlock == 128,
+              "a kernel block is 4, 8 or 16 lanes' vectors of 8 values, within one warp's run");
+// The 16-byte vectors of 8 values of one kernel block: the lanes that agree on its scale.
+constexpr int kWireKernelBlockVecs = kWireKernelBlock / 8;
+// Kernel blocks in one warp's run of 32 vectors: the unit the formats' schedule aligns chunks,
+// slices and steps to (NOTE [wire schedule in runs of a warp]).
+constexpr int kWireKernelAlign = 32 / kWireKernelBlockVecs;
 
 // Bytes on the wire per value in the kernels' blocks: the codes and the block's scale.
 template <WireFormat F>
