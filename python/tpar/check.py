@@ -9,7 +9,10 @@ the engines do), and checks that the final hidden states are bitwise equal on ev
 close to the unsplit model; then it times one decode step of 1, 8 and 64 tokens under CUDA
 graphs with tpar, with torch.distributed (NCCL) and with no all-reduce at all (compute only).
 With `--wire fp8 int8 int4` it also runs each compressed wire format (docs/WIRE.md) and reports
-its relative error against the lossless path and fp32; its ranks must agree bit for bit.
+its relative error against the lossless path and fp32; its ranks must agree bit for bit. With
+`--fused` it also runs the decoder as the engines' fusion passes do, each all-reduce and the
+residual add + RMSNorm after it in one call (tpar.ops.all_reduce_add_rms_norm, docs/FUSED.md):
+bitwise equal ranks, close to the unsplit model by the same bound, and timed beside the rest.
 With more processes than GPUs the ranks share GPUs over gloo (World), without the NCCL rows.
 
 `overhead` measures the CPU time an eager Communicator.all_reduce adds over the C call
@@ -216,6 +219,26 @@ class Decoder(torch.nn.Module):
             h = out[0] if isinstance(out, tuple) else out
         return self.norm(h)
 
+    def fused_forward(self, h, position_embeddings, add_norm):
+        """The same decoder as vLLM's and SGLang's fusion passes run it: each row-parallel
+        layer's all-reduce, the residual add after it and the RMSNorm after that in one call,
+        `add_norm(y, weight, eps, residual) -> (rmsnorm(residual + all_reduce(y)) * weight,
+        residual + all_reduce(y))`, the norm being the next one in the layer order (the layer's
+        post-attention norm, the next layer's input norm, the final norm last). The row-parallel
+        layers must hand back their partial sums (their own reduce a no-op)."""
+        layers = list(self.layers)
+        residual = h
+        x = layers[0].input_layernorm(h)
+        for i, layer in enumerate(layers):
+            a = layer.self_attn(hidden_states=x, position_embeddings=position_embeddings,
+                                attention_mask=None)[0]
+            post = layer.post_attention_layernorm
+            x, residual = add_norm(a, post.weight, post.variance_epsilon, residual)
+            m = layer.mlp(x)
+            nxt = layers[i + 1].input_layernorm if i + 1 < len(layers) else self.norm
+            x, residual = add_norm(m, nxt.weight, nxt.variance_epsilon, residual)
+        return x
+
 
 def decode_inputs(cfg, tokens, device, dtype, seed):
     """One decode step of `tokens` sequences: hidden states [tokens, 1, hidden], positions."""
@@ -230,7 +253,7 @@ def rel_err(a, b):
 
 
 def run_model(world, args):
-    from .ops import all_reduce_
+    from .ops import all_reduce_, all_reduce_add_rms_norm
 
     cfg = llama_config(args.hidden, args.layers, args.heads, args.kv_heads, args.intermediate)
     tp = world.size
@@ -253,9 +276,16 @@ def run_model(world, args):
             return all_reduce_(y, wire_comms[mode["name"]])
         if mode["name"] == "nccl":
             dist.all_reduce(y)
-        return y
+        return y  # "none" (compute only) and "fused" (add_norm reduces the partial sums)
+
+    def add_norm(y, weight, eps, residual):
+        return all_reduce_add_rms_norm(y, weight, eps, residual=residual, comm=comm)
 
     model = Decoder(cfg, world.device, dtype, args.seed).shard(world.rank, tp, reduce)
+
+    def step(name, h, pe):
+        mode["name"] = name
+        return model.fused_forward(h, pe, add_norm) if name == "fused" else model(h, pe)
     results = {"config": {"hidden": args.hidden, "layers": args.layers, "heads": args.heads,
                           "kv_heads": args.kv_heads, "intermediate": args.intermediate,
                           "tp": tp, "dtype": "bfloat16", "all_reduces_per_step": 2 * args.layers},
@@ -304,6 +334,21 @@ def run_model(world, args):
                 world.log(f"tokens {tokens:3d}, wire {w}: ranks bitwise equal {w_agree}; rel. "
                           f"error vs lossless {entry['vs_lossless_rel_err']:.2e}" +
                           (f", vs fp32 {entry['vs_fp32_rel_err']:.2e}" if world.rank == 0 else ""))
+            if args.fused:
+                out_f = step("fused", h, pe)
+                torch.cuda.synchronize()
+                outs_f = world.gather(out_f)
+                f_agree = all(torch.equal(o.view(torch.int16), outs_f[0].view(torch.int16))
+                              for o in outs_f)
+                fused = {"ranks_bitwise_equal": f_agree, "vs_unfused_rel_err": rel_err(out_f, out_tpar)}
+                if world.rank == 0:
+                    e_f = rel_err(out_f, out_ref)
+                    fused.update({"vs_fp32_rel_err": e_f, "close_to_unsplit": e_f <= 1.5 * e_full + 1e-3})
+                check["fused"] = fused
+                agree &= f_agree and fused.get("close_to_unsplit", True)
+                world.log(f"tokens {tokens:3d}, fused: ranks bitwise equal {f_agree}; rel. error vs "
+                          f"unfused {fused['vs_unfused_rel_err']:.2e}" +
+                          (f", vs fp32 {fused['vs_fp32_rel_err']:.2e}" if world.rank == 0 else ""))
             ok &= world.all_true(check.get("close_to_unsplit", True) and agree)
             results["checks"].append(check)
             world.log(f"tokens {tokens:3d}: ranks bitwise equal {agree}; " + (
@@ -317,34 +362,38 @@ def run_model(world, args):
         timed = [] if world.shared or args.no_timing else args.tokens
         if timed:
             world.log(f"{'tokens':>6} {'AR bytes':>9} {'tpar us':>9} {'nccl us':>9} {'none us':>9} "
-                      f"{'tpar AR%':>8} {'nccl AR%':>8} {'speedup':>7}")
+                      f"{'tpar AR%':>8} {'nccl AR%':>8} {'speedup':>7}" +
+                      (f" {'fused us':>9} {'vs tpar':>7}" if args.fused else ""))
         else:
             world.log("timing left out (" + ("ranks share a GPU" if world.shared else "--no-timing") + ")")
         for tokens in timed:
             h, pos = decode_inputs(cfg, tokens, world.device, dtype, args.seed + tokens)
             pe = model.rotary(h, pos)
             row = {"tokens": tokens, "all_reduce_bytes": tokens * args.hidden * 2}
-            for name in ("tpar", "nccl", "none"):
-                mode["name"] = name
+            for name in ("tpar", "nccl", "none") + (("fused",) if args.fused else ()):
                 stream = torch.cuda.Stream()
                 with torch.cuda.stream(stream):
                     for _ in range(3):
-                        model(h, pe)
+                        step(name, h, pe)
                 torch.cuda.synchronize()
                 graph = torch.cuda.CUDAGraph()
                 with torch.cuda.graph(graph, stream=stream):
-                    model(h, pe)
+                    step(name, h, pe)
                 row[f"{name}_step_us"] = time_graph(world, graph, stream, args.replays)
                 del graph
             for name in ("tpar", "nccl"):
                 row[f"{name}_all_reduce_us"] = row[f"{name}_step_us"] - row["none_step_us"]
                 row[f"{name}_all_reduce_share"] = row[f"{name}_all_reduce_us"] / row[f"{name}_step_us"]
             row["step_speedup_vs_nccl"] = row["nccl_step_us"] / row["tpar_step_us"]
+            if args.fused:
+                row["fused_step_speedup_vs_unfused"] = row["tpar_step_us"] / row["fused_step_us"]
             results["timing"].append(row)
             world.log(f"{tokens:6d} {row['all_reduce_bytes']:9d} {row['tpar_step_us']:9.1f} "
                       f"{row['nccl_step_us']:9.1f} {row['none_step_us']:9.1f} "
                       f"{100 * row['tpar_all_reduce_share']:7.1f}% {100 * row['nccl_all_reduce_share']:7.1f}% "
-                      f"{row['step_speedup_vs_nccl']:6.2f}x")
+                      f"{row['step_speedup_vs_nccl']:6.2f}x" +
+                      (f" {row['fused_step_us']:9.1f} {row['fused_step_speedup_vs_unfused']:6.2f}x"
+                       if args.fused else ""))
     for c in [comm] + list(wire_comms.values()):
         c.check_async_error()
         c.close()
@@ -430,6 +479,9 @@ def main(argv=None):
     p.add_argument("--wire", nargs="+", default=["none"], choices=["none", "fp8", "int8", "int4"],
                    help="model: also run each compressed wire format and compare it with the "
                         "lossless path and fp32 (docs/WIRE.md)")
+    p.add_argument("--fused", action="store_true",
+                   help="model: also run each all-reduce fused with the residual add and RMSNorm "
+                        "after it, as the engines' fusion passes do (docs/FUSED.md)")
     p.add_argument("--no-timing", action="store_true",
                    help="model: the checks only (ranks that share a GPU never time)")
     p.add_argument("--replays", type=int, default=20)

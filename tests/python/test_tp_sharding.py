@@ -34,44 +34,128 @@ class ThreadAllReduce:
         return reduce
 
 
+def unsplit_case(cfg, tokens, seed):
+    """Inputs of `tokens` sequences and the unsplit decoder's output for them, in float64 on
+    the CPU (the weights from seed 11, as every shard below draws them)."""
+    h, pos = decode_inputs(cfg, tokens, torch.device("cpu"), torch.float64, seed=seed)
+    with torch.no_grad():
+        full = Decoder(cfg, torch.device("cpu"), torch.float64, seed=11)
+        want = full(h, full.rotary(h, pos))
+    return h, pos, want
+
+
+def run_ranks(tp, forward):
+    """forward(rank) on `tp` threads at once (their all-reduces meet), the outputs in rank
+    order; each must agree with the first bit for bit."""
+    outs = [None] * tp
+
+    def run(r):
+        with torch.no_grad():
+            outs[r] = forward(r)
+
+    threads = [threading.Thread(target=run, args=(r,)) for r in range(tp)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert all(o is not None for o in outs)
+    for o in outs:
+        assert torch.equal(o, outs[0])
+    return outs
+
+
 @pytest.mark.parametrize("tp, heads, kv_heads", [(2, 8, 2), (4, 8, 4), (2, 4, 4)])
 def test_split_model_equals_the_unsplit_one(tp, heads, kv_heads):
     cfg = llama_config(hidden=64, layers=2, heads=heads, kv_heads=kv_heads, inter=96)
     dev, dtype = torch.device("cpu"), torch.float64
-    h, pos = decode_inputs(cfg, 5, dev, dtype, seed=3)
+    h, pos, want = unsplit_case(cfg, 5, seed=3)
+    reducer = ThreadAllReduce(tp)
     with torch.no_grad():
-        full = Decoder(cfg, dev, dtype, seed=11)
-        want = full(h, full.rotary(h, pos))
-        reducer = ThreadAllReduce(tp)
         shards = [Decoder(cfg, dev, dtype, seed=11).shard(r, tp, reducer.for_rank(r)) for r in range(tp)]
-        outs = [None] * tp
-
-        def run(r):
-            with torch.no_grad():
-                outs[r] = shards[r](h, shards[r].rotary(h, pos))
-
-        threads = [threading.Thread(target=run, args=(r,)) for r in range(tp)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(timeout=60)
-    assert all(o is not None for o in outs)
-    for o in outs:
-        assert torch.equal(o, outs[0])
+    for o in run_ranks(tp, lambda r: shards[r](h, shards[r].rotary(h, pos))):
         assert rel_err(o, want) < 1e-12
 
 
 def test_a_wrong_split_is_detected():
     cfg = llama_config(hidden=64, layers=1, heads=8, kv_heads=2, inter=96)
     dev, dtype = torch.device("cpu"), torch.float64
-    h, pos = decode_inputs(cfg, 3, dev, dtype, seed=5)
+    h, pos, want = unsplit_case(cfg, 3, seed=5)
     with torch.no_grad():
-        full = Decoder(cfg, dev, dtype, seed=11)
-        want = full(h, full.rotary(h, pos))
         # Rank 0's half alone, no all-reduce: must be far from the unsplit result.
         half = Decoder(cfg, dev, dtype, seed=11).shard(0, 2, lambda y: y)
         got = half(h, half.rotary(h, pos))
     assert rel_err(got, want) > 1e-2
+
+
+def reference_add_norm(y, weight, eps, residual):
+    """The residual add and RMSNorm after an all-reduce as the unfused Llama layer computes
+    them: the add in the datatype, then the norm in fp32 (as the layer's norm, whatever the
+    datatype) rounded back before the weight's multiply. (tpar's fused call takes the variance
+    before the residual's rounding, docs/FUSED.md; these tests check the decoder's order of
+    calls, not that rounding.)"""
+    r = residual + y
+    x = r.to(torch.float32)
+    x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
+    return weight * x.to(r.dtype), r
+
+
+@pytest.mark.parametrize("layers", [1, 3])
+def test_fused_forward_is_the_forward_with_each_add_and_norm_moved_into_the_call(layers):
+    """`tpar.check model --fused` runs the decoder as the engines' fusion passes do. One rank,
+    bfloat16 on the CPU: with the fused call written out as the layer computes it, every bit of
+    the output is the unfused decoder's; a norm taken from the wrong place (each is drawn
+    with its own values) or a residual dropped would show."""
+    cfg = llama_config(hidden=64, layers=layers, heads=8, kv_heads=2, inter=96)
+    dev, dtype = torch.device("cpu"), torch.bfloat16
+    h, pos = decode_inputs(cfg, 5, dev, dtype, seed=7)
+    calls = []
+
+    def add_norm(y, weight, eps, residual):
+        calls.append(weight)
+        return reference_add_norm(y, weight, eps, residual)
+
+    with torch.no_grad():
+        model = Decoder(cfg, dev, dtype, seed=13)
+        pe = model.rotary(h, pos)
+        want = model(h, pe)
+        got = model.fused_forward(h, pe, add_norm)
+    assert torch.equal(got.view(torch.int16), want.view(torch.int16))
+    # Two calls per layer, each with the norm that follows its all-reduce.
+    norms = []
+    for i, layer in enumerate(model.layers):
+        norms.append(layer.post_attention_layernorm.weight)
+        norms.append(model.layers[i + 1].input_layernorm.weight if i + 1 < layers
+                     else model.norm.weight)
+    assert len(calls) == 2 * layers
+    assert all(c is n for c, n in zip(calls, norms))
+
+
+@pytest.mark.parametrize("tp", [2, 4])
+def test_fused_split_model_equals_the_unsplit_one(tp):
+    """The fused forward of `tp` ranks (threads whose add_norm first sums their partial
+    results), in float64, against the unsplit decoder's plain forward."""
+    cfg = llama_config(hidden=64, layers=2, heads=8, kv_heads=4, inter=96)
+    dev, dtype = torch.device("cpu"), torch.float64
+    h, pos, want = unsplit_case(cfg, 5, seed=3)
+    reducer = ThreadAllReduce(tp)
+    with torch.no_grad():
+        # The row-parallel layers hand back partial sums; the fused call reduces them.
+        shards = [Decoder(cfg, dev, dtype, seed=11).shard(r, tp, lambda y: y) for r in range(tp)]
+
+    def fused(r):
+        reduce = reducer.for_rank(r)
+
+        def add_norm(y, weight, eps, residual):
+            return reference_add_norm(reduce(y), weight, eps, residual)
+
+        return shards[r].fused_forward(h, shards[r].rotary(h, pos), add_norm)
+
+    for o in run_ranks(tp, fused):
+        assert rel_err(o, want) < 1e-12
+    # Without the all-reduce, rank 0's partial sums alone are far from it.
+    with torch.no_grad():
+        alone = shards[0].fused_forward(h, shards[0].rotary(h, pos), reference_add_norm)
+    assert rel_err(alone, want) > 1e-2
 
 
 def test_check_takes_the_wire_formats_and_refuses_others(monkeypatch, capsys):
@@ -82,6 +166,9 @@ def test_check_takes_the_wire_formats_and_refuses_others(monkeypatch, capsys):
     monkeypatch.delenv("LOCAL_RANK", raising=False)
     with pytest.raises(SystemExit) as e:
         check.main(["model", "--wire", "fp8", "int8", "int4", "none"])
+    assert "torchrun" in str(e.value)
+    with pytest.raises(SystemExit) as e:
+        check.main(["model", "--fused", "--wire", "int8"])
     assert "torchrun" in str(e.value)
     with pytest.raises(SystemExit) as e:
         check.main(["model", "--wire", "fp9"])
