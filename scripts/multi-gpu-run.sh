@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The multi-GPU run (TP = N, N = every GPU of the machine, or --ranks N): tpar against NCCL, NCCL
 # without P2P and PyTorch symmetric memory, the GPU tests with real ranks, the island
-# algorithms, the Python and NCCL-drop-in checks under PyTorch and the kimi-k2 verify pass.
+# algorithms, the Python and NCCL-drop-in checks under PyTorch, the kimi-k2 verify pass, the
+# fused all-reduce + RMSNorm and the compressed wire formats.
 # Writes OUTDIR/summary.json (scripts/summary.py), the JSON records and plots, and logs.tgz.
 #   scripts/multi-gpu-run.sh OUTDIR [--steps LIST] [--ranks N] [--budget S] [--dry-run]
 # Run scripts/multi-gpu-run.sh --help for the steps and the command lines of one lease.
@@ -13,14 +14,16 @@ source scripts/steps.sh
 # name, then "LIMIT EXPECT": the seconds its commands may take together, and about how long it
 # takes on 8 H200s (a guess until the first 8-GPU run; the budget check uses it).
 steps=(build gpu-tests shim-tests doctor python-tests tp-model verify-8 verify-64 torch-symm bench
-  bench-host bench-procs islands islands-forced shim-torch host-cost tune)
+  bench-host bench-procs islands islands-forced shim-torch host-cost tune fused verify-fused
+  tp-model-fused wire)
 step_limits=([build]="360 60" [gpu-tests]="420 300" [shim-tests]="120 30"
   [doctor]="180 90" [python-tests]="240 90" [tp-model]="240 90" [verify-8]="120 40"
   [verify-64]="120 40" [torch-symm]="240 90" [bench]="300 150" [bench-host]="300 180"
   [bench-procs]="240 100" [islands]="180 50" [islands-forced]="180 50" [shim-torch]="400 240"
-  [host-cost]="120 30" [tune]="420 240")
+  [host-cost]="120 30" [tune]="420 240" [fused]="240 90" [verify-fused]="240 100"
+  [tp-model-fused]="360 180" [wire]="480 300")
 # The commands of one lease: each fits in one command of the GPU machines (10 minutes).
-leases=("1-2" "3-7" "8-10" "11-14" "15-16")
+leases=("1-2" "3-7" "8-10" "11-14" "15-16" "17-19" "20")
 fixture=tests/fixtures/topology/rootport_2socket_8gpu.xml
 
 usage() {
@@ -40,7 +43,7 @@ TORCH_SYMM_MEM_DISABLE_MULTICAST=1 and NVSHMEM_DISABLE_NVLS=1 are exported (mult
 steps (LIMIT s / about s on 8 H200s, a guess until measured; what each step records):
   0  build           $(lim build)  cmake + ninja (-DTPAR_CUDA_ARCHS of the GPUs, the NCCL drop-in
                               with nccl.h from python's nvidia package); pip install of the
-                              Python package when step 4, 5 or 14 is chosen
+                              Python package when step 4, 5, 14 or 19 is chosen
   1  gpu-tests       $(lim gpu-tests)  tpar_gpu_tests on the N GPUs (threads and one process per GPU)
   2  shim-tests      $(lim shim-tests)  tpar_shim_gpu_tests (the NCCL drop-in against real NCCL)
   3  doctor          $(lim doctor)  tpar doctor -> doctor.json
@@ -73,6 +76,18 @@ steps (LIMIT s / about s on 8 H200s, a guess until measured; what each step reco
   16 tune            $(lim tune)  tpar tune --quick on both transports, one thread and one process
                               per GPU, 12 KiB..4 MiB: the gain over the defaults
                               -> tune-p2p.json, tune-host-procs.json, ...
+  17 fused           $(lim fused)  tpar bench --fused: the fused all-reduce + residual + RMSNorm
+                              (bf16, FP8 and NVFP4 out) against tpar's all-reduce, tpar's
+                              all-reduce + the separate norm kernel and NCCL + the same kernel,
+                              hidden 4096/7168/8192, tokens 1/8/64 -> fused.json
+  18 verify-fused    $(lim verify-fused)  tpar verify kimi-k2 --fused, N ranks, 1, 8 and 64 tokens, tpar
+                              and NCCL -> verify-fused-1.json, verify-fused-8.json, ...
+  19 tp-model-fused  $(lim tp-model-fused)  torchrun 2 and 4 x tpar.check model --fused --wire fp8 int8
+                              int4 (TP sizes up to N; the first GPUs), ranks bitwise equal
+                              -> tp-model-fused-2.json, tp-model-fused-4.json
+  20 wire            $(lim wire)  tpar bench --wire none,fp8,int8,int4, 1 MiB..256 MiB by 4x, tpar
+                              and NCCL, --transport auto and host (NCCL without P2P beside)
+                              -> wire.json, wire-host.json
 
 One lease (back to back, so that the machine and its build directory stay warm):
 $(for l in "${leases[@]}"; do
@@ -161,7 +176,8 @@ step_build() {
     -DTPAR_CUDA_ARCHS="${archs:-90}" -DTPAR_GIT_COMMIT="$commit" "${shim[@]}" &&
     step_cmd ninja -C "$build" || built=0
   # A failed install fails this step and the Python steps, not the others.
-  if [ $built = 1 ] && { want python-tests || want tp-model || want shim-torch; }; then
+  if [ $built = 1 ] && { want python-tests || want tp-model || want shim-torch ||
+    want tp-model-fused; }; then
     step_cmd CMAKE_ARGS="-DTPAR_CUDA_ARCHS=${archs:-90} -DTPAR_GIT_COMMIT=$commit" \
       "$py" -m pip install -q --no-build-isolation --no-deps .
   fi
@@ -316,6 +332,50 @@ step_tune() {
   done
   step_end --record tune-p2p.json --record tune-host.json --record tune-p2p-procs.json \
     --record tune-host-procs.json
+}
+
+# The fused call's issue sizes: hidden sizes of the models served, decode and verify tokens.
+step_fused() {
+  step_begin fused || return 0
+  step_cmd "$tpar" bench --fused --ranks "$n" --hidden 4096,7168,8192 --tokens 1,8,64 \
+    --json "$out/fused.json"
+  step_end --log "fused:$step_log" --record fused.json
+}
+
+step_verify-fused() {
+  step_begin verify-fused || return 0
+  local t records=()
+  for t in 1 8 64; do
+    step_cmd "$tpar" verify --model kimi-k2 --ranks "$n" --tokens "$t" --iters 20 --fused \
+      --backends tpar,nccl --json "$out/verify-fused-$t.json"
+    records+=(--record "verify-fused-$t.json")
+  done
+  step_end --log "checks:$step_log" "${records[@]}"
+}
+
+# TP 2 and 4 (those the machine has) on its first GPUs: the fused op and the wire formats in
+# the tensor-parallel model, every rank's output bitwise equal.
+step_tp-model-fused() {
+  step_begin tp-model-fused || return 0
+  need_torch || return 0
+  local tp records=()
+  for tp in 2 4; do
+    [ "$tp" -le "$n" ] || continue
+    step_cmd --chdir=tests/python CUDA_VISIBLE_DEVICES="$(seq -s, 0 $((tp - 1)))" "$py" \
+      -m torch.distributed.run --nproc-per-node "$tp" -m tpar.check model --fused \
+      --wire fp8 int8 int4 --json "$out/tp-model-fused-$tp.json"
+    records+=(--record "tp-model-fused-$tp.json")
+  done
+  step_end --log "checks:$step_log" "${records[@]}"
+}
+
+step_wire() {
+  step_begin wire || return 0
+  step_cmd "$tpar" bench --ranks "$n" --wire none,fp8,int8,int4 --backends tpar,nccl \
+    --transport auto -b 1M -e 256M -f 4 --json "$out/wire.json"
+  step_cmd "$tpar" bench --ranks "$n" --wire none,fp8,int8,int4 --backends tpar,nccl:shm \
+    --transport host -b 1M -e 256M -f 4 --json "$out/wire-host.json"
+  step_end --log "bench:$step_log" --record wire.json --record wire-host.json
 }
 
 if [ "$dry" = 1 ]; then

@@ -27,7 +27,8 @@ import summary  # noqa: E402
 
 STEPS = ["build", "gpu-tests", "shim-tests", "doctor", "python-tests", "tp-model", "verify-8",
          "verify-64", "torch-symm", "bench", "bench-host", "bench-procs", "islands",
-         "islands-forced", "shim-torch", "host-cost", "tune"]
+         "islands-forced", "shim-torch", "host-cost", "tune", "fused", "verify-fused",
+         "tp-model-fused", "wire"]
 STEP_KEYS = {"name", "command", "status", "passed", "failed", "skipped", "records"}
 
 # `tpar bench` output in its current layout: nccl-tests' 13 columns, then backend and algo.
@@ -230,7 +231,9 @@ for a in "$@"; do
   prev=$a
 done
 [[ " $* " == *" --host-cost "* ]] && set -- host-cost
+[[ "$1" == bench && " $* " == *" --fused "* ]] && set -- bench-fused
 case "$1" in
+  bench-fused) echo "  4 4096 1 5.08 2.51 8.05 7.75 9.23 10.14 12.00 1.526 0.963 1.817 1.996 0" ;;
   host-cost) echo "       12288  tpar              oneshot     4       3.34      3.10       2.96      2.80       0.38       0"
                        echo "       12288  nccl              -           4       5.34      5.10       2.96      2.80       2.38      N/A  not checked" ;;
   bench) cat "$STUB_DIR/bench.txt" ;;
@@ -372,7 +375,7 @@ class MultiGpuRun(unittest.TestCase):
         self.assertEqual(r.returncode, 0, r.stderr)
         for i, name in enumerate(STEPS):
             self.assertRegex(r.stdout, rf"\n  {i} +{re.escape(name)} ")
-        self.assertEqual(len(re.findall(r"multi-gpu-run.sh \$OUT --steps ", r.stdout)), 5)
+        self.assertEqual(len(re.findall(r"multi-gpu-run.sh \$OUT --steps ", r.stdout)), 7)
 
     def test_bad_arguments_are_named_and_nothing_runs(self):
         for args, text in ((["--steps", "nosuch"], "unknown step 'nosuch'"),
@@ -419,10 +422,15 @@ class MultiGpuRun(unittest.TestCase):
         r = self.mgr(self.out, "--dry-run", "--ranks", "4")
         self.assertEqual(r.returncode, 0, r.stderr)
         commands = [line for line in r.stdout.splitlines() if line.startswith("   ")]
+        # The fused model check runs at TP 2 and 4 whatever N is (up to N).
+        tp_sizes = [c for c in commands if "tpar.check model --fused" in c]
+        self.assertEqual(["--nproc-per-node 2" in c for c in tp_sizes], [True, False])
+        self.assertEqual(["--nproc-per-node 4" in c for c in tp_sizes], [False, True])
         for line in commands:
-            self.assertNotRegex(line, r"--ranks [^4]|--nproc-per-node [^4]|NPROC=[^4]")
-        self.assertEqual(sum("--ranks 4" in c for c in commands), 12)
-        self.assertEqual(sum("--nproc-per-node 4" in c for c in commands), 3)
+            if line not in tp_sizes:
+                self.assertNotRegex(line, r"--ranks [^4]|--nproc-per-node [^4]|NPROC=[^4]")
+        self.assertEqual(sum("--ranks 4" in c for c in commands), 18)
+        self.assertEqual(sum("--nproc-per-node 4" in c for c in commands), 4)
         self.assertRegex(r.stdout, r"TPAR_TOPO_FILE=tests/fixtures/topology/\S+\.xml \S+ bench")
         for line in commands:
             self.assertNotIn(self.out, line)  # shown as OUTDIR
@@ -453,7 +461,9 @@ class MultiGpuRun(unittest.TestCase):
             "bench-host": ("failed", 1, 1, 2), "bench-procs": ("failed", 1, 1, 2),
             "islands": ("failed", 1, 1, 2), "islands-forced": ("failed", 1, 1, 2),
             "shim-torch": ("passed", 16, 0, 0), "host-cost": ("passed", 1, 0, 1),
-            "tune": ("passed", 0, 0, 0)})
+            "tune": ("passed", 0, 0, 0), "fused": ("passed", 1, 0, 0),
+            "verify-fused": ("passed", 3, 0, 0), "tp-model-fused": ("passed", 2, 0, 0),
+            "wire": ("failed", 2, 2, 4)})
         self.assertIn("--ranks 4", steps["bench"]["command"])
         self.assertIn("OUTDIR/bench.json", steps["bench"]["command"])
         self.assertIn("STEPS='2 3 4 5 7' NPROC=4", steps["shim-torch"]["command"])
@@ -469,7 +479,8 @@ class MultiGpuRun(unittest.TestCase):
             for rec in x["records"]:
                 self.assertTrue(rec in names or os.path.isfile(os.path.join(self.out, rec)), rec)
         self.assertIn("logs/gpu-tests.log", names)
-        self.assertIn("failed: bench,bench-host,bench-procs,islands,islands-forced", r.stdout)
+        self.assertIn("failed: bench,bench-host,bench-procs,islands,islands-forced,wire", r.stdout)
+        self.assertIn("CUDA_VISIBLE_DEVICES=0,1,2,3", steps["tp-model-fused"]["command"])
 
     def test_budget_leaves_steps_not_run_and_names_them(self):
         stand = StandIns(self.tmp.name, wrong=0)
