@@ -37,6 +37,8 @@ Plan commForcedPlan(tparComm_t comm, uint64_t bytes, tparDataType_t dtype, tparA
 
 void commUsePlan(tparComm_t comm, const Plan& plan) { usePlan(comm, plan); }
 
+void commSetWireMinBytes(tparComm_t comm, int64_t bytes) { setWireMinBytes(comm, bytes); }
+
 Fallback commForcedFallback(tparComm_t comm) { return forcedFallback(comm); }
 
 std::string commAlgorithmTable(tparComm_t comm) { return algorithmTable(comm); }

@@ -59,6 +59,11 @@ Plan commForcedPlan(tparComm_t comm, uint64_t bytes, tparDataType_t dtype, tparA
 // not run concurrently with it.
 void commUsePlan(tparComm_t comm, const Plan& plan);
 
+// Makes `comm`'s wire format carry every float16/bfloat16 call from `bytes` on (as
+// TPAR_WIRE_MIN_BYTES would at init): how `tpar tune --wire` measures a format below its
+// default threshold. Every rank of the group must set the same value, between calls.
+void commSetWireMinBytes(tparComm_t comm, int64_t bytes);
+
 // What runs instead of the algorithm forced on `comm` when that one cannot run on its group;
 // why == nullptr when nothing falls back (tuner.h, forcedFallback).
 Fallback commForcedFallback(tparComm_t comm);

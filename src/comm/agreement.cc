@@ -73,6 +73,7 @@ uint64_t tuningTableHash(const TuningTable& table) {
     h = fnv1aU64(h, static_cast<uint64_t>(e.plan.steps));
     h = fnv1aU64(h, (e.plan.pull ? 1u : 0u) | (e.plan.nccl ? 2u : 0u));
   }
+  for (int64_t b : table.wire_min_bytes) h = fnv1aU64(h, static_cast<uint64_t>(b));
   return h;
 }
 

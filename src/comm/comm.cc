@@ -428,6 +428,8 @@ void usePlan(tparComm* comm, const Plan& plan) {
   refreshCallLimits(comm);  // NOTE [fused limits cached]
 }
 
+void setWireMinBytes(tparComm* comm, int64_t bytes) { comm->cfg.wire_min_bytes = bytes; }
+
 void prepareCalls(tparComm* comm) {
   kernels::AllReduceArgs& args = comm->call_template;
   std::memset(&args, 0, sizeof(args));
@@ -488,7 +490,9 @@ const WireAlgorithm* wireVariantOf(const tparComm* comm, uint64_t bytes, tparDat
                                    Plan* plan) {
   bool wire = false;
   *plan = wirePlan(*plan, bytes, dtype, comm->tuner_ctx, comm->cfg.forced_algo, comm->cfg.wire,
-                   &wire, comm->cfg.wire_min_bytes);
+                   &wire,
+                   wireMinBytes(comm->cfg.wire_min_bytes, comm->has_tuning ? &comm->tuning : nullptr,
+                                comm->cfg.wire));
   return wire ? wireAlgorithmOf(plan->algo, static_cast<tparWire_t>(comm->cfg.wire)) : nullptr;
 }
 

@@ -21,6 +21,8 @@ int64_t oneShotMaxBytesOf(const tparComm* comm);
 // table takes (selectPlan), so a plan measured this way is exactly what a table gives. Calls
 // of `comm` must not run concurrently with it.
 void usePlan(tparComm* comm, const Plan& plan);
+// The smallest call its wire format carries from now on (TPAR_WIRE_MIN_BYTES's value).
+void setWireMinBytes(tparComm* comm, int64_t bytes);
 
 // What runs instead of the algorithm forced on this communicator, when that one cannot run on
 // its group (tuner.h); why == nullptr when nothing falls back.

@@ -181,6 +181,39 @@ void putMicroseconds(nlohmann::ordered_json& obj, const char* key, double value)
   if (std::isfinite(us) && us > 0) obj[key] = us;
 }
 
+// The formats' keys in "wire_min_bytes" (TPAR_WIRE's spellings).
+const char* wireKey(int wire) {
+  switch (wire) {
+    case tparWireFp8: return "fp8";
+    case tparWireInt8: return "int8";
+    case tparWireInt4: return "int4";
+    default: return "none";
+  }
+}
+
+// "wire_min_bytes": {"fp8": 524288, "int4": "never"}, optional, each format at most once; a
+// size from 0 up to 1 TiB, or "never".
+tparResult_t wireFromJson(const nlohmann::json& j, TuningTable* t) {
+  auto it = j.find("wire_min_bytes");
+  if (it == j.end()) return tparSuccess;
+  if (!it->is_object()) return bad("wire_min_bytes", "is not an object");
+  for (const auto& [key, value] : it->items()) {
+    const std::string at = "wire_min_bytes." + key;
+    int w = tparWireNone;
+    for (int k = tparWireNone + 1; k < tparNumWires; ++k)
+      if (key == wireKey(k)) w = k;
+    if (w == tparWireNone) return bad(at, "names no wire format; expected fp8, int8 or int4");
+    if (value.is_string() && value.get<std::string>() == "never") {
+      t->wire_min_bytes[w] = kWireNever;
+      continue;
+    }
+    if (!value.is_number_unsigned() || value.get<uint64_t>() > (uint64_t{1} << 40))
+      return bad(at, "is " + value.dump() + "; expected a size in bytes up to 1 TiB, or \"never\"");
+    t->wire_min_bytes[w] = static_cast<int64_t>(value.get<uint64_t>());
+  }
+  return tparSuccess;
+}
+
 tparResult_t entryFromJson(const nlohmann::json& e, size_t index, TuningEntry* out) {
   const std::string at = "entries[" + std::to_string(index) + "]";
   if (!e.is_object()) return bad(at, "is not an object");
@@ -542,6 +575,14 @@ Plan defaultPlan(uint64_t bytes, tparDataType_t dtype, const TunerContext& ctx,
   return p;
 }
 
+int64_t wireMinBytes(int64_t configured, const TuningTable* table, int wire) {
+  if (configured >= 0) return configured;
+  if (table != nullptr && wire > tparWireNone && wire < tparNumWires &&
+      table->wire_min_bytes[wire] >= 0)
+    return table->wire_min_bytes[wire];
+  return -1;
+}
+
 Plan wirePlan(const Plan& plan, uint64_t bytes, tparDataType_t dtype, const TunerContext& ctx,
               tparAlgo_t forced, int wire, bool* applies, int64_t min_bytes) {
   *applies = false;
@@ -652,6 +693,16 @@ std::string tuningToJson(const TuningTable& table) {
     putMicroseconds(o, "default_us", e.default_us);
     j["entries"].push_back(o);
   }
+  nlohmann::ordered_json wire = nlohmann::ordered_json::object();
+  for (int w = tparWireNone + 1; w < tparNumWires; ++w) {
+    const int64_t b = table.wire_min_bytes[w];
+    if (b == kWireNever) {
+      wire[wireKey(w)] = "never";
+    } else if (b >= 0) {
+      wire[wireKey(w)] = b;
+    }
+  }
+  if (!wire.empty()) j["wire_min_bytes"] = wire;
   return j.dump(2) + "\n";
 }
 
@@ -701,6 +752,7 @@ tparResult_t tuningFromJson(const std::string& text, TuningTable* out) {
     previous[e.dtype] = e.max_bytes;
     t.entries.push_back(e);
   }
+  TPAR_TRY(wireFromJson(j, &t));
   *out = std::move(t);
   return tparSuccess;
 }

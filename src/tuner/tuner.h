@@ -65,10 +65,18 @@ struct TuningEntry {
   double default_us = 0;
 };
 
+// A table's wire threshold for a format that `tpar tune --wire` measured slower than the lossless
+// path at every size: the format never applies by default.
+constexpr int64_t kWireNever = INT64_MAX;
+
 struct TuningTable {
   std::string signature;
   int nranks = 0;
   std::vector<TuningEntry> entries;  // ascending max_bytes per dtype
+  // Per wire format (indexed by tparWire_t; [tparWireNone] unused): the smallest call from
+  // which `tpar tune --wire` measured the format ahead of the lossless path at every size it
+  // measured above, or kWireNever; -1: not measured (defaultWireMinBytes applies).
+  int64_t wire_min_bytes[tparNumWires] = {-1, -1, -1, -1};
   std::string created;               // when it was measured (ISO 8601, UTC); informational
   std::string gpu;                   // GPU name it was measured on; informational
   std::string source;                // file it came from (not stored in the file)
@@ -96,6 +104,12 @@ constexpr int kSharedGpuGridBlocks = 64;
 // not measured, and none measured wants a larger one.
 constexpr uint64_t kWireMinBytes = 512u << 10;
 inline uint64_t defaultWireMinBytes(int /*nranks*/) { return kWireMinBytes; }
+
+// The smallest call that wire format `wire` carries on a communicator: `configured`
+// (TPAR_WIRE_MIN_BYTES) when set (>= 0), else what the communicator's tuning table measured for
+// the format, else -1 (wirePlan then takes defaultWireMinBytes). Every rank agrees on both
+// inputs at init.
+int64_t wireMinBytes(int64_t configured, const TuningTable* table, int wire);
 
 // The plan of a call of `bytes` when the communicator has a wire format: `plan` itself when the
 // format does not apply (none set, a datatype other than float16 and bfloat16, below

@@ -3,6 +3,7 @@
 // the defaults and write a table that a communicator of the same group loads.
 #include <unistd.h>
 
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -33,6 +34,14 @@ std::string loadForTwoVirtualRanks(const std::string& path, const std::string& t
       defaults->push_back(tpar::selectPlan(bytes, tparBfloat16, g.comm(0)->tuner_ctx, nullptr,
                                            tparAlgoAuto, -1));
   return "";
+}
+
+// The first GPU this process may use, as a child's CUDA_VISIBLE_DEVICES names it.
+std::string firstVisibleGpu() {
+  const char* v = std::getenv("CUDA_VISIBLE_DEVICES");
+  if (v == nullptr || *v == '\0') return "0";
+  const std::string s(v);
+  return s.substr(0, s.find(','));
 }
 
 TEST_P(CliTune, TinySearchOnTwoVirtualRanksWritesATableTheGroupLoads) {
@@ -103,6 +112,43 @@ TEST_P(CliTune, OneProcessPerRankMergesTheRanksAndWritesATableTheGroupLoads) {
 
 INSTANTIATE_TEST_SUITE_P(Transports, CliTune, ::testing::Values("auto", "host"),
                          transportParamName);
+
+// --wire on 2 virtual ranks over the host transport: each size of the format is checked
+// against its reference and timed against the lossless plan the search chose, and the table
+// gets the format's threshold (one of the sizes measured, or "never"), which a communicator
+// with that format then follows: at the larger size the format runs exactly when the
+// threshold is at most that size.
+TEST(CliTuneWire, TheTableGetsTheFormatsThresholdAndTheGroupFollowsIt) {
+  TPAR_REQUIRE_GPU();
+  const std::string path = "/tmp/tpar_cli_tune_wire_" + std::to_string(getpid()) + ".json";
+  unlink(path.c_str());
+  std::string out;
+  // One GPU visible to both runs, so that they see the same topology (the table's key).
+  const int rc = runProcess({TPAR_CLI_BINARY, "tune", "--virtual", "--ranks", "2", "--sizes",
+                             "256K,4M", "--shapes", "0", "-n", "5", "-w", "1", "--nccl", "0",
+                             "--transport", "host", "--wire", "int4", "--output", path},
+                            {"CUDA_VISIBLE_DEVICES=" + firstVisibleGpu()}, 300, &out);
+  ASSERT_EQ(0, rc) << out;
+  for (const char* text : {"# wire int4", "lossless us", "wrote"})
+    EXPECT_NE(std::string::npos, out.find(text)) << text << "\n" << out;
+  tpar::TuningTable t;
+  ASSERT_EQ("", loadForTwoVirtualRanks(path, "host", &t)) << out;
+  const int64_t least = t.wire_min_bytes[tparWireInt4];
+  EXPECT_TRUE(least == 256 * 1024 || least == 4 * 1024 * 1024 || least == tpar::kWireNever)
+      << least << "\n" << out;
+  EXPECT_EQ(-1, t.wire_min_bytes[tparWireFp8]);
+  // A group with the format and the table (`tpar bench`, whose communicators read
+  // TPAR_TUNING_FILE at init) runs the format at 4 MiB exactly when the threshold allows it.
+  const int brc = runProcess({TPAR_CLI_BINARY, "bench", "--ranks", "2", "--sizes", "4M",
+                              "--backends", "tpar", "--transport", "host", "-n", "2", "-w", "1"},
+                             {"TPAR_TUNING_FILE=" + path, "TPAR_WIRE=int4",
+                              "CUDA_VISIBLE_DEVICES=" + firstVisibleGpu()},
+                             120, &out);
+  ASSERT_EQ(0, brc) << out;
+  const bool runs = out.find("pipelined+int4") != std::string::npos;
+  EXPECT_EQ(least <= 4 * 1024 * 1024, runs) << least << "\n" << out;
+  unlink(path.c_str());
+}
 
 }  // namespace
 }  // namespace tpar_test

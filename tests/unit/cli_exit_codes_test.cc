@@ -81,6 +81,9 @@ TEST(CliExitCodes, UsageErrorsExitTwoForEveryCommand) {
       {{"verify", "--json", "/nonexistent/dir/out.json"}, "/nonexistent/dir/out.json"},
       {{"tune", "--ranks", "1"}, "--ranks"},
       {{"tune", "--output", "/nonexistent/dir/t.json"}, "/nonexistent/dir/t.json"},
+      {{"tune", "--wire", "fp9"}, "fp9"},
+      {{"tune", "--wire", "fp8", "--procs"}, "--procs"},
+      {{"tune", "--wire", "int4", "-d", "float32"}, "--datatype"},
   };
   for (const Case& c : cases) {
     std::string out;

@@ -348,6 +348,11 @@ TEST(Agreement, TuningTableHashFollowsWhatSelectionReadsOnly) {
     }
     EXPECT_NE(base, tuningTableHash(x)) << "field " << field;
   }
+  for (int w = tparWireFp8; w < tparNumWires; ++w) {
+    TuningTable x = t;
+    x.wire_min_bytes[w] = 1 << 20;
+    EXPECT_NE(base, tuningTableHash(x)) << "wire " << w;
+  }
 }
 
 // ------------------------------------------------------------------------------------------

@@ -362,6 +362,104 @@ TEST(TuneArgs, SearchOptionsAreParsedAndBadListsRejected) {
   }
 }
 
+// --wire: the formats named, "none" and repeats dropped, anything else refused naming it.
+TEST(TuneArgs, WireFormatsAreParsedAndUnknownOnesRefused) {
+  TuneOptions opt;
+  ASSERT_EQ("", parseTuneArgs({"--wire", "int4,fp8,none,int4"}, &opt));
+  EXPECT_EQ((std::vector<int>{tparWireInt4, tparWireFp8}), opt.wires);
+  TuneOptions d;
+  ASSERT_EQ("", parseTuneArgs({}, &d));
+  EXPECT_TRUE(d.wires.empty());
+  TuneOptions o;
+  const std::string err = parseTuneArgs({"--wire", "fp8,fp9"}, &o);
+  EXPECT_NE(std::string::npos, err.find("--wire")) << err;
+  EXPECT_NE(std::string::npos, err.find("fp9")) << err;
+}
+
+WirePoint point(uint64_t bytes, double lossless, double wire, long long wrong = 0) {
+  WirePoint p;
+  p.bytes = bytes;
+  p.lossless_us = lossless;
+  p.wire_us = wire;
+  p.wrong = wrong;
+  return p;
+}
+
+// The threshold is the smallest size from which the format wins at every size measured: a
+// win below a loss does not count, a loss at the largest size keeps the format off, a wrong or
+// failed size is no win, and a win must clear the noise.
+TEST(TuneWire, TheThresholdIsWhereTheFormatWinsFromOnUpward) {
+  const double noise = 0.03;
+  std::mt19937_64 rng(std::random_device{}());
+  const uint64_t k = 1024 * (1 + rng() % 64);  // sizes in units of a random few KiB
+  EXPECT_EQ(-1, wireBreakEven({}, noise));
+  // Wins from the third size on.
+  EXPECT_EQ(static_cast<int64_t>(4 * k),
+            wireBreakEven({point(k, 10, 12), point(2 * k, 20, 21), point(4 * k, 40, 30),
+                           point(8 * k, 80, 50)},
+                          noise));
+  // A win at the smallest size below a loss: only the sizes above the last loss.
+  EXPECT_EQ(static_cast<int64_t>(8 * k),
+            wireBreakEven({point(k, 10, 5), point(2 * k, 20, 25), point(4 * k, 40, 41),
+                           point(8 * k, 80, 50)},
+                          noise));
+  // Every size.
+  EXPECT_EQ(static_cast<int64_t>(k),
+            wireBreakEven({point(k, 10, 5), point(2 * k, 20, 10)}, noise));
+  // Behind at the largest size: never.
+  EXPECT_EQ(tpar::kWireNever,
+            wireBreakEven({point(k, 10, 5), point(2 * k, 20, 30)}, noise));
+  // Within the noise is no win.
+  EXPECT_EQ(tpar::kWireNever, wireBreakEven({point(k, 10, 10 / (1 + noise / 2))}, noise));
+  // Wrong elements, a failure, or no lossless time: no win there.
+  EXPECT_EQ(static_cast<int64_t>(4 * k),
+            wireBreakEven({point(2 * k, 20, 10, 3), point(4 * k, 40, 20), point(8 * k, 80, 30)},
+                          noise));
+  WirePoint failed = point(8 * k, 80, 0, -1);
+  failed.error = "the format does not apply here";
+  EXPECT_EQ(tpar::kWireNever, wireBreakEven({point(k, 10, 5), failed}, noise));
+  EXPECT_EQ(tpar::kWireNever, wireBreakEven({point(k, 0, 5)}, noise));
+}
+
+// The table keeps the previous file's thresholds (a run without --wire changes none), and
+// the report names each format's sizes, times and outcome.
+TEST(TuneWire, TheTableKeepsThresholdsAndTheReportShowsThem) {
+  tpar::TunerContext ctx;
+  ctx.nranks = 4;
+  ctx.signature = "sig-w";
+  std::vector<TuneBucket> buckets(1);
+  buckets[0].bytes = 1 << 20;
+  buckets[0].candidates = {cand(Algo::kPipelined, 0, 100.0, 0)};
+  tpar::TuningTable old;
+  old.signature = "sig-w";
+  old.nranks = 4;
+  old.wire_min_bytes[tparWireInt8] = 4 << 20;
+  old.wire_min_bytes[tparWireInt4] = tpar::kWireNever;
+  tpar::TuningTable t = tableFromBuckets(buckets, ctx, &old, 0.03);
+  EXPECT_EQ(4 << 20, t.wire_min_bytes[tparWireInt8]);
+  EXPECT_EQ(tpar::kWireNever, t.wire_min_bytes[tparWireInt4]);
+  EXPECT_EQ(-1, t.wire_min_bytes[tparWireFp8]);
+  old.signature = "sig-other";
+  EXPECT_EQ(-1, tableFromBuckets(buckets, ctx, &old, 0.03).wire_min_bytes[tparWireInt8]);
+
+  WireResult fp8;
+  fp8.wire = tparWireFp8;
+  fp8.points = {point(512 << 10, 50, 60), point(1 << 20, 100, 70)};
+  fp8.min_bytes = wireBreakEven(fp8.points, 0.03);
+  WireResult int4;
+  int4.wire = tparWireInt4;
+  WirePoint off = point(1 << 20, 100, 0, -1);
+  off.error = "the format does not apply here";
+  int4.points = {off};
+  int4.min_bytes = wireBreakEven(int4.points, 0.03);
+  const std::string report = wireReport({fp8, int4});
+  EXPECT_NE(std::string::npos, report.find("# wire fp8")) << report;
+  EXPECT_NE(std::string::npos, report.find("1.429x")) << report;  // 100 / 70
+  EXPECT_NE(std::string::npos, report.find("ahead from 1048576 B")) << report;
+  EXPECT_NE(std::string::npos, report.find("does not apply here")) << report;
+  EXPECT_NE(std::string::npos, report.find("int4: not ahead")) << report;
+}
+
 TEST(TuneTable, NewShapesAndTheDefaultTimeRoundTrip) {
   std::mt19937 rng(std::random_device{}());
   tpar::TuningTable t;

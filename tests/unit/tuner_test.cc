@@ -4,11 +4,13 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <algorithm>
 #include <cstdlib>
 #include <fstream>
 #include <functional>
 #include <map>
 #include <memory>
+#include <random>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -776,6 +778,80 @@ TEST(TuningJson, StepsAndPullRoundTripAndAreOptional) {
     const std::string field = std::string(bad).substr(1, std::string(bad).find('"', 1) - 1);
     EXPECT_NE(std::string::npos, lastError().find("entries[0]." + field)) << lastError();
   }
+}
+
+// `tpar tune --wire` writes each measured format's threshold: a size, or "never"; tables
+// without the field (or without a format in it) leave the format to the default.
+TEST(TuningJson, WireThresholdsRoundTripAndAreOptional) {
+  TuningTable t;
+  t.signature = "s";
+  t.nranks = 4;
+  TuningEntry e;
+  e.max_bytes = 1 << 20;
+  e.plan.algo = Algo::kPipelined;
+  t.entries.push_back(e);
+  std::mt19937_64 rng(std::random_device{}());
+  const int64_t fp8 = static_cast<int64_t>(rng() % (uint64_t{1} << 40));
+  t.wire_min_bytes[tparWireFp8] = fp8;
+  t.wire_min_bytes[tparWireInt4] = kWireNever;
+  const std::string text = tuningToJson(t);
+  EXPECT_NE(std::string::npos, text.find("\"int4\": \"never\"")) << text;
+  EXPECT_EQ(std::string::npos, text.find("int8")) << text;  // not measured: not written
+  TuningTable back;
+  ASSERT_EQ(tparSuccess, tuningFromJson(text, &back)) << lastError();
+  EXPECT_EQ(fp8, back.wire_min_bytes[tparWireFp8]);
+  EXPECT_EQ(-1, back.wire_min_bytes[tparWireInt8]);
+  EXPECT_EQ(kWireNever, back.wire_min_bytes[tparWireInt4]);
+  EXPECT_EQ(text, tuningToJson(back));
+  // Without the field every format is unmeasured.
+  TuningTable none = t;
+  std::fill(std::begin(none.wire_min_bytes), std::end(none.wire_min_bytes), -1);
+  const std::string plain = tuningToJson(none);
+  EXPECT_EQ(std::string::npos, plain.find("wire_min_bytes")) << plain;
+  ASSERT_EQ(tparSuccess, tuningFromJson(plain, &back)) << lastError();
+  for (int w = 0; w < tparNumWires; ++w) EXPECT_EQ(-1, back.wire_min_bytes[w]) << w;
+  // Bad values and unknown formats are named.
+  const std::string head =
+      R"({"format":"tpar-tuning","version":1,"signature":"s","nranks":2,"entries":[)"
+      R"({"dtype":"bfloat16","max_bytes":4096,"algo":"pipelined","active_blocks":2,"threads":0}],)";
+  for (const auto& [bad, field] : std::vector<std::pair<std::string, std::string>>{
+           {R"("wire_min_bytes":{"fp9":4096})", "wire_min_bytes.fp9"},
+           {R"("wire_min_bytes":{"fp8":-1})", "wire_min_bytes.fp8"},
+           {R"("wire_min_bytes":{"int8":"soon"})", "wire_min_bytes.int8"},
+           {R"("wire_min_bytes":{"int4":2199023255553})", "wire_min_bytes.int4"},
+           {R"("wire_min_bytes":[4096])", "wire_min_bytes"}}) {
+    EXPECT_EQ(tparInvalidArgument, tuningFromJson(head + bad + "}", &back)) << bad;
+    EXPECT_NE(std::string::npos, lastError().find("'" + field + "'")) << lastError();
+  }
+}
+
+// A communicator's threshold for its format: TPAR_WIRE_MIN_BYTES when set, else its table's
+// measurement of that format, else the default (-1); and what wirePlan then does with it.
+TEST(WirePlan, TheSettingWinsOverTheTableWhichWinsOverTheDefault) {
+  TuningTable t;
+  t.wire_min_bytes[tparWireFp8] = 2 << 20;
+  t.wire_min_bytes[tparWireInt4] = kWireNever;
+  EXPECT_EQ(4096, wireMinBytes(4096, &t, tparWireFp8));
+  EXPECT_EQ(0, wireMinBytes(0, &t, tparWireInt4));
+  EXPECT_EQ(2 << 20, wireMinBytes(-1, &t, tparWireFp8));
+  EXPECT_EQ(kWireNever, wireMinBytes(-1, &t, tparWireInt4));
+  EXPECT_EQ(-1, wireMinBytes(-1, &t, tparWireInt8));  // not measured
+  EXPECT_EQ(-1, wireMinBytes(-1, nullptr, tparWireFp8));
+  EXPECT_EQ(-1, wireMinBytes(-1, &t, tparWireNone));
+  TunerContext host;
+  host.nranks = host.ranks_per_gpu = 4;
+  host.host_transport = true;
+  auto applies = [&](uint64_t bytes, int wire) {
+    const Plan base = selectPlan(bytes, tparBfloat16, host, nullptr, tparAlgoAuto, -1);
+    bool a = false;
+    wirePlan(base, bytes, tparBfloat16, host, tparAlgoAuto, wire, &a, wireMinBytes(-1, &t, wire));
+    return a;
+  };
+  EXPECT_FALSE(applies(1 << 20, tparWireFp8));  // above the default, below the table's
+  EXPECT_TRUE(applies(2 << 20, tparWireFp8));
+  EXPECT_FALSE(applies(uint64_t{1} << 40, tparWireInt4));  // never
+  EXPECT_TRUE(applies(defaultWireMinBytes(4), tparWireInt8));  // the default
+  EXPECT_FALSE(applies(defaultWireMinBytes(4) - 2, tparWireInt8));
 }
 
 TEST(NcclRouting, UnknownAlgorithmInATableIsRejectedListingNccl) {

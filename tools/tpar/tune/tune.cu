@@ -46,10 +46,12 @@ struct Group {
     nccl_comms.clear();
   }
   int transport = TPAR_CONFIG_UNDEF_INT;
+  int wire = tparWireNone;  // --wire: the format's own group; every other group is lossless
   std::string init(const std::vector<int>& devs) {
     destroy();
     tparConfig_t cfg = TPAR_CONFIG_INITIALIZER;
     cfg.transport = transport;
+    cfg.wire = wire;
     cfg.algorithm = tparAlgoAuto;  // TPAR_ALGO must not override the plans being measured
     cfg.allowSharedDevice = devs.size() > 1 && devs[0] == devs[1] ? 1 : 0;
     comms.assign(devs.size(), nullptr);
@@ -162,6 +164,71 @@ std::string measurePlan(Group& g, Ranks& rk, size_t count, tparDataType_t dtype,
   return g.init(rk.devs);
 }
 
+// A later candidate must beat the best so far by more than this to replace it (pickFastest), and
+// a wire format the lossless plan by as much to count as a gain (wireBreakEven).
+constexpr double kNoise = 0.03;
+
+// --wire: each format on a group of its own with the format from every size, against the
+// lossless plan the search chose at the same size (`buckets`), at the sizes of the first 16-bit
+// datatype searched. Each size is checked bit for bit against the format's reference before it
+// is timed. Returns "" unless the machine is unusable.
+std::string measureWires(const std::vector<int>& devs, Ranks& rk, const TuneOptions& opt,
+                         const std::vector<TuneBucket>& buckets, std::vector<WireResult>* out) {
+  tparDataType_t dtype = tparFloat32;
+  for (tparDataType_t d : opt.dtypes)
+    if (dtype == tparFloat32 && (d == tparBfloat16 || d == tparFloat16)) dtype = d;
+  for (int wire : opt.wires) {
+    WireResult r;
+    r.wire = wire;
+    r.dtype = dtype;
+    Group g;
+    g.transport = opt.transport;
+    g.wire = wire;
+    if (std::string e = g.init(devs); !e.empty()) return e;
+    for (tparComm_t c : g.comms) tpar::commSetWireMinBytes(c, 0);
+    for (const TuneBucket& b : buckets) {
+      if (b.dtype != dtype) continue;
+      WirePoint p;
+      p.bytes = b.bytes;
+      const int best = pickFastest(b.candidates, kNoise);
+      if (best >= 0) p.lossless_us = b.candidates[best].us;
+      const size_t count = b.bytes / tpar::elementBytes(dtype);
+      if (tpar::commWireVariant(g.comms[0], b.bytes, dtype) == nullptr) {
+        p.error = "the format does not apply here (GPU memory: only under a forced pipelined)";
+      } else if (std::string e = rk.fill(rk.in, rk.out, count, dtype); !e.empty()) {
+        return e;
+      } else {
+        e = g.allReduce(rk, count, dtype);
+        if (e.empty()) e = rk.sync();
+        if (e.empty()) e = g.asyncError();
+        if (e.empty()) {
+          if (std::string f = rk.countWireWrongIn(rk.out, count, dtype, wire, &p.wrong); !f.empty())
+            return f;
+          if (p.wrong == 0)
+            e = timeIt(rk, opt.iters, opt.warmup, /*graph=*/true,
+                       [&] { return g.allReduce(rk, count, dtype); }, &p.wire_us);
+        }
+        if (e.empty()) e = g.asyncError();
+        if (!e.empty()) {
+          p.error = e;
+          p.wire_us = 0;
+          (void)cudaGetLastError();
+          if (std::string f = g.init(devs); !f.empty()) return f;
+          for (tparComm_t c : g.comms) tpar::commSetWireMinBytes(c, 0);
+        }
+      }
+      r.points.push_back(p);
+    }
+    // Where the format applies at no size (GPU memory without a forced pipelined) the table
+    // says nothing of it.
+    const bool applies = std::any_of(r.points.begin(), r.points.end(),
+                                     [](const WirePoint& p) { return p.wire_us > 0 || p.wrong >= 0; });
+    r.min_bytes = applies ? wireBreakEven(r.points, kNoise) : -1;
+    out->push_back(r);
+  }
+  return "";
+}
+
 std::string utcNow() {
   std::time_t t = std::time(nullptr);
   std::tm tm{};
@@ -171,7 +238,6 @@ std::string utcNow() {
   return buf;
 }
 
-constexpr double kNoise = 0.03;
 // Correct plans printed per size besides the default and the chosen one (--all: every one).
 constexpr size_t kShownPerSize = 4;
 
@@ -260,6 +326,25 @@ void registerOptions(CLI::App* app, TuneOptions* opt, std::shared_ptr<std::strin
          "old spelling of --output")
       ->group("");
   app->add_flag("--dry-run", opt->dry_run, "measure and print; write no file");
+  app->add_option_function<std::string>(
+      "--wire",
+      [opt, error](const std::string& v) {
+        opt->wires.clear();
+        std::stringstream ss(v);
+        std::string item;
+        while (std::getline(ss, item, ',')) {
+          int w = tparWireNone;
+          if (!parseWireName(item, &w)) {
+            *error = "--wire: '" + item + "' is not a wire format (fp8, int8, int4)";
+            return;
+          }
+          if (w != tparWireNone &&
+              std::find(opt->wires.begin(), opt->wires.end(), w) == opt->wires.end())
+            opt->wires.push_back(w);
+        }
+      },
+      "wire formats (fp8,int8,int4) whose smallest winning size to measure against the tuned "
+      "lossless plans and write to the table (docs/WIRE.md); float16/bfloat16 sizes only");
   app->add_option("--nccl", opt->nccl,
                   "1: also measure NCCL where it can run (default); 0: tpar's algorithms only");
   app->add_flag_callback("--no-nccl", [opt] { opt->nccl = false; }, "the same as --nccl 0");
@@ -456,7 +541,8 @@ int runTuneWorker(const TuneOptions& opt, int ngpus) {
 }  // namespace
 
 int finishTune(const std::vector<TuneBucket>& buckets, const tpar::TunerContext& ctx,
-               const TuneOptions& opt, const std::string& gpu_label, double elapsed_s) {
+               const TuneOptions& opt, const std::string& gpu_label, double elapsed_s,
+               const std::vector<WireResult>& wires) {
   size_t total = 0;
   long long wrong = 0;
   for (const TuneBucket& b : buckets) {
@@ -465,6 +551,7 @@ int finishTune(const std::vector<TuneBucket>& buckets, const tpar::TunerContext&
   }
   // What the table changes against the built-in defaults, both measured in this run.
   std::printf("#\n%s", gainReport(tuneGains(buckets, kNoise)).c_str());
+  if (!wires.empty()) std::printf("%s", wireReport(wires).c_str());
   std::printf("# measured %zu candidates in %.1f s\n", total, elapsed_s);
   if (wrong > 0)
     std::printf("# %lld wrong elements in total: those plans were never chosen\n", wrong);
@@ -475,6 +562,15 @@ int finishTune(const std::vector<TuneBucket>& buckets, const tpar::TunerContext&
   tpar::TuningTable old;
   const bool have_old = !path.empty() && tpar::loadTuningFile(path, ctx, &old) == tparSuccess;
   tpar::TuningTable table = tableFromBuckets(buckets, ctx, have_old ? &old : nullptr, kNoise);
+  long long wire_wrong = 0;
+  for (const WireResult& w : wires) {
+    if (w.min_bytes != -1) table.wire_min_bytes[w.wire] = w.min_bytes;
+    for (const WirePoint& p : w.points) wire_wrong += std::max(0LL, p.wrong);
+  }
+  if (wire_wrong > 0)
+    std::printf("# %lld wrong elements in the wire formats' rows: those sizes never count as a gain\n",
+                wire_wrong);
+  wrong += wire_wrong;
   table.created = utcNow();
   table.gpu = gpu_label;
   if (table.entries.empty()) return failRun("no size had a correct plan; nothing written");
@@ -562,11 +658,17 @@ int runTune(const TuneOptions& opt) {
   if (std::string e = searchBuckets(g, rk, opt, /*lockstep=*/false, stdout, true, &buckets);
       !e.empty())
     return failRun(e);
+  std::vector<WireResult> wires;
+  if (!opt.wires.empty()) {
+    g.destroy();  // the formats' groups take their own regions
+    if (std::string e = measureWires(devs, rk, opt, buckets, &wires); !e.empty())
+      return failRun("--wire: " + e);
+  }
   const double elapsed =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   return finishTune(buckets, ctx, opt,
                     gpus[0].name + (virt ? " (" + std::to_string(n) + " virtual ranks)" : ""),
-                    elapsed);
+                    elapsed, wires);
 }
 
 Action addTuneCommand(CLI::App& root, const std::string& command_line) {
@@ -579,6 +681,18 @@ Action addTuneCommand(CLI::App& root, const std::string& command_line) {
   return [opt, error] {
     if (!error->empty()) {
       std::fprintf(stderr, "tpar tune: %s\n", error->c_str());
+      return kExitUsage;
+    }
+    if (!opt->wires.empty() && opt->procs) {
+      std::fprintf(stderr, "tpar tune: --wire measures with one thread driving every rank; "
+                           "leave out --procs\n");
+      return kExitUsage;
+    }
+    if (!opt->wires.empty() &&
+        std::none_of(opt->dtypes.begin(), opt->dtypes.end(),
+                     [](tparDataType_t d) { return d == tparBfloat16 || d == tparFloat16; })) {
+      std::fprintf(stderr, "tpar tune: --wire: the formats carry float16 and bfloat16 only; "
+                           "add one of them to --datatype\n");
       return kExitUsage;
     }
     if (opt->sizes.empty() && opt->min_bytes > opt->max_bytes) {

@@ -31,6 +31,9 @@ struct TuneOptions {
   std::string output;             // "": tuningFilePath of the group
   bool dry_run = false;           // measure and print, write nothing
   bool nccl = true;               // also measure NCCL where it can run (ranks on distinct GPUs)
+  // --wire: the formats (tparWire_t) whose smallest winning size is measured after the search,
+  // each against the lossless plans the search chose, and written to the table.
+  std::vector<int> wires;
   int transport = TPAR_CONFIG_UNDEF_INT;  // tparConfig_t.transport; unset: TPAR_TRANSPORT
   std::string command_line;
   // One process per rank (--procs): this process starts them and merges their measurements.
@@ -111,13 +114,47 @@ struct TuneBucket {
   std::vector<TuneCandidate> candidates;
 };
 
+// One size of a wire format's measurement: the lossless path the table gives there (its
+// fastest correct plan) and the format, both timed in this run.
+struct WirePoint {
+  uint64_t bytes = 0;
+  double lossless_us = 0;  // 0: no correct lossless plan at this size
+  double wire_us = 0;      // 0: not measured (the format does not apply, or it failed)
+  long long wrong = -1;    // the format's elements off its reference; -1: not checked
+  std::string error;       // why the format was not measured here ("" when it was)
+  bool wins(double noise) const {
+    return error.empty() && wrong == 0 && wire_us > 0 && lossless_us > 0 &&
+           wire_us * (1.0 + noise) < lossless_us;
+  }
+};
+
+// What `tpar tune --wire` found for one format.
+struct WireResult {
+  int wire = 0;                  // tparWire_t
+  tparDataType_t dtype = tparBfloat16;
+  std::vector<WirePoint> points;  // ascending sizes
+  int64_t min_bytes = -1;         // wireBreakEven
+};
+
+// The smallest measured size from which the format wins (faster than the lossless path by more
+// than `noise`, and exact against its reference) at that size and every larger one measured:
+// the table's threshold for the format, so that it is never used below a size where it
+// measured a gain. tpar::kWireNever when it does not win at the largest size; -1 without
+// points.
+int64_t wireBreakEven(const std::vector<WirePoint>& points, double noise);
+
+// The lines `tpar tune --wire` prints: per format and size the two times and their ratio, then
+// the threshold written.
+std::string wireReport(const std::vector<WireResult>& results);
+
 // The fastest usable candidate, or -1. A later candidate must beat the best so far by more
 // than `noise` (a fraction) to replace it, so that candidates listed first (simpler plans,
 // kernel-default shapes) win ties and the table does not flip between runs on noise.
 int pickFastest(const std::vector<TuneCandidate>& candidates, double noise);
 
 // The table for these buckets: one entry per bucket that has a usable candidate, entries of
-// `keep` for dtypes that were not measured now are carried over.
+// `keep` for dtypes that were not measured now are carried over, and so are its wire
+// thresholds (`tpar tune --wire` then sets those it measured).
 tpar::TuningTable tableFromBuckets(const std::vector<TuneBucket>& buckets,
                                    const tpar::TunerContext& ctx, const tpar::TuningTable* keep,
                                    double noise);
@@ -167,7 +204,8 @@ int runTuneProcs(const TuneOptions& opt, int n, bool virt, const std::string& gp
 // report, the table and the exit status once every size is measured.
 void printTuneBucket(const TuneBucket& b, bool all);
 int finishTune(const std::vector<TuneBucket>& buckets, const tpar::TunerContext& ctx,
-               const TuneOptions& opt, const std::string& gpu_label, double elapsed_s);
+               const TuneOptions& opt, const std::string& gpu_label, double elapsed_s,
+               const std::vector<WireResult>& wires = {});
 
 }  // namespace tpar_cli
 

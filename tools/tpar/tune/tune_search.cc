@@ -7,6 +7,7 @@
 #include <string>
 
 #include "api/internal.h"
+#include "tools/tpar/common/cli_options.h"
 #include "tools/tpar/tune/tune.h"
 
 namespace tpar_cli {
@@ -176,6 +177,8 @@ tpar::TuningTable tableFromBuckets(const std::vector<TuneBucket>& buckets,
       if (!by_dtype.count(e.dtype)) kept[e.dtype].push_back(e);
     for (auto& [d, v] : kept) by_dtype[d] = v;
   }
+  if (keep != nullptr && keep->signature == ctx.signature && keep->nranks == ctx.nranks)
+    std::copy(std::begin(keep->wire_min_bytes), std::end(keep->wire_min_bytes), t.wire_min_bytes);
   for (auto& [d, v] : by_dtype) {
     std::sort(v.begin(), v.end(), [](const auto& a, const auto& b) { return a.max_bytes < b.max_bytes; });
     for (const auto& e : v)
@@ -184,6 +187,51 @@ tpar::TuningTable tableFromBuckets(const std::vector<TuneBucket>& buckets,
         t.entries.push_back(e);
   }
   return t;
+}
+
+int64_t wireBreakEven(const std::vector<WirePoint>& points, double noise) {
+  if (points.empty()) return -1;
+  int64_t least = tpar::kWireNever;
+  for (size_t i = points.size(); i-- > 0;) {
+    if (!points[i].wins(noise)) break;
+    least = static_cast<int64_t>(points[i].bytes);
+  }
+  return least;
+}
+
+std::string wireReport(const std::vector<WireResult>& results) {
+  std::string out;
+  char line[256];
+  for (const WireResult& r : results) {
+    const char* name = wireOptionName(r.wire);
+    std::snprintf(line, sizeof(line), "#\n# wire %s (%s): the format against the lossless plan of the table\n"
+                  "# %12s %12s %12s %9s %7s\n", name, tparDataTypeName(r.dtype), "size (B)",
+                  "lossless us", "format us", "lossless/", "#wrong");
+    out += line;
+    for (const WirePoint& p : r.points) {
+      if (!p.error.empty()) {
+        std::snprintf(line, sizeof(line), "  %12" PRIu64 " %12.2f  %s\n", p.bytes, p.lossless_us,
+                      p.error.c_str());
+      } else {
+        std::snprintf(line, sizeof(line), "  %12" PRIu64 " %12.2f %12.2f %8.3fx %7lld\n", p.bytes,
+                      p.lossless_us, p.wire_us, p.wire_us > 0 ? p.lossless_us / p.wire_us : 0.0,
+                      p.wrong);
+      }
+      out += line;
+    }
+    if (r.min_bytes == tpar::kWireNever) {
+      std::snprintf(line, sizeof(line), "# %s: not ahead at the largest size measured; the table "
+                    "keeps it off (\"never\")\n", name);
+    } else if (r.min_bytes >= 0) {
+      std::snprintf(line, sizeof(line), "# %s: ahead from %" PRId64 " B at every size measured "
+                    "above; the table's threshold for it\n", name, r.min_bytes);
+    } else {
+      std::snprintf(line, sizeof(line), "# %s: nothing measured; the table says nothing of it\n",
+                    name);
+    }
+    out += line;
+  }
+  return out;
 }
 
 std::string joinInts(const std::vector<int>& v) {
