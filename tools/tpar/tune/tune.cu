@@ -186,6 +186,7 @@ std::string measureWires(const std::vector<int>& devs, Ranks& rk, const TuneOpti
     g.wire = wire;
     if (std::string e = g.init(devs); !e.empty()) return e;
     for (tparComm_t c : g.comms) tpar::commSetWireMinBytes(c, 0);
+    bool applies = false;
     for (const TuneBucket& b : buckets) {
       if (b.dtype != dtype) continue;
       WirePoint p;
@@ -198,6 +199,7 @@ std::string measureWires(const std::vector<int>& devs, Ranks& rk, const TuneOpti
       } else if (std::string e = rk.fill(rk.in, rk.out, count, dtype); !e.empty()) {
         return e;
       } else {
+        applies = true;
         e = g.allReduce(rk, count, dtype);
         if (e.empty()) e = rk.sync();
         if (e.empty()) e = g.asyncError();
@@ -220,9 +222,7 @@ std::string measureWires(const std::vector<int>& devs, Ranks& rk, const TuneOpti
       r.points.push_back(p);
     }
     // Where the format applies at no size (GPU memory without a forced pipelined) the table
-    // says nothing of it.
-    const bool applies = std::any_of(r.points.begin(), r.points.end(),
-                                     [](const WirePoint& p) { return p.wire_us > 0 || p.wrong >= 0; });
+    // says nothing of it; where it applies but fails or computes wrong sums, no size is a win.
     r.min_bytes = applies ? wireBreakEven(r.points, kNoise) : -1;
     out->push_back(r);
   }
