@@ -74,7 +74,8 @@ steps (LIMIT s / about s on 8 H200s, a guess until measured; what each step reco
   15 host-cost       $(lim host-cost)  tpar bench --host-cost: the host time of one call with the stream
                               held, beside a bare launch, tpar and NCCL -> host-cost.json
   16 tune            $(lim tune)  tpar tune --quick on both transports, one thread and one process
-                              per GPU, 12 KiB..4 MiB: the gain over the defaults
+                              per GPU, 12 KiB..4 MiB: the gain over the defaults; on the host
+                              with one thread also the wire formats' thresholds (--wire)
                               -> tune-p2p.json, tune-host-procs.json, ...
   17 fused           $(lim fused)  tpar bench --fused: the fused all-reduce + residual + RMSNorm
                               (bf16, FP8 and NVFP4 out) against tpar's all-reduce, tpar's
@@ -324,9 +325,12 @@ step_host-cost() {
 step_tune() {
   step_begin tune || return 0
   local t mode
+  # The host run with one thread also measures the wire formats' thresholds (--wire needs it).
   for t in p2p host; do
     for mode in "" --procs; do
-      step_cmd "$tpar" tune --ranks "$n" --quick --transport "$t" ${mode:+"$mode"} \
+      local wire=()
+      [ "$t" = host ] && [ -z "$mode" ] && wire=(--wire fp8,int8,int4)
+      step_cmd "$tpar" tune --ranks "$n" --quick --transport "$t" ${mode:+"$mode"} "${wire[@]}" \
         --sizes "$issue14_sizes" --output "$out/tune-$t${mode:+-procs}.json"
     done
   done
