@@ -119,6 +119,14 @@ void logInitDone(tparComm_t comm, double ms) {
     TPAR_INFO(kLogTuning, "algorithm table for %d ranks, bfloat16, %s: %s", c->nranks, source,
               algorithmTable(comm).c_str());
   }
+  if (c->rank == 0 && c->cfg.wire > tparWireNone && c->cfg.wire < tparNumWires) {
+    const WireAlgorithm* w = wireAlgorithmOf(kernels::Algo::kPipelined,
+                                             static_cast<tparWire_t>(c->cfg.wire));
+    TPAR_INFO(kLogTuning, "wire format %s: %s", w != nullptr ? w->name : "?",
+              wireThresholdText(c->cfg.wire_min_bytes, c->has_tuning ? &c->tuning : nullptr,
+                                c->cfg.wire, c->nranks)
+                  .c_str());
+  }
   // Every communicator, once: a forced algorithm its group cannot run is not what runs.
   const Fallback f = forcedFallback(c);
   if (f.why != nullptr) {

@@ -4,6 +4,7 @@
 // a constant the plan does not follow.
 #include <algorithm>
 #include <limits>
+#include <string>
 
 #include "registry/algorithms.h"
 #include "tuner/tuner.h"
@@ -26,6 +27,17 @@ bool isOneShot(const Plan& p) {
 }
 
 }  // namespace
+
+std::string wireThresholdText(int64_t configured, const TuningTable* table, int wire,
+                              int nranks) {
+  const int64_t least = wireMinBytes(configured, table, wire);
+  const char* from = configured >= 0 ? "TPAR_WIRE_MIN_BYTES"
+                     : least >= 0   ? "the tuning table"
+                                    : "the default";
+  if (least == kWireNever) return std::string("no call (") + from + " measured it behind)";
+  const uint64_t bytes = least >= 0 ? static_cast<uint64_t>(least) : defaultWireMinBytes(nranks);
+  return "float16/bfloat16 calls from " + std::to_string(bytes) + " bytes (" + from + ")";
+}
 
 uint64_t oneShotLimit(tparDataType_t dtype, const TunerContext& ctx, const TuningTable* table,
                       tparAlgo_t forced, int64_t one_shot_max_bytes) {

@@ -110,6 +110,11 @@ inline uint64_t defaultWireMinBytes(int /*nranks*/) { return kWireMinBytes; }
 // the format, else -1 (wirePlan then takes defaultWireMinBytes). Every rank agrees on both
 // inputs at init.
 int64_t wireMinBytes(int64_t configured, const TuningTable* table, int wire);
+// Where a communicator's format applies, for its init log: "float16/bfloat16 calls from 524288
+// bytes (the default)", "... (TPAR_WIRE_MIN_BYTES)", "... (the tuning table)", or "no call (the
+// tuning table measured it behind)".
+std::string wireThresholdText(int64_t configured, const TuningTable* table, int wire,
+                              int nranks);
 
 // The plan of a call of `bytes` when the communicator has a wire format: `plan` itself when the
 // format does not apply (none set, a datatype other than float16 and bfloat16, below

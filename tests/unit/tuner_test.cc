@@ -852,6 +852,16 @@ TEST(WirePlan, TheSettingWinsOverTheTableWhichWinsOverTheDefault) {
   EXPECT_FALSE(applies(uint64_t{1} << 40, tparWireInt4));  // never
   EXPECT_TRUE(applies(defaultWireMinBytes(4), tparWireInt8));  // the default
   EXPECT_FALSE(applies(defaultWireMinBytes(4) - 2, tparWireInt8));
+  // The init log says which and why.
+  EXPECT_EQ("float16/bfloat16 calls from 4096 bytes (TPAR_WIRE_MIN_BYTES)",
+            wireThresholdText(4096, &t, tparWireFp8, 4));
+  EXPECT_EQ("float16/bfloat16 calls from 2097152 bytes (the tuning table)",
+            wireThresholdText(-1, &t, tparWireFp8, 4));
+  EXPECT_EQ("no call (the tuning table measured it behind)",
+            wireThresholdText(-1, &t, tparWireInt4, 4));
+  EXPECT_EQ("float16/bfloat16 calls from " + std::to_string(defaultWireMinBytes(4)) +
+                " bytes (the default)",
+            wireThresholdText(-1, &t, tparWireInt8, 4));
 }
 
 TEST(NcclRouting, UnknownAlgorithmInATableIsRejectedListingNccl) {
