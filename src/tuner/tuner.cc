@@ -181,16 +181,6 @@ void putMicroseconds(nlohmann::ordered_json& obj, const char* key, double value)
   if (std::isfinite(us) && us > 0) obj[key] = us;
 }
 
-// The formats' keys in "wire_min_bytes" (TPAR_WIRE's spellings).
-const char* wireKey(int wire) {
-  switch (wire) {
-    case tparWireFp8: return "fp8";
-    case tparWireInt8: return "int8";
-    case tparWireInt4: return "int4";
-    default: return "none";
-  }
-}
-
 // "wire_min_bytes": {"fp8": 524288, "int4": "never"}, optional, each format at most once; a
 // size from 0 up to 1 TiB, or "never".
 tparResult_t wireFromJson(const nlohmann::json& j, TuningTable* t) {
@@ -201,7 +191,7 @@ tparResult_t wireFromJson(const nlohmann::json& j, TuningTable* t) {
     const std::string at = "wire_min_bytes." + key;
     int w = tparWireNone;
     for (int k = tparWireNone + 1; k < tparNumWires; ++k)
-      if (key == wireKey(k)) w = k;
+      if (key == wireFormatName(k)) w = k;
     if (w == tparWireNone) return bad(at, "names no wire format; expected fp8, int8 or int4");
     if (value.is_string() && value.get<std::string>() == "never") {
       t->wire_min_bytes[w] = kWireNever;
@@ -575,6 +565,16 @@ Plan defaultPlan(uint64_t bytes, tparDataType_t dtype, const TunerContext& ctx,
   return p;
 }
 
+const char* wireFormatName(int wire) {
+  switch (wire) {
+    case tparWireNone: return "none";
+    case tparWireFp8: return "fp8";
+    case tparWireInt8: return "int8";
+    case tparWireInt4: return "int4";
+    default: return nullptr;
+  }
+}
+
 int64_t wireMinBytes(int64_t configured, const TuningTable* table, int wire) {
   if (configured >= 0) return configured;
   if (table != nullptr && wire > tparWireNone && wire < tparNumWires &&
@@ -697,9 +697,9 @@ std::string tuningToJson(const TuningTable& table) {
   for (int w = tparWireNone + 1; w < tparNumWires; ++w) {
     const int64_t b = table.wire_min_bytes[w];
     if (b == kWireNever) {
-      wire[wireKey(w)] = "never";
+      wire[wireFormatName(w)] = "never";
     } else if (b >= 0) {
-      wire[wireKey(w)] = b;
+      wire[wireFormatName(w)] = b;
     }
   }
   if (!wire.empty()) j["wire_min_bytes"] = wire;

@@ -98,22 +98,18 @@ const char* transportOptionName(int transport) {
 }
 
 bool parseWireName(const std::string& name, int* out) {
-  if (name == "none" || name == "bf16") *out = tparWireNone;
-  else if (name == "fp8") *out = tparWireFp8;
-  else if (name == "int8") *out = tparWireInt8;
-  else if (name == "int4") *out = tparWireInt4;
-  else return false;
-  return true;
+  for (int w = tparWireNone; w < tparNumWires; ++w) {
+    if (name == tpar::wireFormatName(w) || (w == tparWireNone && name == "bf16")) {
+      *out = w;
+      return true;
+    }
+  }
+  return false;
 }
 
 const char* wireOptionName(int wire) {
-  switch (wire) {
-    case tparWireNone: return "none";
-    case tparWireFp8: return "fp8";
-    case tparWireInt8: return "int8";
-    case tparWireInt4: return "int4";
-    default: return "env";
-  }
+  const char* name = tpar::wireFormatName(wire);
+  return name != nullptr ? name : "env";
 }
 
 std::string checkOutputPath(const std::string& path) {

@@ -47,6 +47,7 @@ struct Group {
   }
   int transport = TPAR_CONFIG_UNDEF_INT;
   int wire = tparWireNone;  // --wire: the format's own group; every other group is lossless
+  int64_t wire_min_bytes = -1;  // >= 0: the format from this size on (commSetWireMinBytes)
   std::string init(const std::vector<int>& devs) {
     destroy();
     tparConfig_t cfg = TPAR_CONFIG_INITIALIZER;
@@ -60,6 +61,8 @@ struct Group {
       comms.clear();
       return std::string("tparCommInitAll: ") + tparGetLastError(nullptr);
     }
+    if (wire_min_bytes >= 0)
+      for (tparComm_t c : comms) tpar::commSetWireMinBytes(c, wire_min_bytes);
     if (nccl == nullptr) return "";
     nccl_comms.assign(devs.size(), nullptr);
     const int rc = nccl->commInitAll(nccl_comms.data(), static_cast<int>(devs.size()), devs.data());
@@ -121,13 +124,50 @@ struct Group {
   }
 };
 
-// Per-call time of `iters` calls captured into one CUDA graph per rank, from an event before
-// every rank's replay to the join of all ranks' streams.
-// Checks, then times one plan. Returns "" unless the machine is unusable; a plan that fails
-// or computes wrong sums is recorded in `c` and the run goes on.
+// Checks what group `g` runs for `count` elements, then times it: the output (poisoned first)
+// against the exact sum, or against the format's reference where the group has a wire format;
+// per-call time of `iters` calls captured into one CUDA graph per rank, from an event before
+// every rank's replay to the join of all ranks' streams; then the last replay's output again.
+// Returns "" unless the machine is unusable; a call that fails leaves its error in *error and
+// the group rebuilt, and wrong sums are counted in *wrong, and the run goes on.
 // With `lockstep` (one process per rank) every rank issues the same calls whatever it found:
 // a wrong plan is timed too (and never chosen), and a failure ends the run, since the group
 // cannot be recreated without the other processes.
+std::string checkThenTime(Group& g, Ranks& rk, size_t count, tparDataType_t dtype,
+                          const TuneOptions& opt, bool lockstep, long long* wrong, double* us,
+                          std::string* error) {
+  auto countWrong = [&](long long* n) {
+    return g.wire == tparWireNone ? rk.countWrongIn(rk.out, count, dtype, n)
+                                  : rk.countWireWrongIn(rk.out, count, dtype, g.wire, n);
+  };
+  // Correctness first, on poisoned outputs: a wrong plan is never timed.
+  if (std::string e = rk.fill(rk.in, rk.out, count, dtype); !e.empty()) return e;
+  std::string e = g.allReduce(rk, count, dtype);
+  if (e.empty()) e = rk.sync();
+  if (e.empty()) e = g.asyncError();
+  if (e.empty()) {
+    if (std::string f = countWrong(wrong); !f.empty()) return f;
+    if (*wrong != 0 && !lockstep) return "";
+    e = timeIt(rk, opt.iters, opt.warmup, /*graph=*/true,
+               [&] { return g.allReduce(rk, count, dtype); }, us);
+  }
+  if (e.empty()) e = g.asyncError();
+  if (e.empty()) {
+    // The inputs are intact (out of place): the last replay's output must still be right.
+    long long after = 0;
+    if (std::string f = countWrong(&after); !f.empty()) return f;
+    *wrong += after;
+    return "";
+  }
+  *error = e;
+  *us = 0;
+  if (lockstep) return e;
+  // A communicator that recorded an asynchronous error accepts nothing but destroy.
+  (void)cudaGetLastError();
+  return g.init(rk.devs);
+}
+
+// One plan of the search: checked, then timed (checkThenTime), recorded in `c`.
 std::string measurePlan(Group& g, Ranks& rk, size_t count, tparDataType_t dtype,
                         const TuneOptions& opt, bool lockstep, TuneCandidate* c) {
   g.usePlan(c->plan);
@@ -137,31 +177,7 @@ std::string measurePlan(Group& g, Ranks& rk, size_t count, tparDataType_t dtype,
     c->error = std::string("not supported here (runs as ") + tparAlgoName(runs_as) + ")";
     return "";
   }
-  // Correctness first, on poisoned outputs: a wrong plan is never timed.
-  if (std::string e = rk.fill(rk.in, rk.out, count, dtype); !e.empty()) return e;
-  std::string e = g.allReduce(rk, count, dtype);
-  if (e.empty()) e = rk.sync();
-  if (e.empty()) e = g.asyncError();
-  if (e.empty()) {
-    if (std::string f = rk.countWrongIn(rk.out, count, dtype, &c->wrong); !f.empty()) return f;
-    if (c->wrong != 0 && !lockstep) return "";
-    e = timeIt(rk, opt.iters, opt.warmup, /*graph=*/true,
-               [&] { return g.allReduce(rk, count, dtype); }, &c->us);
-  }
-  if (e.empty()) e = g.asyncError();
-  if (e.empty()) {
-    // The inputs are intact (out of place): the last replay's output must still be exact.
-    long long after = 0;
-    if (std::string f = rk.countWrongIn(rk.out, count, dtype, &after); !f.empty()) return f;
-    c->wrong += after;
-    return "";
-  }
-  c->error = e;
-  c->us = 0;
-  if (lockstep) return e;
-  // A communicator that recorded an asynchronous error accepts nothing but destroy.
-  (void)cudaGetLastError();
-  return g.init(rk.devs);
+  return checkThenTime(g, rk, count, dtype, opt, lockstep, &c->wrong, &c->us, &c->error);
 }
 
 // A later candidate must beat the best so far by more than this to replace it (pickFastest), and
@@ -184,8 +200,8 @@ std::string measureWires(const std::vector<int>& devs, Ranks& rk, const TuneOpti
     Group g;
     g.transport = opt.transport;
     g.wire = wire;
+    g.wire_min_bytes = 0;  // the format at every size
     if (std::string e = g.init(devs); !e.empty()) return e;
-    for (tparComm_t c : g.comms) tpar::commSetWireMinBytes(c, 0);
     bool applies = false;
     for (const TuneBucket& b : buckets) {
       if (b.dtype != dtype) continue;
@@ -196,28 +212,12 @@ std::string measureWires(const std::vector<int>& devs, Ranks& rk, const TuneOpti
       const size_t count = b.bytes / tpar::elementBytes(dtype);
       if (tpar::commWireVariant(g.comms[0], b.bytes, dtype) == nullptr) {
         p.error = "the format does not apply here (GPU memory: only under a forced pipelined)";
-      } else if (std::string e = rk.fill(rk.in, rk.out, count, dtype); !e.empty()) {
-        return e;
       } else {
         applies = true;
-        e = g.allReduce(rk, count, dtype);
-        if (e.empty()) e = rk.sync();
-        if (e.empty()) e = g.asyncError();
-        if (e.empty()) {
-          if (std::string f = rk.countWireWrongIn(rk.out, count, dtype, wire, &p.wrong); !f.empty())
-            return f;
-          if (p.wrong == 0)
-            e = timeIt(rk, opt.iters, opt.warmup, /*graph=*/true,
-                       [&] { return g.allReduce(rk, count, dtype); }, &p.wire_us);
-        }
-        if (e.empty()) e = g.asyncError();
-        if (!e.empty()) {
-          p.error = e;
-          p.wire_us = 0;
-          (void)cudaGetLastError();
-          if (std::string f = g.init(devs); !f.empty()) return f;
-          for (tparComm_t c : g.comms) tpar::commSetWireMinBytes(c, 0);
-        }
+        if (std::string e = checkThenTime(g, rk, count, dtype, opt, /*lockstep=*/false, &p.wrong,
+                                          &p.wire_us, &p.error);
+            !e.empty())
+          return e;
       }
       r.points.push_back(p);
     }
