@@ -241,6 +241,15 @@ std::string utcNow() {
 // Correct plans printed per size besides the default and the chosen one (--all: every one).
 constexpr size_t kShownPerSize = 4;
 
+// The comma-separated items of an option's value.
+std::vector<std::string> listItems(const std::string& v) {
+  std::vector<std::string> items;
+  std::stringstream ss(v);
+  std::string item;
+  while (std::getline(ss, item, ',')) items.push_back(item);
+  return items;
+}
+
 void registerOptions(CLI::App* app, TuneOptions* opt, std::shared_ptr<std::string> error) {
   addSizeOptions(app, &opt->min_bytes, &opt->max_bytes, &opt->factor, &opt->sizes, error,
                  "bucket");
@@ -254,9 +263,7 @@ void registerOptions(CLI::App* app, TuneOptions* opt, std::shared_ptr<std::strin
       "-d,--datatype,--dtype",
       [opt, error](const std::string& v) {
         opt->dtypes.clear();
-        std::stringstream ss(v);
-        std::string item;
-        while (std::getline(ss, item, ',')) {
+        for (const std::string& item : listItems(v)) {
           tparDataType_t d;
           if (parseDatatypeName(item, &d)) opt->dtypes.push_back(d);
           else *error = "--datatype: unknown type '" + item + "' (bfloat16, float16, float32)";
@@ -297,9 +304,7 @@ void registerOptions(CLI::App* app, TuneOptions* opt, std::shared_ptr<std::strin
         name,
         [out, error, name, lo, hi](const std::string& v) {
           out->clear();
-          std::stringstream ss(v);
-          std::string item;
-          while (std::getline(ss, item, ',')) {
+          for (const std::string& item : listItems(v)) {
             int64_t k = 0;
             if (!tpar::parseInt(item, &k) || k < lo || k > hi) {
               *error = std::string(name) + ": '" + item + "' is not a whole number in " +
@@ -330,9 +335,7 @@ void registerOptions(CLI::App* app, TuneOptions* opt, std::shared_ptr<std::strin
       "--wire",
       [opt, error](const std::string& v) {
         opt->wires.clear();
-        std::stringstream ss(v);
-        std::string item;
-        while (std::getline(ss, item, ',')) {
+        for (const std::string& item : listItems(v)) {
           int w = tparWireNone;
           if (!parseWireName(item, &w)) {
             *error = "--wire: '" + item + "' is not a wire format (fp8, int8, int4)";
