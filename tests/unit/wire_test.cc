@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 #include <cstdint>
+#include <cstdio>
 #include <limits>
 #include <random>
 #include <string>
@@ -208,6 +209,211 @@ TEST(WireTile, TilesHoldEightBlocksAndTheirScalesAndEveryByteIsWritten) {
   checkTile<WireFormat::kInt8, 32>("int8/32", 8 * 32 + 16);
   checkTile<WireFormat::kFp8, 32>("fp8/32", 8 * 32 + 16);
   checkTile<WireFormat::kFp8, 128>("fp8/128", 8 * 128 + 16);
+}
+
+// ---- The kernels' vector codec (WireVec, NOTE [wire codec fast paths]) ----------------------
+// WireVec must give wireEncode's and wireDecode's bits for every input: the GPU tests compare
+// the kernels with the value-by-value reference, and ranks agree only if every one of them
+// codes the same way.
+
+using tpar::kernels::WireVec;
+using tpar::kernels::wireScale;
+
+template <WireFormat F>
+void referenceWords(const float* x, uint16_t scale, uint32_t* w) {
+  using V = WireVec<F>;
+  for (int k = 0; k < V::kWords; ++k) {
+    uint32_t word = 0;
+    for (int i = 0; i < V::kPerWord; ++i)
+      word |= uint32_t(wireEncode<F>(x[k * V::kPerWord + i], scale)) << (i * WireCodes<F>::kBits);
+    w[k] = word;
+  }
+}
+
+// A bf16 value's bits, uniformly over sign-free finite bf16 with exponents in [lo, hi].
+uint16_t randomBf16(std::mt19937_64& rng, int lo, int hi) {
+  const int e = lo + static_cast<int>(rng() % uint64_t(hi - lo + 1));
+  return static_cast<uint16_t>(((e + 127) << 7) | (rng() & 0x7F));
+}
+
+std::string words(const float* x, uint16_t scale) {
+  std::string t = "scale 0x";
+  char b[32];
+  std::snprintf(b, sizeof b, "%04x x", scale);
+  t += b;
+  for (int i = 0; i < 8; ++i) {
+    std::snprintf(b, sizeof b, " %.9g", double(x[i]));
+    t += b;
+  }
+  return t;
+}
+
+template <WireFormat F>
+void checkVecEncode(const char* name) {
+  using V = WireVec<F>;
+  using C = WireCodes<F>;
+  const uint64_t seed = freshSeed();
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> bulk(0.0f, 1.0f);
+  std::uniform_int_distribution<int> pick(0, 9);
+  const float inf = std::numeric_limits<float>::infinity();
+  int fast = 0;
+  for (int trial = 0; trial < 60000; ++trial) {
+    float x[8];
+    uint16_t scale;
+    const int kind = pick(rng);
+    if (kind <= 3) {
+      // A vector of a block: its values at any magnitude fp32 holds (the fast path's scale
+      // bounds inside and outside), the block's peak at or above the vector's own.
+      const float unit = std::ldexp(1.0f, static_cast<int>(rng() % 280) - 150);
+      for (float& v : x) v = bulk(rng) * unit;
+      if (kind == 0) x[rng() % 8] *= 80.0f;
+      if (kind == 1) x[rng() % 8] = std::ldexp(bulk(rng), static_cast<int>(rng() % 300) - 160);
+      float amax;
+      bool has_inf;
+      V::scalePart(x, V::magnitude(x), &amax, &has_inf);
+      const float block = amax * (kind == 2 ? std::ldexp(1.0f, static_cast<int>(rng() % 12)) : 1.0f);
+      scale = wireScale<F>(std::isfinite(block) ? block : amax, has_inf);
+    } else if (kind <= 6) {
+      // Exact ties and their neighbours: x = (k + 1/2) s for the integers, the midpoint of two
+      // e4m3 codes times s for FP8, one ulp either side, under a scale in the fast range.
+      scale = randomBf16(rng, -96, 95);
+      const float s = wire::bf16Value(scale);
+      for (float& v : x) {
+        float mid;
+        if (F == WireFormat::kFp8) {
+          const int c = 1 + static_cast<int>(rng() % 0x7C);
+          mid = 0.5f * (wire::e4m3ToFloat(uint8_t(c)) + wire::e4m3ToFloat(uint8_t(c + 1)));
+        } else {
+          mid = static_cast<float>(static_cast<int>(rng() % uint64_t(2 * C::kMax)) - C::kMax) + 0.5f;
+        }
+        v = mid * s;
+        const int step = static_cast<int>(rng() % 3) - 1;
+        if (step != 0) v = std::nextafter(v, step > 0 ? inf : -inf);
+        if (rng() & 1) v = -v;
+      }
+    } else if (kind == 7) {
+      // NaN, infinities, zeros and subnormals among normal values.
+      for (float& v : x) v = bulk(rng);
+      const float odd[] = {std::numeric_limits<float>::quiet_NaN(), inf, -inf, 0.0f, -0.0f,
+                           1e-40f, -3e-42f, std::numeric_limits<float>::max()};
+      for (int j = 0; j < 3; ++j) x[rng() % 8] = odd[rng() % 8];
+      float amax;
+      bool has_inf;
+      const float m = V::magnitude(x);
+      bool finite = true;
+      for (float v : x) finite &= std::isfinite(v);
+      ASSERT_EQ(finite, std::isfinite(m)) << name << " " << words(x, 0) << " seed " << seed;
+      V::scalePart(x, m, &amax, &has_inf);
+      scale = wireScale<F>(amax, has_inf);
+    } else {
+      // Any scale bits at all (zero, subnormal, huge, with the infinity bit), values that may
+      // saturate (kind 8) or lie anywhere in fp32's range, overflowing x / s (kind 9).
+      scale = static_cast<uint16_t>(rng());
+      if ((scale & 0x7F80) == 0x7F80) scale &= 0xBFFF;  // a finite scale, as wireScale makes
+      const float s = wire::bf16Value(static_cast<uint16_t>(scale & 0x7FFF));
+      for (float& v : x) {
+        v = kind == 8 ? bulk(rng) * s * static_cast<float>(C::kMax) * 1.5f
+                      : std::ldexp(bulk(rng), static_cast<int>(rng() % 280) - 150);
+      }
+    }
+    // magnitude and scalePart agree with the value-by-value block scale over these 8 values.
+    float amax;
+    bool has_inf;
+    const float m = V::magnitude(x);
+    V::scalePart(x, m, &amax, &has_inf);
+    ASSERT_EQ(wireBlockScale<F>(x, 8), wireScale<F>(amax, has_inf))
+        << name << " " << words(x, 0) << " seed " << seed;
+    uint32_t got[2] = {0xDEADBEEFu, 0xDEADBEEFu}, want[2] = {0, 0};
+    V::encode(x, scale, m, got);
+    referenceWords<F>(x, scale, want);
+    fast += V::fastEncode(m, wire::bf16Value(static_cast<uint16_t>(scale & 0x7FFF)));
+    for (int k = 0; k < V::kWords; ++k)
+      ASSERT_EQ(want[k], got[k]) << name << " word " << k << " " << words(x, scale) << " seed " << seed;
+  }
+  // Most vectors took the fast path (else this would test only the fallback).
+  EXPECT_GT(fast, 30000) << name;
+}
+
+TEST(WireVec, Fp8EncodeGivesTheValueByValueCodes) { checkVecEncode<WireFormat::kFp8>("fp8"); }
+TEST(WireVec, Int8EncodeGivesTheValueByValueCodes) { checkVecEncode<WireFormat::kInt8>("int8"); }
+TEST(WireVec, Int4EncodeGivesTheValueByValueCodes) { checkVecEncode<WireFormat::kInt4>("int4"); }
+
+template <WireFormat F>
+void checkVecDecode(const char* name) {
+  using V = WireVec<F>;
+  using C = WireCodes<F>;
+  const uint64_t seed = freshSeed();
+  std::mt19937_64 rng(seed);
+  // Scales: every edge a scale can be (zero, the smallest, the largest finite, with and
+  // without the infinity bit) and fresh random ones.
+  std::vector<uint16_t> scales = {0x0000, 0x0001, 0x0080, 0x3F80, 0x7F7F, 0x8000, 0x8001, 0xBF80, 0xFF7F};
+  for (int i = 0; i < 600; ++i) {
+    uint16_t scale = static_cast<uint16_t>(rng());
+    if ((scale & 0x7F80) == 0x7F80) scale &= 0xBFFF;  // a finite scale, as wireScale makes
+    scales.push_back(scale);
+  }
+  constexpr int kCodes = 1 << C::kBits;
+  int plain = 0;
+  for (const uint16_t scale : scales) {
+    // Every code in every place of the vector, the other places random (NaN codes among them
+    // at times), and the same with the other places all that code.
+    for (int c = 0; c < kCodes; ++c) {
+      for (int fill = 0; fill < 2; ++fill) {
+        uint32_t w[2] = {0, 0};
+        for (int i = 0; i < 8; ++i) {
+          const uint32_t code = fill ? uint32_t(c) : (i == c % 8 ? uint32_t(c) : uint32_t(rng() % kCodes));
+          w[i / V::kPerWord] |= code << ((i % V::kPerWord) * C::kBits);
+        }
+        float got[8];
+        for (float& g : got) g = wire::bitsFloat(0x7FBADBADu);
+        V::decode(w, scale, got);
+        plain += V::plainCodes(w, scale);
+        for (int i = 0; i < 8; ++i) {
+          const float want = wireDecode<F>(static_cast<uint8_t>(V::code(w, i)), scale);
+          // A NaN is a NaN (which one is the platform's); everything else bit for bit.
+          if (std::isnan(want) && std::isnan(got[i])) continue;
+          ASSERT_EQ(wire::floatBits(want), wire::floatBits(got[i]))
+              << name << " scale 0x" << std::hex << scale << " code 0x" << V::code(w, i)
+              << " place " << std::dec << i << " seed " << seed;
+        }
+      }
+    }
+  }
+  EXPECT_GT(plain, static_cast<int>(scales.size()) * kCodes / 2) << name;
+}
+
+TEST(WireVec, Fp8DecodeGivesTheValueByValueBits) { checkVecDecode<WireFormat::kFp8>("fp8"); }
+TEST(WireVec, Int8DecodeGivesTheValueByValueBits) { checkVecDecode<WireFormat::kInt8>("int8"); }
+TEST(WireVec, Int4DecodeGivesTheValueByValueBits) { checkVecDecode<WireFormat::kInt4>("int4"); }
+
+// The NaN-code test on whole words against a field-by-field look, on random words and on
+// words with exactly one field at each value.
+TEST(WireVec, AWordHasAZeroFieldExactlyWhenOneOfItsFieldsIsZero) {
+  const uint64_t seed = freshSeed();
+  std::mt19937_64 rng(seed);
+  auto slow = [](uint32_t v, int bits) {
+    for (int i = 0; i < 32; i += bits)
+      if (((v >> i) & ((1u << bits) - 1)) == 0) return true;
+    return false;
+  };
+  for (int t = 0; t < 2000000; ++t) {
+    uint32_t v = static_cast<uint32_t>(rng());
+    // Sparse and dense words too, where zero fields are common.
+    if (t % 3 == 1) v &= static_cast<uint32_t>(rng());
+    if (t % 3 == 2) v |= static_cast<uint32_t>(rng());
+    ASSERT_EQ(slow(v, 8), wire::anyFieldZero<8>(v)) << std::hex << v << " seed " << seed;
+    ASSERT_EQ(slow(v, 4), wire::anyFieldZero<4>(v)) << std::hex << v << " seed " << seed;
+  }
+  for (int bits : {4, 8}) {
+    for (int place = 0; place < 32; place += bits) {
+      for (uint32_t f = 0; f < (1u << bits); ++f) {
+        const uint32_t v = (0xFFFFFFFFu & ~(((1u << bits) - 1) << place)) | (f << place);
+        EXPECT_EQ(f == 0, bits == 8 ? wire::anyFieldZero<8>(v) : wire::anyFieldZero<4>(v))
+            << bits << " " << std::hex << v;
+      }
+    }
+  }
 }
 
 }  // namespace

@@ -23,8 +23,10 @@
 
 #if defined(__CUDACC__)
 #define TPAR_HD __host__ __device__ __forceinline__
+#define TPAR_HD_UNROLL _Pragma("unroll")
 #else
 #define TPAR_HD inline
+#define TPAR_HD_UNROLL
 #endif
 
 namespace tpar {
@@ -59,6 +61,26 @@ TPAR_HD float divRn(float x, float y) {
   return __fdiv_rn(x, y);
 #else
   return x / y;
+#endif
+}
+
+// x * y and x * y + z, each rounded once to nearest even. On the GPU the intrinsics keep nvcc
+// from fusing a product into the addition after it; on the host a compiler allowed to contract
+// could fuse mulRn's product only where the codec's products are exact (code x scale) or feed
+// no addition, so both compute the same bits.
+TPAR_HD float mulRn(float x, float y) {
+#if defined(__CUDA_ARCH__)
+  return __fmul_rn(x, y);
+#else
+  return x * y;
+#endif
+}
+
+TPAR_HD float fmaRn(float x, float y, float z) {
+#if defined(__CUDA_ARCH__)
+  return __fmaf_rn(x, y, z);
+#else
+  return std::fmaf(x, y, z);
 #endif
 }
 
@@ -233,6 +255,214 @@ struct WireBlock {
       const uint32_t c = (words[i / kPerWord] >> ((i % kPerWord) * WireCodes<F>::kBits)) & mask;
       x[i] = wireDecode<F>(static_cast<uint8_t>(c), scale);
     }
+  }
+};
+
+// NOTE [wire codec fast paths]
+// The kernels code one 16-byte vector of 8 values per thread. Written value by value, the
+// codec tests every value for NaN and infinity and divides each by the scale with an IEEE
+// division, whose inline sequence and slow-path branch the compiler repeats per value.
+// WireVec gives the same bits with the tests taken once per vector:
+//  * magnitude: the largest magnitude as the largest of the values' magnitude bits (for floats
+//    >= 0 the integer order is the float order); a NaN or infinity when one is there, and then
+//    the value-by-value loop finds the block's part of the scale;
+//  * encode: where every |x| / s is at most 1024 (no code is larger) and s lies in
+//    [2^-96, 2^96], x / s as the division's correctly rounded quotient from the correctly
+//    rounded reciprocal r = 1/s (once per vector): q0 = x r, then q = q0 + (x - s q0) r with
+//    both steps fused multiply-adds. With r within half an ulp of 1/s and q0 within one ulp of
+//    x / s, q is x / s rounded to nearest even (Markstein's correction theorem; the sweep
+//    bench/experiments/wire_codec_sweep.cc checks every pair of significands), so the codes equal
+//    wireEncode's. The bounds keep r, q0 and the remainder in fp32's normal range wherever the
+//    quotient could reach a nonzero code. Elsewhere, and with a NaN or infinity in the vector
+//    (whose magnitude then fails the bound), each value takes wireEncode;
+//  * decode: with no NaN code among the vector's codes and no infinity in the block (the
+//    scale's sign bit), each code's value times s, the integers' codes turned into floats by
+//    placing them in the mantissa of 2^23 and subtracting (exact, and full rate where an
+//    integer-to-float conversion is not); otherwise wireDecode per value.
+// Every operation is an IEEE one rounded to nearest, named as such (the host and the GPU
+// compute the same bits); the products code x s are exact, so the reduction may fuse them
+// into its additions. Unit tests compare WireVec with wireEncode and wireDecode bit for bit.
+namespace wire {
+
+// Whether any 8-bit (kBits 8) or 4-bit field of v is zero: the borrow of subtracting one from
+// each field reaches its top bit exactly when the field was zero or borrowed into, and the
+// lowest zero field always does.
+template <int kBits>
+TPAR_HD bool anyFieldZero(uint32_t v) {
+  constexpr uint32_t ones = kBits == 8 ? 0x01010101u : 0x11111111u;
+  constexpr uint32_t tops = kBits == 8 ? 0x80808080u : 0x88888888u;
+  return ((v - ones) & ~v & tops) != 0;
+}
+
+// The bits of the float 2^23 + byte i (0..3) of w: one byte permute on the GPU.
+TPAR_HD uint32_t magicByte(uint32_t w, int i) {
+#if defined(__CUDA_ARCH__)
+  return __byte_perm(w, 0x4B000000u, 0x7440u | static_cast<uint32_t>(i));
+#else
+  return 0x4B000000u | ((w >> (8 * i)) & 0xFFu);
+#endif
+}
+
+}  // namespace wire
+
+template <WireFormat F>
+struct WireVec {
+  using C = WireCodes<F>;
+  static constexpr int kPerWord = 32 / C::kBits;
+  static constexpr int kWords = 8 / kPerWord;  // 2 (FP8, INT8) or 1 (INT4)
+  static constexpr float kMinFastScale = 0x1p-96f;
+  static constexpr float kMaxFastScale = 0x1p96f;
+  static constexpr float kMaxFastQuotient = 1024.0f;  // above every format's largest code
+  // A word of codes that are all the NaN code.
+  static constexpr uint32_t kNanFields = uint32_t(C::kNan) * (C::kBits == 8 ? 0x01010101u : 0x11111111u);
+
+  // The largest magnitude of 8 values, as the largest of their magnitude bits (for floats >= 0
+  // the integer order is the float order): a NaN or infinity when one is among them.
+  TPAR_HD static float magnitude(const float* x) {
+    uint32_t m = 0;
+    TPAR_HD_UNROLL
+    for (int i = 0; i < 8; ++i) {
+      const uint32_t a = wire::floatBits(x[i]) & 0x7FFFFFFFu;
+      m = a > m ? a : m;
+    }
+    return wire::bitsFloat(m);
+  }
+
+  // The vector's part of its block's scale, from its values and their magnitude m: the largest
+  // finite magnitude (amax) and whether an infinity is there, as wireBlockScale counts them.
+  TPAR_HD static void scalePart(const float* x, float m, float* amax, bool* inf) {
+    if (wire::floatBits(m) < 0x7F800000u) {
+      *amax = m;
+      *inf = false;
+      return;
+    }
+    float top = 0.0f;
+    bool any_inf = false;
+    for (int i = 0; i < 8; ++i) {
+      if (wire::isInf(x[i])) {
+        any_inf = true;
+      } else if (!wire::isNan(x[i])) {
+        const float a = wire::absf(x[i]);
+        top = a > top ? a : top;
+      }
+    }
+    *amax = top;
+    *inf = any_inf;
+  }
+
+  // Whether encode takes the fast path for values of magnitude m (as magnitude returns it)
+  // under a scale of value s: the fast path's bounds, false where m is NaN or infinite.
+  TPAR_HD static bool fastEncode(float m, float s) {
+    return s >= kMinFastScale && s <= kMaxFastScale && m <= wire::mulRn(s, kMaxFastQuotient);
+  }
+
+  // The codes of 8 values under `scale` (wireScale's bits) into kWords words, m their
+  // magnitude (magnitude). The same bits as wireEncode<F> per value.
+  TPAR_HD static void encode(const float* x, uint16_t scale, float m, uint32_t* w) {
+    const float s = wire::bf16Value(static_cast<uint16_t>(scale & 0x7FFFu));
+    if (fastEncode(m, s)) {
+      const float r = wire::divRn(1.0f, s);
+      const float top = (scale & 0x8000u) != 0 ? C::kMaxWithInf : C::kMax;
+      float y[8];
+      TPAR_HD_UNROLL
+      for (int i = 0; i < 8; ++i) {
+        const float q0 = wire::mulRn(x[i], r);
+        // Never NaN here, so the clamp may be min and max.
+        y[i] = fminf(fmaxf(wire::fmaRn(wire::fmaRn(-s, q0, x[i]), r, q0), -top), top);
+        if (F == WireFormat::kFp8) {
+          // A zero keeps its sign (the correction adds +0 to -0).
+          y[i] = wire::bitsFloat((wire::floatBits(y[i]) & 0x7FFFFFFFu) |
+                                 (wire::floatBits(x[i]) & 0x80000000u));
+        } else {
+          y[i] = rintf(y[i]);
+        }
+      }
+      TPAR_HD_UNROLL
+      for (int k = 0; k < kWords; ++k) {
+        uint32_t word = 0;
+        if constexpr (F == WireFormat::kFp8) {
+          // Two codes per conversion (one instruction from sm_89 on).
+          TPAR_HD_UNROLL
+          for (int p = 0; p < 2; ++p) {
+            const float2 pair = make_float2(y[4 * k + 2 * p], y[4 * k + 2 * p + 1]);
+            word |= uint32_t(__nv_cvt_float2_to_fp8x2(pair, __NV_SATFINITE, __NV_E4M3)) << (16 * p);
+          }
+        } else {
+          TPAR_HD_UNROLL
+          for (int i = 0; i < kPerWord; ++i)
+            word |= uint32_t(C::encode(y[k * kPerWord + i])) << (i * C::kBits);
+        }
+        w[k] = word;
+      }
+      return;
+    }
+    TPAR_HD_UNROLL
+    for (int k = 0; k < kWords; ++k) {
+      uint32_t word = 0;
+      TPAR_HD_UNROLL
+      for (int i = 0; i < kPerWord; ++i)
+        word |= uint32_t(wireEncode<F>(x[k * kPerWord + i], scale)) << (i * C::kBits);
+      w[k] = word;
+    }
+  }
+
+  // Code i (0..7) of the words.
+  TPAR_HD static uint32_t code(const uint32_t* w, int i) {
+    constexpr uint32_t mask = (1u << C::kBits) - 1;
+    return (w[i / kPerWord] >> ((i % kPerWord) * C::kBits)) & mask;
+  }
+
+  // Whether wireDecode's NaN and infinity rules leave every code of the words to code x s.
+  TPAR_HD static bool plainCodes(const uint32_t* w, uint16_t scale) {
+    bool nan = false;
+    TPAR_HD_UNROLL
+    for (int k = 0; k < kWords; ++k)
+      nan |= wire::anyFieldZero<C::kBits>(w[k] ^ kNanFields);
+    return !nan && (scale & 0x8000u) == 0;
+  }
+
+  // fn(i, value) for the 8 values of the codes under `scale`, in order: wireDecode<F>'s bits.
+  template <typename Fn>
+  TPAR_HD static void decodeEach(const uint32_t* w, uint16_t scale, Fn&& fn) {
+    if (plainCodes(w, scale)) {
+      const float s = wire::bf16Value(scale);
+      if constexpr (F == WireFormat::kFp8) {
+        // Two codes per conversion (one instruction from sm_89 on).
+        TPAR_HD_UNROLL
+        for (int k = 0; k < 4; ++k) {
+          const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(
+              static_cast<__nv_fp8x2_storage_t>(w[k / 2] >> (16 * (k % 2))), __NV_E4M3);
+          __half_raw lo, hi;
+          lo.x = h.x;
+          hi.x = h.y;
+          fn(2 * k, wire::mulRn(__half2float(__half(lo)), s));
+          fn(2 * k + 1, wire::mulRn(__half2float(__half(hi)), s));
+        }
+      } else if constexpr (F == WireFormat::kInt8) {
+        // Offset binary in the low mantissa bits of 2^23: 2^23 + code + 128, exactly.
+        TPAR_HD_UNROLL
+        for (int i = 0; i < 8; ++i) {
+          const uint32_t o = w[i / 4] ^ 0x80808080u;
+          fn(i, wire::mulRn(wire::bitsFloat(wire::magicByte(o, i % 4)) - 8388736.0f, s));
+        }
+      } else {
+        // The same with 2^23 + code + 8, the even codes' nibbles and the odd ones' as bytes.
+        const uint32_t o = w[0] ^ 0x88888888u;
+        const uint32_t even = o & 0x0F0F0F0Fu, odd = (o >> 4) & 0x0F0F0F0Fu;
+        TPAR_HD_UNROLL
+        for (int b = 0; b < 4; ++b) {
+          fn(2 * b, wire::mulRn(wire::bitsFloat(wire::magicByte(even, b)) - 8388616.0f, s));
+          fn(2 * b + 1, wire::mulRn(wire::bitsFloat(wire::magicByte(odd, b)) - 8388616.0f, s));
+        }
+      }
+      return;
+    }
+    TPAR_HD_UNROLL
+    for (int i = 0; i < 8; ++i) fn(i, wireDecode<F>(static_cast<uint8_t>(code(w, i)), scale));
+  }
+
+  TPAR_HD static void decode(const uint32_t* w, uint16_t scale, float* x) {
+    decodeEach(w, scale, [x](int i, float v) { x[i] = v; });
   }
 };
 
