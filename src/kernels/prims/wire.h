@@ -421,9 +421,8 @@ struct WireVec {
     return !nan && (scale & 0x8000u) == 0;
   }
 
-  // fn(i, value) for the 8 values of the codes under `scale`, in order: wireDecode<F>'s bits.
-  template <typename Fn>
-  TPAR_HD static void decodeEach(const uint32_t* w, uint16_t scale, Fn&& fn) {
+  // The 8 values of the codes under `scale`: wireDecode<F>'s bits.
+  TPAR_HD static void decode(const uint32_t* w, uint16_t scale, float* x) {
     if (plainCodes(w, scale)) {
       const float s = wire::bf16Value(scale);
       if constexpr (F == WireFormat::kFp8) {
@@ -435,15 +434,15 @@ struct WireVec {
           __half_raw lo, hi;
           lo.x = h.x;
           hi.x = h.y;
-          fn(2 * k, wire::mulRn(__half2float(__half(lo)), s));
-          fn(2 * k + 1, wire::mulRn(__half2float(__half(hi)), s));
+          x[2 * k] = wire::mulRn(__half2float(__half(lo)), s);
+          x[2 * k + 1] = wire::mulRn(__half2float(__half(hi)), s);
         }
       } else if constexpr (F == WireFormat::kInt8) {
         // Offset binary in the low mantissa bits of 2^23: 2^23 + code + 128, exactly.
         TPAR_HD_UNROLL
         for (int i = 0; i < 8; ++i) {
           const uint32_t o = w[i / 4] ^ 0x80808080u;
-          fn(i, wire::mulRn(wire::bitsFloat(wire::magicByte(o, i % 4)) - 8388736.0f, s));
+          x[i] = wire::mulRn(wire::bitsFloat(wire::magicByte(o, i % 4)) - 8388736.0f, s);
         }
       } else {
         // The same with 2^23 + code + 8, the even codes' nibbles and the odd ones' as bytes.
@@ -451,18 +450,14 @@ struct WireVec {
         const uint32_t even = o & 0x0F0F0F0Fu, odd = (o >> 4) & 0x0F0F0F0Fu;
         TPAR_HD_UNROLL
         for (int b = 0; b < 4; ++b) {
-          fn(2 * b, wire::mulRn(wire::bitsFloat(wire::magicByte(even, b)) - 8388616.0f, s));
-          fn(2 * b + 1, wire::mulRn(wire::bitsFloat(wire::magicByte(odd, b)) - 8388616.0f, s));
+          x[2 * b] = wire::mulRn(wire::bitsFloat(wire::magicByte(even, b)) - 8388616.0f, s);
+          x[2 * b + 1] = wire::mulRn(wire::bitsFloat(wire::magicByte(odd, b)) - 8388616.0f, s);
         }
       }
       return;
     }
     TPAR_HD_UNROLL
-    for (int i = 0; i < 8; ++i) fn(i, wireDecode<F>(static_cast<uint8_t>(code(w, i)), scale));
-  }
-
-  TPAR_HD static void decode(const uint32_t* w, uint16_t scale, float* x) {
-    decodeEach(w, scale, [x](int i, float v) { x[i] = v; });
+    for (int i = 0; i < 8; ++i) x[i] = wireDecode<F>(static_cast<uint8_t>(code(w, i)), scale);
   }
 };
 
