@@ -71,7 +71,7 @@ TEST(LineTags, PlainDataHoldingTheBareEpochIsNotALine) {
 }
 
 // The mixes of the four tag words of every vector in an area are distinct and not zero, which
-// the three tests above rest on; sampled over the whole index range and exhaustively below 2^20.
+// the three tests above rest on; exhaustively for the first 2^18 vectors, sampled up to 2^30.
 TEST(LineTags, MixesAreDistinctAndNonZero) {
   std::set<uint32_t> seen;
   for (uint64_t i = 0; i < (uint64_t{1} << 18); ++i) {
