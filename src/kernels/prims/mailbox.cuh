@@ -8,6 +8,7 @@
 
 #include "kernels/prims/call.cuh"
 #include "kernels/prims/elements.cuh"
+#include "kernels/prims/line_tags.h"
 
 namespace tpar {
 namespace kernels {
@@ -105,12 +106,13 @@ struct SentinelBox : PlainSlots {
 // [sentinel protocol] is for pushes into the receiver's region, which the receiver resets).
 // Only the owner writes a pull area, so no reader could restore sentinels for the next call;
 // every published word is tied to its call's epoch instead:
-//  * Lines (LineBox: one-shot pull, two-shot LL): 16 bytes {d0, epoch, d1, epoch}. A reader
-//    accepts each 8-byte half once its epoch word equals the call's epoch, so only 8-byte store
-//    atomicity is relied on. Half the bytes are payload; a reader needs a single round trip per
-//    vector. Vector i travels as two lines, laid out per group of 32 vectors as the 32 first
-//    halves, then the 32 second halves, so that each of a warp's two load or store
-//    instructions covers 512 contiguous bytes.
+//  * Lines (LineBox: one-shot pull, two-shot LL): 16 bytes {d0, tag, d1, tag'}, each tag the
+//    call's epoch mixed with the position (NOTE [line tags]). A reader accepts each 8-byte half
+//    once its tag is the one of the call's epoch, so only 8-byte store atomicity is relied on.
+//    Half the bytes are payload; a reader needs a single round trip per vector. Vector i
+//    travels as two lines, laid out per group of 32 vectors as the 32 first halves, then the 32
+//    second halves, so that each of a warp's two load or store instructions covers 512
+//    contiguous bytes.
 //  * Flag lines (FlagBox: the pipelined two-shot and two-shot pull): data is stored plainly
 //    and announced per step (NOTE [flag lines]). Full payload efficiency, a fenced hand-off
 //    per step.
@@ -244,6 +246,19 @@ __device__ __forceinline__ bool awaitLine(const PullAreas& b, int phase, uint32_
   return g.agree();
 }
 
+// NOTE [line tags]
+// A pull area is shared by every schedule of the communicator: the flag-line ones (FlagBox, and
+// the wire formats' kernel) leave plain data in it, the user's values or codes as they are. A
+// line reader that runs ahead of its writer reads what the area held two epochs ago; if that
+// was plain data whose words at a line's tag positions happened to equal the call's epoch (a
+// zero and a small denormal in a bf16 pair, four INT8 codes such as 5, 0, 0, 0, or 1.0 and 0.0
+// in fp16 once the epoch reaches 0x3C00), a bare epoch tag would accept stale data. So each
+// 8-byte half of a line carries the epoch XORed with a mix of its position (lineTagMix in
+// line_tags.h): the four tags of a vector differ from each other, so neither a constant word,
+// nor the initial fill, nor a line of two epochs ago passes as a line of this epoch, and other
+// plain data passes only if two of its words equal two unrelated 32-bit values at once. Writer
+// and reader compute the tags from the same vector index; fetch and refetch undo the mix so
+// that a loaded line carries the bare epoch.
 struct LineBox : PullAreas {
   static constexpr bool kReservesWord = false;
   static constexpr bool kPerVector = false;  // block-sliced, with doorbells (below)
@@ -259,19 +274,27 @@ struct LineBox : PullAreas {
   }
   __device__ __forceinline__ void put(char* area, uint64_t i, const Vec& x) const {
     const uint32_t e = ctx.epoch;
-    storeVolatile(lo(area, i), Vec{{x.w[0], e, x.w[1], e}});
-    storeVolatile(lo(area, i) + 32 * kVecBytes, Vec{{x.w[2], e, x.w[3], e}});
+    storeVolatile(lo(area, i), Vec{{x.w[0], lineTag(e, i, 0), x.w[1], lineTag(e, i, 1)}});
+    storeVolatile(lo(area, i) + 32 * kVecBytes,
+                  Vec{{x.w[2], lineTag(e, i, 2), x.w[3], lineTag(e, i, 3)}});
+  }
+  // Line h (0, 1) of vector i as loaded, its tags turned back into the epoch they carry.
+  __device__ __forceinline__ static Vec untag(Vec v, uint64_t i, uint32_t h) {
+    v.w[1] ^= lineTagMix(i, 2 * h);
+    v.w[3] ^= lineTagMix(i, 2 * h + 1);
+    return v;
   }
   __device__ __forceinline__ Line fetch(const char* area, uint64_t i) const {
-    return Line{loadVolatile(lo(area, i)), loadVolatile(lo(area, i) + 32 * kVecBytes)};
+    return Line{untag(loadVolatile(lo(area, i)), i, 0),
+                untag(loadVolatile(lo(area, i) + 32 * kVecBytes), i, 1)};
   }
-  // Both 8-byte halves of a line carry the call's epoch.
+  // Both 8-byte halves of a fetched line carry the call's epoch.
   __device__ __forceinline__ bool half(const Vec& l) const {
     return l.w[1] == ctx.epoch && l.w[3] == ctx.epoch;
   }
   __device__ __forceinline__ void refetch(const char* area, uint64_t i, Line& l) const {
-    if (!half(l.lo)) l.lo = loadVolatile(lo(area, i));
-    if (!half(l.hi)) l.hi = loadVolatile(lo(area, i) + 32 * kVecBytes);
+    if (!half(l.lo)) l.lo = untag(loadVolatile(lo(area, i)), i, 0);
+    if (!half(l.hi)) l.hi = untag(loadVolatile(lo(area, i) + 32 * kVecBytes), i, 1);
   }
   __device__ __forceinline__ bool arrived(const Line& l) const { return half(l.lo) && half(l.hi); }
   __device__ __forceinline__ static Vec payload(const Line& l) {
