@@ -67,64 +67,39 @@ struct WireTwoShot {
     uint16_t scale;
   };
 
-  // The block's scale from each lane's 8 values: largest finite magnitude and whether an
-  // infinity is there, over the block's kVecs lanes (every lane of the warp takes part in the
-  // shuffles).
-  __device__ static uint16_t blockScale(const float* x) {
-    float amax = 0.0f;
-    uint32_t inf = 0;
-#pragma unroll
-    for (int i = 0; i < 8; ++i) {
-      if (wire::isInf(x[i])) {
-        inf = 1;
-      } else if (!wire::isNan(x[i])) {
-        amax = fmaxf(amax, wire::absf(x[i]));
-      }
-    }
-#pragma unroll
-    for (int m = 1; m < kVecs; m <<= 1)
-      amax = fmaxf(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, m));
-#pragma unroll
-    for (int m = 1; m < kVecs; m <<= 1) inf |= __shfl_xor_sync(0xFFFFFFFFu, inf, m);
-    return wireScale<F>(amax, inf != 0);
-  }
+  // The lane's codec (NOTE [wire codec fast paths]): wireEncode's and wireDecode's bits with
+  // the tests for NaN and infinity taken once per vector.
+  using Codec = WireVec<F>;
 
+  // Codes and scale of each lane's 8 values: the block's scale from the largest finite
+  // magnitude and whether an infinity is there, over the block's kVecs lanes (every lane of the
+  // warp takes part in the shuffles).
   __device__ static Coded encode(const float* x) {
+    const float m = Codec::magnitude(x);
+    float amax;
+    bool has_inf;
+    Codec::scalePart(x, m, &amax, &has_inf);
+    uint32_t inf = has_inf ? 1u : 0u;
+#pragma unroll
+    for (int k = 1; k < kVecs; k <<= 1)
+      amax = fmaxf(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, k));
+#pragma unroll
+    for (int k = 1; k < kVecs; k <<= 1) inf |= __shfl_xor_sync(0xFFFFFFFFu, inf, k);
     Coded c;
-    c.scale = blockScale(x);
-#pragma unroll
-    for (int k = 0; k < kCodeWords; ++k) {
-      uint32_t word = 0;
-#pragma unroll
-      for (int i = 0; i < 32 / Codes::kBits; ++i)
-        word |= uint32_t(wireEncode<F>(x[k * (32 / Codes::kBits) + i], c.scale))
-                << (i * Codes::kBits);
-      c.w[k] = word;
-    }
+    c.scale = wireScale<F>(amax, inf != 0);
+    Codec::encode(x, c.scale, m, c.w);
     return c;
   }
 
-  // Value i (0..7) of a vector's codes.
-  __device__ __forceinline__ static float valueOf(const Coded& c, int i) {
-    constexpr uint32_t mask = (1u << Codes::kBits) - 1;
-    constexpr int kPerWord = 32 / Codes::kBits;
-    const uint32_t code = (c.w[i / kPerWord] >> ((i % kPerWord) * Codes::kBits)) & mask;
-    return wireDecode<F>(static_cast<uint8_t>(code), c.scale);
-  }
+  __device__ static void decode(const Coded& c, float* x) { Codec::decode(c.w, c.scale, x); }
 
-  __device__ static void decode(const Coded& c, float* x) {
-#pragma unroll
-    for (int i = 0; i < 8; ++i) x[i] = valueOf(c, i);
-  }
-
-  // acc = decode(c) when first, else op(acc, decode(c)), element by element (no array of
-  // the decoded values live beside acc).
+  // acc = decode(c) when first, else op(acc, decode(c)), element by element. Decoded whole
+  // first: for sm_90 that spilled fewer bytes than adding each value as it was decoded.
   __device__ static void addDecoded(const Coded& c, bool first, const RuntimeOp& op, float* acc) {
+    float y[8];
+    Codec::decode(c.w, c.scale, y);
 #pragma unroll
-    for (int i = 0; i < 8; ++i) {
-      const float y = valueOf(c, i);
-      acc[i] = first ? y : op(acc[i], y);
-    }
+    for (int i = 0; i < 8; ++i) acc[i] = first ? y[i] : op(acc[i], y[i]);
   }
 
   template <typename T>
