@@ -1,7 +1,8 @@
 // The wire codec's fast division (WireVec::encode in src/kernels/prims/wire.h, NOTE [wire codec
 // fast paths]) against IEEE division, on the host (no GPU):
 //  1. every pair of significands: x in [1, 2) (all 2^23 floats) and every bf16 scale s in
-//     [1, 2) (128), the fast quotient q0 + (x - s q0) r with r = 1/s against x / s, bit for bit.
+//     [1, 2) (128), WireVec's quotient (wire::correctedQuotient, r = 1/s) against x / s, bit
+//     for bit.
 //     Scaling x and s by powers of two scales every intermediate exactly while they stay
 //     normal, so this covers the whole range the fast path admits;
 //  2. the edges of that range: scales at 2^-96, 2^-95 and 2^95 (every significand) with
@@ -35,8 +36,7 @@ uint64_t sweepSignificands(int m0, int m1) {
     const float r = wire::divRn(1.0f, s);
     for (uint32_t bits = 0x3F800000u; bits < 0x40000000u; ++bits) {
       const float x = wire::bitsFloat(bits);
-      const float q0 = wire::mulRn(x, r);
-      const float q = wire::fmaRn(wire::fmaRn(-s, q0, x), r, q0);
+      const float q = wire::correctedQuotient(x, s, r);
       const float want = wire::divRn(x, s);
       if (wire::floatBits(q) != wire::floatBits(want)) {
         if (bad < 5) std::printf("  mismatch: x %a s %a fast %a ieee %a\n", x, s, q, want);
@@ -114,7 +114,8 @@ int main(int argc, char** argv) {
   const uint64_t bad2 = sweepEdges<WireFormat::kFp8>(seed, &tried[0]) +
                         sweepEdges<WireFormat::kInt8>(seed + 1, &tried[1]) +
                         sweepEdges<WireFormat::kInt4>(seed + 2, &tried[2]);
-  std::printf("range edges (seed %llu): fp8 %llu, int8 %llu, int4 %llu vectors on the fast path, %llu mismatched words\n",
+  std::printf("range edges (seed %llu): fp8 %llu, int8 %llu, int4 %llu vectors on the fast path, "
+              "%llu mismatched words\n",
               static_cast<unsigned long long>(seed), static_cast<unsigned long long>(tried[0]),
               static_cast<unsigned long long>(tried[1]), static_cast<unsigned long long>(tried[2]),
               static_cast<unsigned long long>(bad2));

@@ -329,7 +329,8 @@ void checkVecEncode(const char* name) {
     referenceWords<F>(x, scale, want);
     fast += V::fastEncode(m, wire::bf16Value(static_cast<uint16_t>(scale & 0x7FFF)));
     for (int k = 0; k < V::kWords; ++k)
-      ASSERT_EQ(want[k], got[k]) << name << " word " << k << " " << words(x, scale) << " seed " << seed;
+      ASSERT_EQ(want[k], got[k])
+          << name << " word " << k << " " << words(x, scale) << " seed " << seed;
   }
   // Most vectors took the fast path (else this would test only the fallback).
   EXPECT_GT(fast, 30000) << name;
@@ -347,7 +348,8 @@ void checkVecDecode(const char* name) {
   std::mt19937_64 rng(seed);
   // Scales: every edge a scale can be (zero, the smallest, the largest finite, with and
   // without the infinity bit) and fresh random ones.
-  std::vector<uint16_t> scales = {0x0000, 0x0001, 0x0080, 0x3F80, 0x7F7F, 0x8000, 0x8001, 0xBF80, 0xFF7F};
+  std::vector<uint16_t> scales = {0x0000, 0x0001, 0x0080, 0x3F80, 0x7F7F,
+                                  0x8000, 0x8001, 0xBF80, 0xFF7F};
   for (int i = 0; i < 600; ++i) {
     uint16_t scale = static_cast<uint16_t>(rng());
     if ((scale & 0x7F80) == 0x7F80) scale &= 0xBFFF;  // a finite scale, as wireScale makes
@@ -362,7 +364,8 @@ void checkVecDecode(const char* name) {
       for (int fill = 0; fill < 2; ++fill) {
         uint32_t w[2] = {0, 0};
         for (int i = 0; i < 8; ++i) {
-          const uint32_t code = fill ? uint32_t(c) : (i == c % 8 ? uint32_t(c) : uint32_t(rng() % kCodes));
+          const bool here = fill || i == c % 8;
+          const uint32_t code = here ? uint32_t(c) : uint32_t(rng() % kCodes);
           w[i / V::kPerWord] |= code << ((i % V::kPerWord) * C::kBits);
         }
         float got[8];

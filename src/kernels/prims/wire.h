@@ -193,20 +193,30 @@ TPAR_HD float wireDecode(uint8_t code, uint16_t scale) {
   return q * wire::bf16Value(static_cast<uint16_t>(scale & 0x7FFFu));
 }
 
+// What a block's scale is made from: the largest finite magnitude of n values (amax) and
+// whether an infinity is among them; NaNs count for neither.
+TPAR_HD void wireBlockPeak(const float* x, int n, float* amax, bool* inf) {
+  float top = 0.0f;
+  bool any_inf = false;
+  for (int i = 0; i < n; ++i) {
+    if (wire::isInf(x[i])) {
+      any_inf = true;
+    } else if (!wire::isNan(x[i])) {
+      const float a = wire::absf(x[i]);
+      top = a > top ? a : top;
+    }
+  }
+  *amax = top;
+  *inf = any_inf;
+}
+
 // One block: its scale from the values, then every value's code (n <= the block's size;
 // missing values count as zero).
 template <WireFormat F>
 TPAR_HD uint16_t wireBlockScale(const float* x, int n) {
-  float amax = 0.0f;
-  bool inf = false;
-  for (int i = 0; i < n; ++i) {
-    if (wire::isInf(x[i])) {
-      inf = true;
-    } else if (!wire::isNan(x[i])) {
-      const float a = wire::absf(x[i]);
-      amax = a > amax ? a : amax;
-    }
-  }
+  float amax;
+  bool inf;
+  wireBlockPeak(x, n, &amax, &inf);
   return wireScale<F>(amax, inf);
 }
 
@@ -269,7 +279,7 @@ struct WireBlock {
 //  * encode: where every |x| / s is at most 1024 (no code is larger) and s lies in
 //    [2^-96, 2^96], x / s as the division's correctly rounded quotient from the correctly
 //    rounded reciprocal r = 1/s (once per vector): q0 = x r, then q = q0 + (x - s q0) r with
-//    both steps fused multiply-adds. With r within half an ulp of 1/s and q0 within one ulp of
+//    both steps fused multiply-adds (correctedQuotient). With r within half an ulp of 1/s and q0 within one ulp of
 //    x / s, q is x / s rounded to nearest even (Markstein's correction theorem; the sweep
 //    bench/experiments/wire_codec_sweep.cc checks every pair of significands), so the codes equal
 //    wireEncode's. The bounds keep r, q0 and the remainder in fp32's normal range wherever the
@@ -294,6 +304,13 @@ TPAR_HD bool anyFieldZero(uint32_t v) {
   return ((v - ones) & ~v & tops) != 0;
 }
 
+// x / s from r, 1 / s rounded to nearest: q0 = x r, corrected once by the exact remainder
+// x - s q0. Within the fast path's bounds this is x / s rounded to nearest even.
+TPAR_HD float correctedQuotient(float x, float s, float r) {
+  const float q0 = mulRn(x, r);
+  return fmaRn(fmaRn(-s, q0, x), r, q0);
+}
+
 // The bits of the float 2^23 + byte i (0..3) of w: one byte permute on the GPU.
 TPAR_HD uint32_t magicByte(uint32_t w, int i) {
 #if defined(__CUDA_ARCH__)
@@ -314,7 +331,8 @@ struct WireVec {
   static constexpr float kMaxFastScale = 0x1p96f;
   static constexpr float kMaxFastQuotient = 1024.0f;  // above every format's largest code
   // A word of codes that are all the NaN code.
-  static constexpr uint32_t kNanFields = uint32_t(C::kNan) * (C::kBits == 8 ? 0x01010101u : 0x11111111u);
+  static constexpr uint32_t kNanFields =
+      uint32_t(C::kNan) * (C::kBits == 8 ? 0x01010101u : 0x11111111u);
 
   // The largest magnitude of 8 values, as the largest of their magnitude bits (for floats >= 0
   // the integer order is the float order): a NaN or infinity when one is among them.
@@ -336,18 +354,7 @@ struct WireVec {
       *inf = false;
       return;
     }
-    float top = 0.0f;
-    bool any_inf = false;
-    for (int i = 0; i < 8; ++i) {
-      if (wire::isInf(x[i])) {
-        any_inf = true;
-      } else if (!wire::isNan(x[i])) {
-        const float a = wire::absf(x[i]);
-        top = a > top ? a : top;
-      }
-    }
-    *amax = top;
-    *inf = any_inf;
+    wireBlockPeak(x, 8, amax, inf);
   }
 
   // Whether encode takes the fast path for values of magnitude m (as magnitude returns it)
@@ -366,9 +373,8 @@ struct WireVec {
       float y[8];
       TPAR_HD_UNROLL
       for (int i = 0; i < 8; ++i) {
-        const float q0 = wire::mulRn(x[i], r);
         // Never NaN here, so the clamp may be min and max.
-        y[i] = fminf(fmaxf(wire::fmaRn(wire::fmaRn(-s, q0, x[i]), r, q0), -top), top);
+        y[i] = fminf(fmaxf(wire::correctedQuotient(x[i], s, r), -top), top);
         if (F == WireFormat::kFp8) {
           // A zero keeps its sign (the correction adds +0 to -0).
           y[i] = wire::bitsFloat((wire::floatBits(y[i]) & 0x7FFFFFFFu) |
@@ -385,7 +391,8 @@ struct WireVec {
           TPAR_HD_UNROLL
           for (int p = 0; p < 2; ++p) {
             const float2 pair = make_float2(y[4 * k + 2 * p], y[4 * k + 2 * p + 1]);
-            word |= uint32_t(__nv_cvt_float2_to_fp8x2(pair, __NV_SATFINITE, __NV_E4M3)) << (16 * p);
+            const uint32_t two = __nv_cvt_float2_to_fp8x2(pair, __NV_SATFINITE, __NV_E4M3);
+            word |= two << (16 * p);
           }
         } else {
           TPAR_HD_UNROLL
