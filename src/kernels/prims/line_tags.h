@@ -27,7 +27,9 @@ TPAR_HOST_DEVICE inline uint32_t lineTag(uint32_t epoch, uint64_t i, uint32_t k)
 // Whether the two tag words w1, w3 of line h (0 or 1) of vector i, as loaded, carry `epoch`.
 TPAR_HOST_DEVICE inline bool lineCarries(uint32_t w1, uint32_t w3, uint32_t epoch, uint64_t i,
                                          uint32_t h) {
-  return (w1 ^ lineTagMix(i, 2 * h)) == epoch && (w3 ^ lineTagMix(i, 2 * h + 1)) == epoch;
+  // Compared with the expected tags, which depend on (epoch, i) alone: computed once per vector
+  // however many peers' lines at that index are tested.
+  return w1 == lineTag(epoch, i, 2 * h) && w3 == lineTag(epoch, i, 2 * h + 1);
 }
 
 }  // namespace kernels

@@ -86,7 +86,7 @@ struct SentinelBox : PlainSlots {
   __device__ __forceinline__ void refetch(const char* area, uint64_t i, Line& l) const {
     l = fetch(area, i);
   }
-  __device__ __forceinline__ static bool arrived(const Line& v) {
+  __device__ __forceinline__ static bool arrived(const Line& v, uint64_t) {
     return v.w[0] != kSentinel && v.w[1] != kSentinel && v.w[2] != kSentinel &&
            v.w[3] != kSentinel;
   }
@@ -257,8 +257,11 @@ __device__ __forceinline__ bool awaitLine(const PullAreas& b, int phase, uint32_
 // line_tags.h): the four tags of a vector differ from each other, so neither a constant word,
 // nor the initial fill, nor a line of two epochs ago passes as a line of this epoch, and other
 // plain data passes only if two of its words equal two unrelated 32-bit values at once. Writer
-// and reader compute the tags from the same vector index; fetch and refetch undo the mix so
-// that a loaded line carries the bare epoch.
+// and reader compute the tags from the same vector index. A reader compares the loaded tag words
+// with the ones expected at that index (arrived(l, i)) instead of undoing the mix on each load:
+// the expected tags depend on the epoch and the index alone, so where every peer's line sits at the same index
+// (one-shot pull) they are the same for every peer, and each peer's test is the bare epoch's
+// (two compares per line).
 struct LineBox : PullAreas {
   static constexpr bool kReservesWord = false;
   static constexpr bool kPerVector = false;  // block-sliced, with doorbells (below)
@@ -278,25 +281,20 @@ struct LineBox : PullAreas {
     storeVolatile(lo(area, i) + 32 * kVecBytes,
                   Vec{{x.w[2], lineTag(e, i, 2), x.w[3], lineTag(e, i, 3)}});
   }
-  // Line h (0, 1) of vector i as loaded, its tags turned back into the epoch they carry.
-  __device__ __forceinline__ static Vec untag(Vec v, uint64_t i, uint32_t h) {
-    v.w[1] ^= lineTagMix(i, 2 * h);
-    v.w[3] ^= lineTagMix(i, 2 * h + 1);
-    return v;
+  __device__ __forceinline__ static Line fetch(const char* area, uint64_t i) {
+    return Line{loadVolatile(lo(area, i)), loadVolatile(lo(area, i) + 32 * kVecBytes)};
   }
-  __device__ __forceinline__ Line fetch(const char* area, uint64_t i) const {
-    return Line{untag(loadVolatile(lo(area, i)), i, 0),
-                untag(loadVolatile(lo(area, i) + 32 * kVecBytes), i, 1)};
-  }
-  // Both 8-byte halves of a fetched line carry the call's epoch.
-  __device__ __forceinline__ bool half(const Vec& l) const {
-    return l.w[1] == ctx.epoch && l.w[3] == ctx.epoch;
+  // Line h (0, 1) of vector i, as loaded, carries the call's epoch in both 8-byte halves.
+  __device__ __forceinline__ bool half(const Vec& l, uint64_t i, uint32_t h) const {
+    return lineCarries(l.w[1], l.w[3], ctx.epoch, i, h);
   }
   __device__ __forceinline__ void refetch(const char* area, uint64_t i, Line& l) const {
-    if (!half(l.lo)) l.lo = untag(loadVolatile(lo(area, i)), i, 0);
-    if (!half(l.hi)) l.hi = untag(loadVolatile(lo(area, i) + 32 * kVecBytes), i, 1);
+    if (!half(l.lo, i, 0)) l.lo = loadVolatile(lo(area, i));
+    if (!half(l.hi, i, 1)) l.hi = loadVolatile(lo(area, i) + 32 * kVecBytes);
   }
-  __device__ __forceinline__ bool arrived(const Line& l) const { return half(l.lo) && half(l.hi); }
+  __device__ __forceinline__ bool arrived(const Line& l, uint64_t i) const {
+    return half(l.lo, i, 0) && half(l.hi, i, 1);
+  }
   __device__ __forceinline__ static Vec payload(const Line& l) {
     return Vec{{l.lo.w[0], l.lo.w[2], l.hi.w[0], l.hi.w[2]}};
   }
@@ -321,7 +319,7 @@ struct FlagBox : PullAreas, PlainSlots {
   using PullAreas::PullAreas;
 
   __device__ __forceinline__ void refetch(const char*, uint64_t, Line&) const {}
-  __device__ __forceinline__ static bool arrived(const Line&) { return true; }  // after await
+  __device__ __forceinline__ static bool arrived(const Line&, uint64_t) { return true; }  // after await
   __device__ __forceinline__ void commit(int phase, uint32_t done, const Group& g) const {
     commitLine<true>(*this, phase, done, g);
   }
@@ -340,7 +338,7 @@ struct At {
 template <class Box>
 __device__ __forceinline__ bool settle(const Box& box, const char* area, uint64_t i,
                                        typename Box::Line& l, Waiter& w) {
-  while (!box.arrived(l)) {
+  while (!box.arrived(l, i)) {
     if (!w.keepWaiting()) return false;
     box.refetch(area, i, l);
   }
