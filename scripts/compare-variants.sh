@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Experiments with variants of the code (docs/PERFORMANCE.md keeps them): builds the tpar CLI of
 # several source trees in parallel, then runs every config with every tree's CLI, ROUNDS times
-# (3), in alternating tree order so that a drift of the machine cancels, and prints per (config,
+# (3), the tree order rotated by one each round so that a drift of the machine or an advantage
+# of a position cancels (use a multiple of the number of trees), and prints per (config,
 # ranks, backend, size) each tree's median of (out-of-place + in-place) / 2 in us, with the
 # range over the rounds. Results unchecked (-c 0: the GPU tests check them). Exits 1 when a
 # build or a run failed (the table then has what did run), 2 on bad arguments. Knobs
@@ -58,9 +59,13 @@ rounds=${ROUNDS:-3}
 for ((r = 0; r < rounds; ++r)); do
   for c in "$@"; do
     IFS='|' read -r name envs args <<<"$c"
-    order=$tags
-    [ $((r % 2)) = 1 ] && order=$(echo $tags | tr ' ' '\n' | tac | tr '\n' ' ')
-    for tag in $order; do
+    # Round r starts at tree r mod n and wraps: over n rounds each tree runs once in each
+    # position (first, second, ...), so an advantage of a position (the first run after another
+    # config's, a warmer GPU) falls on every tree alike. With two trees: a b, b a, a b, ...
+    read -r -a tl <<<"$tags"
+    order=()
+    for ((k = 0; k < ${#tl[@]}; ++k)); do order+=("${tl[(r + k) % ${#tl[@]}]}"); done
+    for tag in "${order[@]}"; do
       # shellcheck disable=SC2086  # envs and args are word lists
       env $envs "$work/exp-build-$tag/tools/tpar/tpar" bench $args -c 0 --json "$out/$name-$tag-$r.json" \
         >"$out/$name-$tag-$r.txt" 2>&1 || { echo "run $name $tag failed"; status=1; }

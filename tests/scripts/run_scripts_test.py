@@ -635,6 +635,16 @@ class CompareVariants(unittest.TestCase):
         self.assertEqual(order, ["exp-build-base", "exp-build-var", "exp-build-var",
                                  "exp-build-base"])
 
+    def test_three_trees_take_each_position_once_in_three_rounds(self):
+        t = self.tmp.name
+        tree = os.path.join(t, "tree")
+        self.env["ROUNDS"] = "3"
+        r = self.compare(f"a={tree} b={tree}+{t}/marker.patch c={tree}", "c|A=1|--ranks 2")
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        with open(os.path.join(t, "runs.log")) as f:
+            order = [line.split()[0].replace("exp-build-", "") for line in f]
+        self.assertEqual(order, ["a", "b", "c", "b", "c", "a", "c", "a", "b"])
+
     def test_a_failed_build_fails_the_run_and_leaves_the_others_in_the_table(self):
         t = self.tmp.name
         tree = os.path.join(t, "tree")
