@@ -257,11 +257,11 @@ __device__ __forceinline__ bool awaitLine(const PullAreas& b, int phase, uint32_
 // line_tags.h): the four tags of a vector differ from each other, so neither a constant word,
 // nor the initial fill, nor a line of two epochs ago passes as a line of this epoch, and other
 // plain data passes only if two of its words equal two unrelated 32-bit values at once. Writer
-// and reader compute the tags from the same vector index. A reader compares the loaded tag words
-// with the ones expected at that index (arrived(l, i)) instead of undoing the mix on each load:
-// the expected tags depend on the epoch and the index alone, so where every peer's line sits at the same index
-// (one-shot pull) they are the same for every peer, and each peer's test is the bare epoch's
-// (two compares per line).
+// and reader compute the tags from the same vector index. A reader compares the loaded tag
+// words with the ones expected at that index (arrived(l, i)) instead of undoing the mix on each
+// load: the expected tags depend on the epoch and the index alone, so where every peer's line
+// sits at the same index (one-shot pull) they are the same for every peer, and each peer's test
+// is the bare epoch's (two compares per line).
 struct LineBox : PullAreas {
   static constexpr bool kReservesWord = false;
   static constexpr bool kPerVector = false;  // block-sliced, with doorbells (below)
