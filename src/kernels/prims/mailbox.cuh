@@ -319,7 +319,8 @@ struct FlagBox : PullAreas, PlainSlots {
   using PullAreas::PullAreas;
 
   __device__ __forceinline__ void refetch(const char*, uint64_t, Line&) const {}
-  __device__ __forceinline__ static bool arrived(const Line&, uint64_t) { return true; }  // after await
+  // After await: the flag said the block's data is there.
+  __device__ __forceinline__ static bool arrived(const Line&, uint64_t) { return true; }
   __device__ __forceinline__ void commit(int phase, uint32_t done, const Group& g) const {
     commitLine<true>(*this, phase, done, g);
   }
