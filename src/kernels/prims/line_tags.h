@@ -12,24 +12,21 @@ namespace tpar {
 namespace kernels {
 
 // What the tag word k (0 and 1: the first line's two 8-byte halves, 2 and 3: the second
-// line's) of vector i is XORed with: an odd multiple, so a bijection of i * 4 + k + 1, which is
-// distinct and non-zero for every (i, k) of an area below 2^30 vectors. So the four tags of a
-// vector differ from each other and from the bare epoch.
-TPAR_HOST_DEVICE inline uint32_t lineTagMix(uint64_t i, uint32_t k) {
-  return static_cast<uint32_t>(i * 4 + k + 1) * 0x9E3779B1u;
+// line's) is XORed with: odd multiples of 1 to 4, so four distinct non-zero words. So the two
+// tags of a line differ from each other, from the other line's and from the bare epoch. They do
+// not depend on the vector's position: a slot holds one vector per epoch, and tags the same at
+// every position are computed once per call rather than once per peer and vector
+// (NOTE [line tags] in mailbox.cuh).
+TPAR_HOST_DEVICE inline uint32_t lineTagMix(uint32_t k) { return (k + 1) * 0x9E3779B1u; }
+
+// The word a writer stores as tag k of a vector in `epoch`.
+TPAR_HOST_DEVICE inline uint32_t lineTag(uint32_t epoch, uint32_t k) {
+  return epoch ^ lineTagMix(k);
 }
 
-// The word a writer stores as tag k of vector i in `epoch`.
-TPAR_HOST_DEVICE inline uint32_t lineTag(uint32_t epoch, uint64_t i, uint32_t k) {
-  return epoch ^ lineTagMix(i, k);
-}
-
-// Whether the two tag words w1, w3 of line h (0 or 1) of vector i, as loaded, carry `epoch`.
-TPAR_HOST_DEVICE inline bool lineCarries(uint32_t w1, uint32_t w3, uint32_t epoch, uint64_t i,
-                                         uint32_t h) {
-  // Compared with the expected tags, which depend on (epoch, i) alone: computed once per vector
-  // however many peers' lines at that index are tested.
-  return w1 == lineTag(epoch, i, 2 * h) && w3 == lineTag(epoch, i, 2 * h + 1);
+// Whether the two tag words w1, w3 of line h (0 or 1) of a vector, as loaded, carry `epoch`.
+TPAR_HOST_DEVICE inline bool lineCarries(uint32_t w1, uint32_t w3, uint32_t epoch, uint32_t h) {
+  return w1 == lineTag(epoch, 2 * h) && w3 == lineTag(epoch, 2 * h + 1);
 }
 
 }  // namespace kernels

@@ -86,7 +86,7 @@ struct SentinelBox : PlainSlots {
   __device__ __forceinline__ void refetch(const char* area, uint64_t i, Line& l) const {
     l = fetch(area, i);
   }
-  __device__ __forceinline__ static bool arrived(const Line& v, uint64_t) {
+  __device__ __forceinline__ static bool arrived(const Line& v) {
     return v.w[0] != kSentinel && v.w[1] != kSentinel && v.w[2] != kSentinel &&
            v.w[3] != kSentinel;
   }
@@ -253,15 +253,15 @@ __device__ __forceinline__ bool awaitLine(const PullAreas& b, int phase, uint32_
 // was plain data whose words at a line's tag positions happened to equal the call's epoch (a
 // zero and a small denormal in a bf16 pair, four INT8 codes such as 5, 0, 0, 0, or 1.0 and 0.0
 // in fp16 once the epoch reaches 0x3C00), a bare epoch tag would accept stale data. So each
-// 8-byte half of a line carries the epoch XORed with a mix of its position (lineTagMix in
-// line_tags.h): the four tags of a vector differ from each other, so neither a constant word,
-// nor the initial fill, nor a line of two epochs ago passes as a line of this epoch, and other
-// plain data passes only if two of its words equal two unrelated 32-bit values at once. Writer
-// and reader compute the tags from the same vector index. A reader compares the loaded tag
-// words with the ones expected at that index (arrived(l, i)) instead of undoing the mix on each
-// load: the expected tags depend on the epoch and the index alone, so where every peer's line
-// sits at the same index (one-shot pull) they are the same for every peer, and each peer's test
-// is the bare epoch's (two compares per line).
+// 8-byte half of a line carries the epoch XORed with a constant of its place in the vector
+// (lineTagMix in line_tags.h): the four tags of a vector differ from each other, so neither a
+// constant word, nor the initial fill, nor a line of two epochs ago passes as a line of this
+// epoch, and other plain data passes only if two of its words equal two unrelated 32-bit values
+// at once. The constants do not depend on the vector's position: a slot holds one vector per
+// epoch (as with the bare epoch, which the tags replace), so a position mix would guard against
+// nothing more, and it cost the two-shot LL, whose peers' lines sit at different positions, a
+// tag computation per peer and vector; with constants a reader's four expected tags are
+// computed once per call (docs/PERFORMANCE.md, "Line tags without the position").
 struct LineBox : PullAreas {
   static constexpr bool kReservesWord = false;
   static constexpr bool kPerVector = false;  // block-sliced, with doorbells (below)
@@ -277,23 +277,23 @@ struct LineBox : PullAreas {
   }
   __device__ __forceinline__ void put(char* area, uint64_t i, const Vec& x) const {
     const uint32_t e = ctx.epoch;
-    storeVolatile(lo(area, i), Vec{{x.w[0], lineTag(e, i, 0), x.w[1], lineTag(e, i, 1)}});
+    storeVolatile(lo(area, i), Vec{{x.w[0], lineTag(e, 0), x.w[1], lineTag(e, 1)}});
     storeVolatile(lo(area, i) + 32 * kVecBytes,
-                  Vec{{x.w[2], lineTag(e, i, 2), x.w[3], lineTag(e, i, 3)}});
+                  Vec{{x.w[2], lineTag(e, 2), x.w[3], lineTag(e, 3)}});
   }
   __device__ __forceinline__ static Line fetch(const char* area, uint64_t i) {
     return Line{loadVolatile(lo(area, i)), loadVolatile(lo(area, i) + 32 * kVecBytes)};
   }
-  // Line h (0, 1) of vector i, as loaded, carries the call's epoch in both 8-byte halves.
-  __device__ __forceinline__ bool half(const Vec& l, uint64_t i, uint32_t h) const {
-    return lineCarries(l.w[1], l.w[3], ctx.epoch, i, h);
+  // Line h (0, 1) of a vector, as loaded, carries the call's epoch in both 8-byte halves.
+  __device__ __forceinline__ bool half(const Vec& l, uint32_t h) const {
+    return lineCarries(l.w[1], l.w[3], ctx.epoch, h);
   }
   __device__ __forceinline__ void refetch(const char* area, uint64_t i, Line& l) const {
-    if (!half(l.lo, i, 0)) l.lo = loadVolatile(lo(area, i));
-    if (!half(l.hi, i, 1)) l.hi = loadVolatile(lo(area, i) + 32 * kVecBytes);
+    if (!half(l.lo, 0)) l.lo = loadVolatile(lo(area, i));
+    if (!half(l.hi, 1)) l.hi = loadVolatile(lo(area, i) + 32 * kVecBytes);
   }
-  __device__ __forceinline__ bool arrived(const Line& l, uint64_t i) const {
-    return half(l.lo, i, 0) && half(l.hi, i, 1);
+  __device__ __forceinline__ bool arrived(const Line& l) const {
+    return half(l.lo, 0) && half(l.hi, 1);
   }
   __device__ __forceinline__ static Vec payload(const Line& l) {
     return Vec{{l.lo.w[0], l.lo.w[2], l.hi.w[0], l.hi.w[2]}};
@@ -320,7 +320,7 @@ struct FlagBox : PullAreas, PlainSlots {
 
   __device__ __forceinline__ void refetch(const char*, uint64_t, Line&) const {}
   // After await: the flag said the block's data is there.
-  __device__ __forceinline__ static bool arrived(const Line&, uint64_t) { return true; }
+  __device__ __forceinline__ static bool arrived(const Line&) { return true; }
   __device__ __forceinline__ void commit(int phase, uint32_t done, const Group& g) const {
     commitLine<true>(*this, phase, done, g);
   }
@@ -339,7 +339,7 @@ struct At {
 template <class Box>
 __device__ __forceinline__ bool settle(const Box& box, const char* area, uint64_t i,
                                        typename Box::Line& l, Waiter& w) {
-  while (!box.arrived(l, i)) {
+  while (!box.arrived(l)) {
     if (!w.keepWaiting()) return false;
     box.refetch(area, i, l);
   }
