@@ -107,12 +107,12 @@ struct SentinelBox : PlainSlots {
 // Only the owner writes a pull area, so no reader could restore sentinels for the next call;
 // every published word is tied to its call's epoch instead:
 //  * Lines (LineBox: one-shot pull, two-shot LL): 16 bytes {d0, tag, d1, tag'}, each tag the
-//    call's epoch mixed with the position (NOTE [line tags]). A reader accepts each 8-byte half
-//    once its tag is the one of the call's epoch, so only 8-byte store atomicity is relied on.
-//    Half the bytes are payload; a reader needs a single round trip per vector. Vector i
-//    travels as two lines, laid out per group of 32 vectors as the 32 first halves, then the 32
-//    second halves, so that each of a warp's two load or store instructions covers 512
-//    contiguous bytes.
+//    call's epoch mixed with the tag's place in the vector (NOTE [line tags]). A reader accepts
+//    each 8-byte half once its tag is the one of the call's epoch, so only 8-byte store
+//    atomicity is relied on. Half the bytes are payload; a reader needs a single round trip per
+//    vector. Vector i travels as two lines, laid out per group of 32 vectors as the 32 first
+//    halves, then the 32 second halves, so that each of a warp's two load or store
+//    instructions covers 512 contiguous bytes.
 //  * Flag lines (FlagBox: the pipelined two-shot and two-shot pull): data is stored plainly
 //    and announced per step (NOTE [flag lines]). Full payload efficiency, a fenced hand-off
 //    per step.
