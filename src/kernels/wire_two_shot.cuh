@@ -31,12 +31,13 @@ enum WireRole { kWirePush, kWireReduce, kWireGather };
 
 template <WireFormat F>
 struct WireTwoShot {
-  static constexpr int kBlock = kWireKernelBlock;
+  static constexpr int kBlock = wireKernelBlock(F);
+  static_assert(wireKernelBlockValid(kBlock), "a kernel block is 32, 64 or 128 values");
   using Codes = WireCodes<F>;
   // A thread holds one 16-byte vector of 8 values, so kVecs lanes hold one wire block (a quad at
   // the block of 32); their codes are 8 bytes (FP8, INT8) or 4 (INT4) per vector, contiguous as
   // WireBlock lays out a block.
-  static constexpr int kVecs = kWireKernelBlockVecs;
+  static constexpr int kVecs = wireBlockVecs(kBlock);
   static constexpr int kCodeWords = 8 * Codes::kBits / 32;  // per vector: 2 or 1
   static constexpr uint64_t kVecCodeBytes = kCodeWords * 4;
   // NOTE [wire schedule in runs of a warp]
@@ -47,7 +48,7 @@ struct WireTwoShot {
   // schedule"). The cost is up to one run less a block of padding per chunk, inside the half of
   // the region the lossless schedule sizes for the same piece: codes and scales take 34 of a
   // 32-value block's 64 bytes (the property test AlignedWireChunksFitTheHalfTheLosslessPieceUses).
-  static constexpr uint64_t kAlign = kWireKernelAlign;
+  static constexpr uint64_t kAlign = wireBlockAlign(kBlock);
 
   struct Call {
     const AllReduceArgs& a;

@@ -271,7 +271,7 @@ static_assert(static_cast<int>(kernels::WireFormat::kFp8) == tparWireFp8 &&
 #define TPAR_WIRE_ROW_(Key, plain, name, wire, set)                 \
   {Algo::k##Key, Algo::k##plain, name, wire, &kernels::set,         \
    kernels::wireBytesPerValue<static_cast<kernels::WireFormat>(wire)>(), \
-   kernels::kWireKernelBlock},
+   kernels::wireKernelBlock(static_cast<kernels::WireFormat>(wire))},
 const std::vector<WireAlgorithm>& wireTable() {
   static const std::vector<WireAlgorithm> rows = {TPAR_WIRE_ALGORITHMS(TPAR_WIRE_ROW_)};
   return rows;

@@ -119,7 +119,7 @@ struct WireAlgorithm {
   tparWire_t wire;
   const kernels::KernelSet* kernels;
   double bytes_per_value;  // on the wire: codes and scales (kernels/prims/wire.h)
-  int block_values;        // values per block, each with its scale (kWireKernelBlock)
+  int block_values;        // values per block, each with its scale (kernels::wireKernelBlock)
 };
 // The variant of plain algorithm `plain` with format `wire`, or null (none, or tparWireNone).
 const WireAlgorithm* wireAlgorithmOf(kernels::Algo plain, tparWire_t wire);

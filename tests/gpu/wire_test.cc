@@ -71,7 +71,7 @@ size_t runWire(VirtualGroup& g, WireFormat f, const Case& c, std::mt19937_64& rn
     }
   }
   const std::vector<float> want =
-      tpar::ref::wireAllReduce(f, tpar::kernels::kWireKernelBlock,
+      tpar::ref::wireAllReduce(f, tpar::kernels::wireKernelBlock(f),
                                  tpar::ref::WireAlgo::kTwoShot, values, c.op);
   Buffers b;
   EXPECT_EQ(cudaSuccess, b.alloc(n, c.count * 2));

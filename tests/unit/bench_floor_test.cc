@@ -167,17 +167,21 @@ TEST(HostLinkFloor, OneRankPerGpuDividesTheBytesByTheRanks) {
 }
 
 TEST(HostLinkFloor, WireVariantsMoveTheirCodesAndScales) {
-  // FP8 and INT8: B + 2 bytes per block of B values where bf16 takes 2B; INT4: B / 2 + 2.
-  constexpr double kB = tpar::kernels::kWireKernelBlock;
+  // FP8 and INT8: B + 2 bytes per block of B values where bf16 takes 2B; INT4: B / 2 + 2, each
+  // with its format's block B.
+  constexpr double kB8 = tpar::kernels::wireKernelBlock(tpar::kernels::WireFormat::kFp8);
+  constexpr double kBi8 = tpar::kernels::wireKernelBlock(tpar::kernels::WireFormat::kInt8);
+  constexpr double kB4 = tpar::kernels::wireKernelBlock(tpar::kernels::WireFormat::kInt4);
   HostLinkFloor plain, fp8, int8, int4;
   ASSERT_TRUE(hostLinkFloor("pipelined", kM, 4, 4, kWrite, kRead, kRtt, &plain));
   ASSERT_TRUE(hostLinkFloor("pipelined+fp8", kM, 4, 4, kWrite, kRead, kRtt, &fp8));
   ASSERT_TRUE(hostLinkFloor("pipelined+int8", kM, 4, 4, kWrite, kRead, kRtt, &int8));
   ASSERT_TRUE(hostLinkFloor("pipelined+int4", kM, 4, 4, kWrite, kRead, kRtt, &int4));
-  EXPECT_DOUBLE_EQ(plain.write_bytes * (kB + 2) / (2 * kB), fp8.write_bytes);
-  EXPECT_DOUBLE_EQ(plain.read_bytes * (kB + 2) / (2 * kB), fp8.read_bytes);
-  EXPECT_DOUBLE_EQ(fp8.read_bytes, int8.read_bytes);
-  EXPECT_DOUBLE_EQ(plain.read_bytes * (kB / 2 + 2) / (2 * kB), int4.read_bytes);
+  EXPECT_DOUBLE_EQ(plain.write_bytes * (kB8 + 2) / (2 * kB8), fp8.write_bytes);
+  EXPECT_DOUBLE_EQ(plain.read_bytes * (kB8 + 2) / (2 * kB8), fp8.read_bytes);
+  EXPECT_DOUBLE_EQ(plain.write_bytes * (kBi8 + 2) / (2 * kBi8), int8.write_bytes);
+  EXPECT_DOUBLE_EQ(plain.read_bytes * (kBi8 + 2) / (2 * kBi8), int8.read_bytes);
+  EXPECT_DOUBLE_EQ(plain.read_bytes * (kB4 / 2 + 2) / (2 * kB4), int4.read_bytes);
   EXPECT_EQ(plain.rounds, int4.rounds);
   EXPECT_LT(int4.us, fp8.us);
   EXPECT_LT(fp8.us, plain.us);

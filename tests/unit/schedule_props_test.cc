@@ -220,20 +220,29 @@ TEST(KernelSchedule, AlignedSlicesAndStepsCoverEveryPositionOnceFromAlignedStart
 
 // The formats' kernel pads every chunk to whole runs of a warp's wire blocks (NOTE [wire
 // schedule in runs of a warp]) inside the half of the region the lossless pipelined schedule
-// sizes for the same piece: its codes and scales (B + 2 bytes per block of B 16-bit values, FP8
-// and INT8; INT4 less) must fit there for every piece, from a single block to the largest, at
-// every group size. The half holds at least the smallest maxBytesPerCall (64 KiB) and at least
-// the lossless chunks of the piece.
+// sizes for the same piece: its codes and scales (B * bits / 8 + 2 bytes per block of B 16-bit
+// values) must fit there for every piece, from a single block to the largest, at every group
+// size, with each format's block. The half holds at least the smallest maxBytesPerCall (64 KiB)
+// and at least the lossless chunks of the piece.
 TEST(KernelSchedule, AlignedWireChunksFitTheHalfTheLosslessPieceUses) {
-  constexpr uint64_t kB = kernels::kWireKernelBlock;
-  for (int n = 2; n <= 16; ++n) {
-    for (uint64_t bytes = 64; bytes <= (64ull << 20); bytes = bytes * 3 / 2 + 64) {
-      const uint64_t blocks = (bytes + 2 * kB - 1) / (2 * kB);
-      const Slice s = kernels::alignedBlockSlice(blocks, n, 64, 0, kernels::kWireKernelAlign);
-      const uint64_t wire = uint64_t(n) * s.chunk * (kB + 2);
-      const uint64_t lossless = uint64_t(n) * kernels::chunkVecs((bytes + 15) / 16, n, 1) * 16;
-      const uint64_t half = std::max<uint64_t>(lossless, 64u << 10);
-      ASSERT_LE(wire, half) << "n " << n << " bytes " << bytes;
+  const struct {
+    kernels::WireFormat f;
+    uint64_t bits;
+  } formats[] = {{kernels::WireFormat::kFp8, 8}, {kernels::WireFormat::kInt8, 8},
+                 {kernels::WireFormat::kInt4, 4}};
+  for (const auto& w : formats) {
+    const uint64_t kB = kernels::wireKernelBlock(w.f);
+    ASSERT_TRUE(kernels::wireKernelBlockValid(static_cast<int>(kB))) << kB;
+    for (int n = 2; n <= 16; ++n) {
+      for (uint64_t bytes = 64; bytes <= (64ull << 20); bytes = bytes * 3 / 2 + 64) {
+        const uint64_t blocks = (bytes + 2 * kB - 1) / (2 * kB);
+        const Slice s = kernels::alignedBlockSlice(blocks, n, 64, 0,
+                                                   kernels::wireBlockAlign(static_cast<int>(kB)));
+        const uint64_t wire = uint64_t(n) * s.chunk * (kB * w.bits / 8 + 2);
+        const uint64_t lossless = uint64_t(n) * kernels::chunkVecs((bytes + 15) / 16, n, 1) * 16;
+        const uint64_t half = std::max<uint64_t>(lossless, 64u << 10);
+        ASSERT_LE(wire, half) << "block " << kB << " n " << n << " bytes " << bytes;
+      }
     }
   }
 }

@@ -220,21 +220,32 @@ TPAR_HD uint16_t wireBlockScale(const float* x, int n) {
   return wireScale<F>(amax, inf);
 }
 
-// The block the kernels send (wire_two_shot.cuh): 32 values, one bf16 scale. The kernel is
-// written for any block of 32, 64 or 128 values (docs/WIRE.md, "The block size").
-constexpr int kWireKernelBlock = 32;
-static_assert(kWireKernelBlock == 32 || kWireKernelBlock == 64 || kWireKernelBlock == 128,
-              "a kernel block is 4, 8 or 16 lanes' vectors of 8 values, within one warp's run");
-// The 16-byte vectors of 8 values of one kernel block: the lanes that agree on its scale.
-constexpr int kWireKernelBlockVecs = kWireKernelBlock / 8;
-// Kernel blocks in one warp's run of 32 vectors: the unit the formats' schedule aligns chunks,
-// slices and steps to (NOTE [wire schedule in runs of a warp]).
-constexpr int kWireKernelAlign = 32 / kWireKernelBlockVecs;
+// A block of the kernels (wire_two_shot.cuh) is 4, 8 or 16 lanes' 16-byte vectors of 8 values,
+// within one warp's run: 32, 64 or 128 values per bf16 scale (docs/WIRE.md, "The block size").
+TPAR_HD constexpr bool wireKernelBlockValid(int block) {
+  return block == 32 || block == 64 || block == 128;
+}
+// The 16-byte vectors of 8 values of one block: the lanes that agree on its scale.
+TPAR_HD constexpr int wireBlockVecs(int block) { return block / 8; }
+// Blocks in one warp's run of 32 vectors: the unit the formats' schedule aligns chunks, slices
+// and steps to (NOTE [wire schedule in runs of a warp]).
+TPAR_HD constexpr int wireBlockAlign(int block) { return 32 / wireBlockVecs(block); }
+
+// The block the kernels send with format f. Each format has its own, so that a larger block,
+// fewer scale bytes and accesses for more error, can be taken where it pays for one format
+// alone (the error grows the most for INT4: docs/WIRE.md, "Accuracy"). Every format sends
+// blocks of 32, the most accurate, until a timed run on the kernels shows a larger one pays.
+TPAR_HD constexpr int wireKernelBlock(WireFormat f) {
+  return f == WireFormat::kFp8    ? 32
+         : f == WireFormat::kInt8 ? 32
+                                  : 32;
+}
 
 // Bytes on the wire per value in the kernels' blocks: the codes and the block's scale.
 template <WireFormat F>
 constexpr double wireBytesPerValue() {
-  return (kWireKernelBlock * WireCodes<F>::kBits / 8 + 2) / static_cast<double>(kWireKernelBlock);
+  constexpr int kBlock = wireKernelBlock(F);
+  return (kBlock * WireCodes<F>::kBits / 8 + 2) / static_cast<double>(kBlock);
 }
 
 // One block in 32-bit words, as a thread of a kernel holds it: code i in bits 8i (FP8, INT8) or

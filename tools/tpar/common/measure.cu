@@ -194,7 +194,7 @@ std::string Ranks::countWireWrongIn(const std::vector<void*>& bufs, size_t count
         for (size_t i = a; i < b; ++i) in[r][i - a] = inputValue(i, r, seed);
       }
       const std::vector<float> want =
-          tpar::ref::wireAllReduce(format, tpar::kernels::kWireKernelBlock,
+          tpar::ref::wireAllReduce(format, tpar::kernels::wireKernelBlock(format),
                                    tpar::ref::WireAlgo::kTwoShot, in, op);
       for (size_t i = a; i < b; ++i) {
         uint16_t bits;
