@@ -494,7 +494,9 @@ TEST(WireAllReduce, EveryValueStaysWithinHalfAStepPerEncodingOfTheExactSum) {
 }
 
 // The bounds docs/WIRE.md states for activations with outlier channels (relative L2 error of
-// the bf16 result against the exact sum, blocks of 32, two-shot), with the lossless path's.
+// the bf16 result against the exact sum, two-shot), with the lossless path's, at the block each
+// format's kernels send (the bounds were set for blocks of 32: a larger block must come with
+// its own).
 TEST(WireAllReduce, RelativeErrorOnActivationsMeetsTheStatedBounds) {
   const uint64_t seed = freshSeed();
   std::mt19937_64 rng(seed);
@@ -513,12 +515,12 @@ TEST(WireAllReduce, RelativeErrorOnActivationsMeetsTheStatedBounds) {
       return std::sqrt(num / den);
     };
     EXPECT_LE(relL2(tpar::ref::losslessAllReduce(in)), 0.003) << n << " seed " << seed;
-    EXPECT_LE(relL2(tpar::ref::wireAllReduce(WireFormat::kFp8, 32, WireAlgo::kTwoShot, in)), 0.025)
-        << n << " seed " << seed;
-    EXPECT_LE(relL2(tpar::ref::wireAllReduce(WireFormat::kInt8, 32, WireAlgo::kTwoShot, in)), 0.025)
-        << n << " seed " << seed;
-    EXPECT_LE(relL2(tpar::ref::wireAllReduce(WireFormat::kInt4, 32, WireAlgo::kTwoShot, in)), 0.12)
-        << n << " seed " << seed;
+    auto wire = [&](WireFormat f) {
+      return relL2(tpar::ref::wireAllReduce(f, wireKernelBlock(f), WireAlgo::kTwoShot, in));
+    };
+    EXPECT_LE(wire(WireFormat::kFp8), 0.025) << n << " seed " << seed;
+    EXPECT_LE(wire(WireFormat::kInt8), 0.025) << n << " seed " << seed;
+    EXPECT_LE(wire(WireFormat::kInt4), 0.12) << n << " seed " << seed;
   }
 }
 
