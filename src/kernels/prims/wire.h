@@ -290,12 +290,13 @@ struct WireBlock {
 //  * encode: where every |x| / s is at most 1024 (no code is larger) and s lies in
 //    [2^-96, 2^96], x / s as the division's correctly rounded quotient from the correctly
 //    rounded reciprocal r = 1/s (once per vector): q0 = x r, then q = q0 + (x - s q0) r with
-//    both steps fused multiply-adds (correctedQuotient). With r within half an ulp of 1/s and q0 within one ulp of
-//    x / s, q is x / s rounded to nearest even (Markstein's correction theorem; the sweep
-//    bench/experiments/wire_codec_sweep.cc checks every pair of significands), so the codes equal
-//    wireEncode's. The bounds keep r, q0 and the remainder in fp32's normal range wherever the
-//    quotient could reach a nonzero code. Elsewhere, and with a NaN or infinity in the vector
-//    (whose magnitude then fails the bound), each value takes wireEncode;
+//    both steps fused multiply-adds (correctedQuotient). With r within half an ulp of 1/s and
+//    q0 within one ulp of x / s, q is x / s rounded to nearest even (Markstein's correction
+//    theorem; the sweep bench/experiments/wire_codec_sweep.cc checks every pair of
+//    significands), so the codes equal wireEncode's. The bounds keep r, q0 and the remainder in
+//    fp32's normal range wherever the quotient could reach a nonzero code. Elsewhere, and with
+//    a NaN or infinity in the vector (whose magnitude then fails the bound), each value takes
+//    wireEncode;
 //  * decode: with no NaN code among the vector's codes and no infinity in the block (the
 //    scale's sign bit), each code's value times s, the integers' codes turned into floats by
 //    placing them in the mantissa of 2^23 and subtracting (exact, and full rate where an
