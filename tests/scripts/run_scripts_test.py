@@ -607,7 +607,8 @@ class CompareVariants(unittest.TestCase):
         self.tmp = tempfile.TemporaryDirectory()
         t = self.tmp.name
         write(os.path.join(t, "bin", "cmake"), STUB_VARIANT_CMAKE, 0o755)
-        write(os.path.join(t, "tree", "marker.txt"), "10\n")
+        self.tree = os.path.join(t, "tree")
+        write(os.path.join(self.tree, "marker.txt"), "10\n")
         write(os.path.join(t, "marker.patch"), MARKER_PATCH)
         self.env = dict(os.environ, PATH=os.path.join(t, "bin") + ":" + os.environ["PATH"],
                         WORK=os.path.join(t, "work"), STUB_LOG=os.path.join(t, "runs.log"),
@@ -621,33 +622,33 @@ class CompareVariants(unittest.TestCase):
         return run(["bash", os.path.join(ROOT, "scripts", "compare-variants.sh"),
                     os.path.join(t, "out"), trees] + list(configs), env=self.env)
 
+    def run_order(self):
+        """The trees' tags in the order the runs went (the stub CLI's log)."""
+        with open(os.path.join(self.tmp.name, "runs.log")) as f:
+            return [line.split()[0].replace("exp-build-", "") for line in f]
+
     def test_a_patched_copy_is_timed_beside_the_tree_in_alternating_order(self):
         t = self.tmp.name
-        tree = os.path.join(t, "tree")
+        tree = self.tree
         r = self.compare(f"base={tree} var={tree}+{t}/marker.patch", "c|A=1|--ranks 2")
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
         self.assertRegex(r.stdout, r"c +2 tpar +4096 +base= +10\.00 \[10\.00-10\.00\]  "
                                    r"var= +20\.00 \[20\.00-20\.00\]")
         with open(os.path.join(tree, "marker.txt")) as f:
             self.assertEqual(f.read(), "10\n", "the tree itself is never patched")
-        with open(os.path.join(t, "runs.log")) as f:
-            order = [line.split()[0] for line in f]
-        self.assertEqual(order, ["exp-build-base", "exp-build-var", "exp-build-var",
-                                 "exp-build-base"])
+        self.assertEqual(self.run_order(), ["base", "var", "var", "base"])
 
     def test_three_trees_take_each_position_once_in_three_rounds(self):
         t = self.tmp.name
-        tree = os.path.join(t, "tree")
+        tree = self.tree
         self.env["ROUNDS"] = "3"
         r = self.compare(f"a={tree} b={tree}+{t}/marker.patch c={tree}", "c|A=1|--ranks 2")
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
-        with open(os.path.join(t, "runs.log")) as f:
-            order = [line.split()[0].replace("exp-build-", "") for line in f]
-        self.assertEqual(order, ["a", "b", "c", "b", "c", "a", "c", "a", "b"])
+        self.assertEqual(self.run_order(), ["a", "b", "c", "b", "c", "a", "c", "a", "b"])
 
     def test_a_failed_build_fails_the_run_and_leaves_the_others_in_the_table(self):
         t = self.tmp.name
-        tree = os.path.join(t, "tree")
+        tree = self.tree
         self.env["STUB_FAIL_TAG"] = "var"
         r = self.compare(f"base={tree} var={tree}+{t}/marker.patch", "c|A=1|--ranks 2")
         self.assertEqual(r.returncode, 1, r.stdout + r.stderr)
@@ -656,7 +657,7 @@ class CompareVariants(unittest.TestCase):
 
     def test_bad_arguments_are_named_and_nothing_is_built(self):
         t = self.tmp.name
-        tree = os.path.join(t, "tree")
+        tree = self.tree
         for trees, want in ((f"base{tree}", "want tag=DIR"), (f"base={t}/nowhere", "no folder"),
                             (f"base={tree}+{t}/none.patch", "no patch")):
             r = self.compare(trees, "c|A=1|--ranks 2")
