@@ -354,6 +354,8 @@ tparResult_t applyTopology(tparComm* comm, const Topology& topo) {
   ctx.worst_link = worst;
   ctx.ranks_per_gpu = maxRanksPerGpu(topo);
   ctx.whole_pull = comm->whole_pull;
+  ctx.piece_bytes = std::min<uint64_t>(
+      comm->cfg.max_bytes_per_call, maxPieceBytes(kernels::Algo::kPipelined, comm->layout, n));
   const size_t m = topo.islands.empty() ? 0 : topo.islands[0].size();
   bool equal = m > 0;
   for (const auto& island : topo.islands) equal &= island.size() == m;

@@ -93,12 +93,13 @@ struct WorkspaceLayout {
                                      bool whole_pull = false) {
     // Two-shot needs two areas of one message plus rounding, one-shot n messages (smaller pieces
     // at high rank counts); the pull areas need twice the largest pull message. A whole area
-    // also holds the n chunks' rounding (flagLinesMax), so that a piece of the full size is
-    // one launch of the flag-line schedules.
+    // (host memory, or whole_pull) also holds the n chunks' rounding (flagLinesMax), so that a
+    // piece of the full size is one launch of the flag-line schedules: without it, from 3 ranks
+    // on, every call of a multiple of the piece size ended in a launch of a few bytes.
     const uint64_t pull_max =
-        whole_pull ? max_bytes_per_call + uint64_t(kMaxRanks) * kVecBytes
-        : host || max_bytes_per_call < kDevicePullMaxBytes ? max_bytes_per_call
-                                                            : kDevicePullMaxBytes;
+        whole_pull || host ? max_bytes_per_call + uint64_t(kMaxRanks) * kVecBytes
+        : max_bytes_per_call < kDevicePullMaxBytes ? max_bytes_per_call
+                                                   : kDevicePullMaxBytes;
     return WorkspaceLayout{2 * max_bytes_per_call + 4096, kPullFlagBytes + 2 * pull_max + 64};
   }
   uint64_t totalBytes() const { return kDataOffset + 2 * data_bytes + 2 * pull_bytes; }

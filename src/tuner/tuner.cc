@@ -602,7 +602,17 @@ Plan wirePlan(const Plan& plan, uint64_t bytes, tparDataType_t dtype, const Tune
   // encoding and decoding is work for the SMs that the lossless kernel's few blocks do not do.
   Plan p;
   p.algo = kernels::Algo::kPipelined;
-  p = hostShape(p, bytes, ctx, /*for_wire=*/true);
+  // NOTE [wire shape per piece]
+  // A call larger than a piece runs as pieces of one launch each (comm.cc), and each launch
+  // runs the plan's steps: the formats' shape is the piece's, so a large call runs as its
+  // pieces would alone. From the whole call's bytes, 2 ranks sharing a GPU ran 16 steps per
+  // 8 MiB piece of 64 and 256 MiB calls, against 4 for an 8 MiB call, and those calls ran the
+  // formats 12 to 16 % slower per byte than 8 MiB calls in the same run; with the steps set by
+  // hand, INT4 pieces of 8 MiB ran 22 % longer with 16 steps than with 4 (docs/PERFORMANCE.md,
+  // "Wire formats: the shape of a piece"). The lossless plans keep the whole call's shape: their
+  // large calls ran no slower per byte than 8 MiB ones.
+  const uint64_t shaped = ctx.piece_bytes > 0 ? std::min(bytes, ctx.piece_bytes) : bytes;
+  p = hostShape(p, shaped, ctx, /*for_wire=*/true);
   // NOTE [wire steps in powers of two]
   // The formats' kernel runs a power of two of steps: the lossless shape's count rounded down.
   // With 2 and 8 virtual ranks on one H200 the counts between powers of two (5 to 15: 2 ranks

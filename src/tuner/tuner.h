@@ -50,6 +50,9 @@ struct TunerContext {
   // The pull area in GPU memory takes a whole piece (NOTE [a whole pull area for ranks on one
   // GPU] in comm/comm.cc): the two-shot pull runs a large call in one launch there.
   bool whole_pull = false;
+  // The largest piece one launch of the pipelined schedule takes, in bytes (comm.cc runs a
+  // larger call as such pieces, one launch each); 0: not known, no limit.
+  uint64_t piece_bytes = 0;
   // An NCCL communicator is attached (tparCommSetNcclComm; every rank attaches alike): table
   // entries naming NCCL apply. Without one they give way to the defaults.
   bool nccl = false;

@@ -1237,6 +1237,55 @@ TEST(HostDefaults, FewBlocksAndStepsThatGrowWithTheMessage) {
                              tparBfloat16, hostContext(2), tparAlgoAuto, tparWireFp8, &applies);
     EXPECT_EQ(8, w2.steps);
   }
+  // A call of several pieces runs each piece in the shape a call of one piece would have
+  // (NOTE [wire shape per piece]); without the piece size known, the whole call's shape.
+  for (int n : {2, 3, 4, 8}) {
+    for (uint64_t piece : {uint64_t{1} << 20, uint64_t{8} << 20}) {
+      TunerContext ctx = hostContext(n);
+      ctx.piece_bytes = piece;
+      bool applies = false;
+      const Plan one = wirePlan(defaultPlan(piece, tparBfloat16, ctx, -1), piece, tparBfloat16,
+                                ctx, tparAlgoAuto, tparWireFp8, &applies);
+      ASSERT_TRUE(applies) << n;
+      for (uint64_t bytes : {piece + 16, 3 * piece, 32 * piece}) {
+        const Plan w = wirePlan(defaultPlan(bytes, tparBfloat16, ctx, -1), bytes, tparBfloat16,
+                                ctx, tparAlgoAuto, tparWireFp8, &applies);
+        ASSERT_TRUE(applies) << n << " ranks, " << bytes;
+        EXPECT_EQ(one.steps, w.steps) << n << " ranks, " << bytes;
+        EXPECT_EQ(one.pull, w.pull) << n << " ranks, " << bytes;
+        EXPECT_EQ(one.active_blocks, w.active_blocks) << n << " ranks, " << bytes;
+        EXPECT_EQ(one.threads, w.threads) << n << " ranks, " << bytes;
+      }
+    }
+    // Below the piece size nothing changes.
+    for (uint64_t bytes = 1u << 20; bytes <= (8u << 20); bytes *= 2) {
+      TunerContext ctx = hostContext(n);
+      ctx.piece_bytes = 8u << 20;
+      bool applies = false;
+      const Plan w = wirePlan(defaultPlan(bytes, tparBfloat16, ctx, -1), bytes, tparBfloat16, ctx,
+                              tparAlgoAuto, tparWireInt4, &applies);
+      const Plan whole = wirePlan(defaultPlan(bytes, tparBfloat16, hostContext(n), -1), bytes,
+                                  tparBfloat16, hostContext(n), tparAlgoAuto, tparWireInt4,
+                                  &applies);
+      EXPECT_EQ(whole.steps, w.steps) << n << " ranks, " << bytes;
+    }
+  }
+  {
+    // 2 ranks sharing a GPU, 64 MiB in pieces of 8 MiB: 4 MiB over 16 blocks is 5 steps of 48
+    // KiB per piece, run as 4, where the whole call's 32 MiB would be 16.
+    TunerContext ctx = hostContext(2);
+    ctx.piece_bytes = 8u << 20;
+    bool applies = false;
+    const Plan w = wirePlan(defaultPlan(64u << 20, tparBfloat16, ctx, -1), 64u << 20,
+                            tparBfloat16, ctx, tparAlgoAuto, tparWireInt8, &applies);
+    EXPECT_EQ(4, w.steps);
+    const Plan whole = wirePlan(defaultPlan(64u << 20, tparBfloat16, hostContext(2), -1),
+                                64u << 20, tparBfloat16, hostContext(2), tparAlgoAuto,
+                                tparWireInt8, &applies);
+    EXPECT_EQ(16, whole.steps);
+    // The lossless plan keeps the whole call's shape.
+    EXPECT_EQ(16, defaultPlan(64u << 20, tparBfloat16, ctx, -1).steps);
+  }
   // A wire format's plan keeps the steps of about 48 KiB (on every block of the grid).
   for (int n : {4, 8}) {
     bool applies = false;
@@ -1334,23 +1383,27 @@ TEST(RegionPlace, HostWhenForcedOrWhenAPairLacksP2pAndForcedP2pWithoutItIsRefuse
 
 TEST(HostLayout, AWholePullAreaRunsAPieceOfTheFullSizeInOneFlagLineLaunch) {
   // NOTE [a whole pull area for ranks on one GPU]: in GPU memory, the flag-line schedules take
-  // a whole piece at every group size, where the small area splits it.
+  // a whole piece at every group size, where the small area splits it; in host memory they
+  // always do (forMaxBytes), so that no call of a multiple of the piece size ends in a launch
+  // of a few bytes.
   using kernels::WorkspaceLayout;
   for (uint64_t max : {uint64_t{64} << 10, uint64_t{1} << 20, uint64_t{8} << 20,
                        (uint64_t{8} << 20) + 48}) {
-    const WorkspaceLayout whole = WorkspaceLayout::forMaxBytes(max, false, true);
     const WorkspaceLayout part = WorkspaceLayout::forMaxBytes(max, false, false);
-    EXPECT_EQ(whole.data_bytes, part.data_bytes);
-    const uint64_t half = WorkspaceLayout::pullHalf(whole.pull_bytes);
-    for (int n = 2; n <= kernels::kMaxRanks; ++n) {
-      for (Algo a : {Algo::kTwoShotPull, Algo::kPipelined}) {
-        const uint64_t piece = maxPieceBytes(a, whole, n);
-        EXPECT_GE(piece, max) << n << " ranks, " << algoName(a);
-        // n chunks of ceil(vecs / n) vectors still fit one half.
-        const uint64_t v = max / 16;
-        EXPECT_LE((v + n - 1) / n * n * 16, half) << n;
-        if (max > WorkspaceLayout::kDevicePullMaxBytes)
-          EXPECT_LT(maxPieceBytes(a, part, n), max) << n;
+    for (bool host : {false, true}) {
+      const WorkspaceLayout whole = WorkspaceLayout::forMaxBytes(max, host, !host);
+      EXPECT_EQ(whole.data_bytes, part.data_bytes);
+      const uint64_t half = WorkspaceLayout::pullHalf(whole.pull_bytes);
+      for (int n = 2; n <= kernels::kMaxRanks; ++n) {
+        for (Algo a : {Algo::kTwoShotPull, Algo::kPipelined}) {
+          const uint64_t piece = maxPieceBytes(a, whole, n);
+          EXPECT_GE(piece, max) << n << " ranks, " << algoName(a) << (host ? ", host" : "");
+          // n chunks of ceil(vecs / n) vectors still fit one half.
+          const uint64_t v = max / 16;
+          EXPECT_LE((v + n - 1) / n * n * 16, half) << n;
+          if (max > WorkspaceLayout::kDevicePullMaxBytes)
+            EXPECT_LT(maxPieceBytes(a, part, n), max) << n;
+        }
       }
     }
   }
