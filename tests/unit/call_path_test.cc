@@ -166,6 +166,39 @@ TEST(CallTemplate, OneShotPullTakesTheHostKernelsInHostMemory) {
   }
 }
 
+// On the host transport a call of a multiple of maxBytesPerCall is whole pieces at every group
+// size (the pull area holds the chunks' rounding: forMaxBytes), and with a wire format every
+// piece of a large call runs the plan a call of one piece runs (NOTE [wire shape per piece]).
+TEST(CallPieces, HostCallsAreWholePiecesAndAFormatRunsEachAsACallOfOnePiece) {
+  for (LinkClass link : {LinkClass::kSameSwitch, LinkClass::kSameDevice}) {
+    for (int n : {2, 3, 4, 8}) {
+      for (int wire : {int(tparWireNone), int(tparWireFp8), int(tparWireInt4)}) {
+        Fake f(n);
+        tparComm* c = f.comm.get();
+        c->host_transport = true;
+        c->cfg.wire = wire;
+        c->layout = kernels::WorkspaceLayout::forMaxBytes(c->cfg.max_bytes_per_call, true);
+        ASSERT_EQ(tparSuccess, applyTopology(c, flatTopology(n, link)));
+        prepareCalls(c);
+        const size_t piece = c->cfg.max_bytes_per_call / 2;  // bfloat16 elements
+        const CallLaunch one = f.call(piece);
+        const bool formatted = wire != tparWireNone;
+        EXPECT_EQ(formatted, wireVariantName(c, piece * 2, tparBfloat16) != nullptr) << n;
+        for (size_t pieces : {size_t{1}, size_t{2}, size_t{8}, size_t{32}}) {
+          const CallLaunch call = f.call(pieces * piece);
+          EXPECT_EQ(piece, call.piece_elems) << n << " ranks, wire " << wire;
+          EXPECT_EQ(Algo::kPipelined, call.plan.algo) << n << " ranks, wire " << wire;
+          if (formatted) {
+            EXPECT_EQ(one.args.steps, call.args.steps) << n << " ranks, " << pieces << " pieces";
+            EXPECT_EQ(one.args.active_blocks, call.args.active_blocks) << n << " ranks";
+            EXPECT_EQ(one.fn, call.fn) << n << " ranks";
+          }
+        }
+      }
+    }
+  }
+}
+
 // tparCommSelectAlgorithmForType, on a registered communicator that never saw a GPU: the
 // answer is the plan of the datatype asked about (a tuning table's entries are per datatype),
 // the bfloat16 one is tparCommSelectAlgorithm's, and bad arguments are named.
