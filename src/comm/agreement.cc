@@ -50,7 +50,13 @@ static_assert(kMaxBytesSetting >= 0 && kEpochSetting >= 0,
 tparResult_t differInWorkspace(size_t r, const WorkspaceTerms& a, const WorkspaceTerms& b) {
   TPAR_TRY(compareSetting(kMaxBytesSetting, r, static_cast<int64_t>(a.max_bytes_per_call),
                           static_cast<int64_t>(b.max_bytes_per_call)));
-  return compareSetting(kEpochSetting, r, a.epoch_start, b.epoch_start);
+  TPAR_TRY(compareSetting(kEpochSetting, r, a.epoch_start, b.epoch_start));
+  if (a.workspace_bytes == b.workspace_bytes) return tparSuccess;
+  return setError(tparInvalidUsage,
+                  "ranks disagree on the layout of their receive regions: rank 0's take %" PRIu64
+                  " bytes, rank %zu's %" PRIu64 " with the same maxBytesPerCall (every rank must "
+                  "run the same tpar build and transport)",
+                  a.workspace_bytes, r, b.workspace_bytes);
 }
 
 }  // namespace

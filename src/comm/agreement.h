@@ -10,9 +10,10 @@
 // see. So every rank publishes a CallShape at init: the grid, the tuning table and the Shape
 // lines of settings.def (NOTE [settings table]). A setting that differs fails init on every
 // rank with tparInvalidUsage naming it, and the grid, which depends on the GPU, is the smallest
-// any rank can host (every rank can run it). The NCCL attachment comes after init
-// (tparCommSetNcclComm); it travels in every call header instead (NOTE [call header]), and
-// tpar.h says what happens to calls routed to NCCL when ranks attach differently.
+// any rank can host (every rank can run it). Before any region is mapped, the ranks also
+// compare the size their builds lay the regions out in (WorkspaceTerms). The NCCL attachment
+// comes after init (tparCommSetNcclComm); it travels in every call header instead (NOTE [call
+// header]), and tpar.h says what happens to calls routed to NCCL when ranks attach differently.
 #ifndef TPAR_COMM_AGREEMENT_H_
 #define TPAR_COMM_AGREEMENT_H_
 
@@ -43,10 +44,14 @@ struct CallShape {
 static_assert(std::is_trivially_copyable_v<CallShape> && std::is_standard_layout_v<CallShape>,
               "CallShape travels between processes as bytes");
 
-// What sizes a rank's regions: the part of a CallShape its peers need before they map them.
+// What sizes a rank's regions: the part of a CallShape its peers need before they map them,
+// and the size its build lays them out in for those settings (WorkspaceLayout::totalBytes):
+// ranks of tpar builds whose layouts differ would address each other's regions at different
+// offsets, past the end of a smaller one.
 struct WorkspaceTerms {
   uint64_t max_bytes_per_call;
   uint32_t epoch_start;
+  uint64_t workspace_bytes;
 };
 
 // Round 2 of tparCommInitRank: `terms` (one per rank, in rank order) agree, or init fails with

@@ -147,7 +147,8 @@ tparResult_t createComm(tparComm_t* out, int nranks, const tparUniqueId& id, int
   if (res != tparSuccess) return cleanup(res);
   // The workspace settings decide the size of every region a peer maps: checked before mapping.
   std::vector<WorkspaceTerms> terms(nranks);
-  for (int r = 0; r < nranks; ++r) terms[r] = {infos[r].max_bytes_per_call, infos[r].epoch_start};
+  for (int r = 0; r < nranks; ++r)
+    terms[r] = {infos[r].max_bytes_per_call, infos[r].epoch_start, infos[r].workspace_bytes};
   res = agreeOnWorkspaces(terms);
   if (res != tparSuccess) return cleanup(res);
   bool mixed = false;

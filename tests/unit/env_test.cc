@@ -522,16 +522,25 @@ TEST(AgreementTable, WorkspaceTermsAreNamedLikeTheirSettings) {
   SCOPED_TRACE(seed);
   const uint64_t bytes = (64u << 10) + 16 * (rng() % 1000);
   const uint32_t epoch = static_cast<uint32_t>(rng());
-  EXPECT_EQ(tparSuccess, agreeOnWorkspaces({{bytes, epoch}, {bytes, epoch}, {bytes, epoch}}));
+  const uint64_t ws = 4 * bytes + 16 * (rng() % 1000);
+  EXPECT_EQ(tparSuccess,
+            agreeOnWorkspaces({{bytes, epoch, ws}, {bytes, epoch, ws}, {bytes, epoch, ws}}));
   EXPECT_EQ(tparInvalidUsage,
-            agreeOnWorkspaces({{bytes, epoch}, {bytes, epoch}, {bytes + 16, epoch}}));
+            agreeOnWorkspaces({{bytes, epoch, ws}, {bytes, epoch, ws}, {bytes + 16, epoch, ws}}));
   EXPECT_NE(std::string::npos,
             lastError().find("disagree on TPAR_MAX_BYTES_PER_CALL or config->maxBytesPerCall"))
       << lastError();
   EXPECT_NE(std::string::npos, lastError().find("rank 2 has " + std::to_string(bytes + 16)))
       << lastError();
-  EXPECT_EQ(tparInvalidUsage, agreeOnWorkspaces({{bytes, epoch}, {bytes, epoch + 1}}));
+  EXPECT_EQ(tparInvalidUsage, agreeOnWorkspaces({{bytes, epoch, ws}, {bytes, epoch + 1, ws}}));
   EXPECT_NE(std::string::npos, lastError().find("disagree on TPAR_EPOCH_START")) << lastError();
+  // The same settings laid out in regions of another size: another build (or transport).
+  EXPECT_EQ(tparInvalidUsage,
+            agreeOnWorkspaces({{bytes, epoch, ws}, {bytes, epoch, ws + 512}}));
+  EXPECT_NE(std::string::npos,
+            lastError().find("rank 1's " + std::to_string(ws + 512) + " with the same "
+                             "maxBytesPerCall (every rank must run the same tpar build"))
+      << lastError();
 }
 
 }  // namespace
