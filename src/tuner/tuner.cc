@@ -15,6 +15,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "kernels/prims/wire.h"
 #include "registry/algorithms.h"
 #include "base/env.h"
 #include "base/hash.h"
@@ -615,9 +616,9 @@ Plan wirePlan(const Plan& plan, uint64_t bytes, tparDataType_t dtype, const Tune
   // many steps ran far slower (8 ranks at 2 MiB, INT4: 16 steps 2.2 times 4 steps' time, same
   // section). The lossless plans keep the whole call's shape and pieces cut at the limit: their
   // large calls ran no slower per byte than 8 MiB ones.
-  const WireAlgorithm* wa =
-      wireAlgorithmOf(kernels::Algo::kPipelined, static_cast<tparWire_t>(wire));
-  const uint64_t align = (wa != nullptr ? wa->block_values : 8) * elementBytes(dtype);
+  // The registry's block of the format (WireAlgorithm::block_values), which comm.cc cuts by.
+  const uint64_t align =
+      kernels::wireKernelBlock(static_cast<kernels::WireFormat>(wire)) * elementBytes(dtype);
   const uint64_t shaped = evenPieceBytes(bytes, ctx.piece_bytes / align * align, align);
   p = hostShape(p, shaped, ctx, /*for_wire=*/true);
   // NOTE [wire steps in powers of two]
