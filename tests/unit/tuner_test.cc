@@ -1193,7 +1193,7 @@ TEST(HostDefaults, FewBlocksAndStepsThatGrowWithTheMessage) {
   // Pipelined: about one block per 8 KiB a rank sends, at most 32 / n and 8; steps of about
   // 48 KiB per block, at most 16; from 3 ranks sharing a GPU at most 4 blocks up to 384 KiB,
   // from 4 ranks sharing one steps of about 24 KiB above that up to 1 MiB, two ranks sharing
-  // one up to 16 blocks from 1 MiB (one rank per GPU: 8).
+  // one up to 16 blocks from 1 MiB (one rank per GPU: 8) with lossless steps of about 16 KiB.
   struct Case {
     int n;
     uint64_t bytes;
@@ -1206,7 +1206,8 @@ TEST(HostDefaults, FewBlocksAndStepsThatGrowWithTheMessage) {
                         Case{8, 512 << 10, 8, 1, 1}, Case{4, 112 << 10, 4, 1},
                         Case{4, 1 << 20, 8, 4}, Case{4, 1 << 20, 8, 2, 1}, Case{3, 1 << 20, 8, 1},
                         Case{5, 512 << 10, 6, 2}, Case{2, 256 << 10, 8, 1},
-                        Case{2, 512 << 10, 8, 1}, Case{2, 1 << 20, 16, 1}, Case{2, 4 << 20, 16, 2},
+                        Case{2, 512 << 10, 8, 1}, Case{2, 1 << 20, 16, 2}, Case{2, 4 << 20, 16, 8},
+                        Case{2, 16 << 20, 16, 16}, Case{2, 512 << 10, 8, 1, 2},
                         Case{2, 1 << 20, 8, 1, 1}, Case{4, 4 << 20, 8, 8}}) {
     const Plan p = defaultPlan(c.bytes, tparBfloat16, hostContext(c.n, c.per_gpu), -1);
     ASSERT_EQ(Algo::kPipelined, p.algo) << c.n << " ranks, " << c.bytes;
