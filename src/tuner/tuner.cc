@@ -620,11 +620,11 @@ Plan wirePlan(const Plan& plan, uint64_t bytes, tparDataType_t dtype, const Tune
   // formats 12 to 16 % slower per byte than 8 MiB calls in the same run; with the steps set by
   // hand, INT4 pieces of 8 MiB ran 22 % longer with 16 steps than with 4 (docs/PERFORMANCE.md,
   // "Wire formats: the shape of a piece"). The pieces are cut at the limit, the last one
-  // shorter and run in the same shape: pieces of one length (two of 4.5 MiB for a 9 MiB call
-  // rather than 8 and 1) ran slower at 8 ranks, each piece being less than the limit and a
-  // long piece being the cheapest per byte (same section, "Pieces of one length, timed"). The
-  // lossless plans keep the whole call's shape: their large calls ran no slower per byte than
-  // 8 MiB ones.
+  // shorter and run in the same shape: pieces of one length (two halves of a call a little
+  // over the limit, rather than a whole piece and a short one) ran slower at 8 ranks, a long
+  // piece being the cheapest per byte (docs/PERFORMANCE.md, "The shape of a piece timed").
+  // The lossless plans keep the whole call's shape: their large calls ran no slower per byte
+  // than 8 MiB ones.
   const uint64_t shaped = ctx.piece_bytes > 0 ? std::min(bytes, ctx.piece_bytes) : bytes;
   p = hostShape(p, shaped, ctx, /*for_wire=*/true);
   // NOTE [wire steps in powers of two]

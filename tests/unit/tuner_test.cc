@@ -1207,7 +1207,7 @@ TEST(HostDefaults, FewBlocksAndStepsThatGrowWithTheMessage) {
                         Case{4, 1 << 20, 8, 4}, Case{4, 1 << 20, 8, 2, 1}, Case{3, 1 << 20, 8, 1},
                         Case{5, 512 << 10, 6, 2}, Case{2, 256 << 10, 8, 1},
                         Case{2, 512 << 10, 8, 1}, Case{2, 1 << 20, 16, 2}, Case{2, 4 << 20, 16, 8},
-                        Case{2, 16 << 20, 16, 16}, Case{2, 512 << 10, 8, 1, 2},
+                        Case{2, 16 << 20, 16, 16}, Case{2, 4 << 20, 8, 5, 1},
                         Case{2, 1 << 20, 8, 1, 1}, Case{4, 4 << 20, 8, 8}}) {
     const Plan p = defaultPlan(c.bytes, tparBfloat16, hostContext(c.n, c.per_gpu), -1);
     ASSERT_EQ(Algo::kPipelined, p.algo) << c.n << " ranks, " << c.bytes;
