@@ -378,10 +378,10 @@ Plan hostShape(Plan p, uint64_t bytes, const TunerContext& ctx, bool for_wire = 
     // NOTE [short pipelined steps for two ranks on one GPU]
     // Two ranks sharing a GPU with their 16 blocks from 1 MiB, lossless: steps of about 16 KiB
     // per block instead of 48 (at most 16 steps, so from 16 MiB nothing changes). With 2
-    // virtual ranks on one H200, host transport, they ran 2 to 9 % faster from 1 to 16 MiB
-    // against the longer steps in the same run, even at 64 MiB (docs/PERFORMANCE.md, "The
-    // shape of a piece timed", two-rank lossless steps): more steps keep both directions of
-    // the link busy through more of the call. The wire formats' plan keeps its own steps.
+    // virtual ranks on one H200, host transport, they ran faster from 1 to 16 MiB than the
+    // longer steps in the same run, and even at 64 MiB (docs/PERFORMANCE.md, "The shape of a
+    // piece timed", two-rank lossless steps): more steps keep both directions of the link busy
+    // through more of the call. The wire formats' plan keeps its own steps.
     const uint64_t step_bytes = mid                       ? 24u << 10
                                 : wide_pair && !for_wire ? 16u << 10
                                                          : 48u << 10;
