@@ -617,15 +617,18 @@ Plan wirePlan(const Plan& plan, uint64_t bytes, tparDataType_t dtype, const Tune
   // runs the plan's steps: the formats' shape is the piece's, so a large call runs as its
   // pieces would alone. From the whole call's bytes, 2 ranks sharing a GPU ran 16 steps per
   // 8 MiB piece of 64 and 256 MiB calls, against 4 for an 8 MiB call, and those calls ran the
-  // formats 12 to 16 % slower per byte than 8 MiB calls in the same run; with the steps set by
-  // hand, INT4 pieces of 8 MiB ran 22 % longer with 16 steps than with 4 (docs/PERFORMANCE.md,
-  // "Wire formats: the shape of a piece"). The pieces are cut at the limit, the last one
-  // shorter and run in the same shape: pieces of one length (two halves of a call a little
-  // over the limit, rather than a whole piece and a short one) ran slower at 8 ranks, a long
-  // piece being the cheapest per byte (docs/PERFORMANCE.md, "The shape of a piece timed").
-  // The lossless plans keep the whole call's shape: their large calls ran no slower per byte
-  // than 8 MiB ones.
-  const uint64_t shaped = ctx.piece_bytes > 0 ? std::min(bytes, ctx.piece_bytes) : bytes;
+  // formats slower per byte than 8 MiB calls in the same run; with the steps set by hand, INT4
+  // pieces of 8 MiB ran longer with 16 steps than with 4 (docs/PERFORMANCE.md,
+  // "Wire formats: the shape of a piece"). The pieces of a format's call are of one length
+  // (evenPieceBytes; comm.cc cuts them so): cut at the limit, a call a little over a multiple
+  // of it ends in a short piece, and timed against one-length pieces at 2 and 4 ranks such calls
+  // ran slower, at 8 ranks even (docs/PERFORMANCE.md, "Pieces of one length timed again"). The
+  // lossless plans keep the whole call's shape and pieces cut at the limit: their large calls
+  // ran no slower per byte than 8 MiB ones.
+  // The registry's block of the format (WireAlgorithm::block_values), which comm.cc cuts by.
+  const uint64_t align =
+      kernels::wireKernelBlock(static_cast<kernels::WireFormat>(wire)) * elementBytes(dtype);
+  const uint64_t shaped = evenPieceBytes(bytes, ctx.piece_bytes / align * align, align);
   p = hostShape(p, shaped, ctx, /*for_wire=*/true);
   // NOTE [wire steps in powers of two]
   // The formats' kernel runs a power of two of steps: the lossless shape's count rounded down.

@@ -123,6 +123,18 @@ int64_t wireMinBytes(int64_t configured, const TuningTable* table, int wire);
 std::string wireThresholdText(int64_t configured, const TuningTable* table, int wire,
                               int nranks);
 
+// The length of each piece when a call of `bytes` is cut into as few pieces of at most
+// `piece_bytes` (a multiple of `align`) as it takes, all of one length in whole `align`s but the
+// last (the formats' calls, in whole wire blocks: NOTE [wire shape per piece]); `bytes` itself
+// when it fits one piece or piece_bytes is 0. comm.cc cuts the calls and wirePlan shapes their
+// plan with it, so both see the same length.
+inline uint64_t evenPieceBytes(uint64_t bytes, uint64_t piece_bytes, uint64_t align) {
+  if (piece_bytes == 0 || bytes <= piece_bytes) return bytes;
+  const uint64_t pieces = (bytes + piece_bytes - 1) / piece_bytes;
+  const uint64_t each = (bytes + pieces - 1) / pieces;
+  return (each + align - 1) / align * align;  // at most piece_bytes, itself whole aligns
+}
+
 // The plan of a call of `bytes` when the communicator has a wire format: `plan` itself when the
 // format does not apply (none set, a datatype other than float16 and bfloat16, below
 // `min_bytes` (TPAR_WIRE_MIN_BYTES; -1: defaultWireMinBytes), NCCL, or a forced algorithm

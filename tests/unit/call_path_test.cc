@@ -195,18 +195,25 @@ TEST(CallPieces, HostCallsAreWholePiecesAndAFormatRunsEachAsACallOfOnePiece) {
             EXPECT_EQ(one.fn, call.fn) << n << " ranks";
           }
         }
-        // A call a little over or under a multiple of the piece: pieces cut at the limit (whole
-        // wire blocks with a format), each, the last one too, run in the plan of one piece.
+        // A call a little over a multiple of the piece: a format's pieces are of one length,
+        // whole blocks, as few as the limit allows, and run the plan of a call of that length;
+        // lossless pieces are cut at the limit.
         for (size_t count : {piece + 8, 2 * piece + 1000, 5 * piece + piece / 3, 3 * piece - 8}) {
           const CallLaunch call = f.call(count);
-          EXPECT_EQ(piece, call.piece_elems) << n << " ranks, " << count;
-          if (!formatted) continue;
+          const size_t fewest = (count + piece - 1) / piece;
+          EXPECT_LE(call.piece_elems, piece) << n << " ranks, " << count;
+          EXPECT_EQ(fewest, (count + call.piece_elems - 1) / call.piece_elems) << count;
+          if (!formatted) {
+            EXPECT_EQ(piece, call.piece_elems) << n << " ranks, " << count;
+            continue;
+          }
           const size_t block = static_cast<size_t>(
               kernels::wireKernelBlock(static_cast<kernels::WireFormat>(wire)));
           EXPECT_EQ(0u, call.piece_elems % block) << n << " ranks, " << count;
-          EXPECT_EQ(one.args.steps, call.args.steps) << n << " ranks, " << count;
-          EXPECT_EQ(one.args.active_blocks, call.args.active_blocks) << n << " ranks, " << count;
-          EXPECT_EQ(one.fn, call.fn) << n << " ranks, " << count;
+          EXPECT_LT(call.piece_elems, (count + fewest - 1) / fewest + block) << count;
+          const CallLaunch each = f.call(call.piece_elems);
+          EXPECT_EQ(each.args.steps, call.args.steps) << n << " ranks, " << count;
+          EXPECT_EQ(each.args.active_blocks, call.args.active_blocks) << n << " ranks, " << count;
         }
       }
     }

@@ -1239,8 +1239,8 @@ TEST(HostDefaults, FewBlocksAndStepsThatGrowWithTheMessage) {
     EXPECT_EQ(8, w2.steps);
   }
   // A call of several pieces runs each piece in the shape a call of one piece would have
-  // (NOTE [wire shape per piece]), the last, shorter one too; without the piece size known,
-  // the whole call's shape.
+  // (NOTE [wire shape per piece]), its pieces of one length (evenPieceBytes); without the
+  // piece size known, the whole call's shape.
   for (int n : {2, 3, 4, 8}) {
     for (uint64_t piece : {uint64_t{1} << 20, uint64_t{8} << 20}) {
       TunerContext ctx = hostContext(n);
@@ -1248,7 +1248,8 @@ TEST(HostDefaults, FewBlocksAndStepsThatGrowWithTheMessage) {
       bool applies = false;
       for (uint64_t bytes : {piece + 16, 3 * piece - 4096, 3 * piece, 11 * piece / 2,
                              32 * piece}) {
-        const Plan one = wirePlan(defaultPlan(piece, tparBfloat16, hostContext(n), -1), piece,
+        const uint64_t each = evenPieceBytes(bytes, piece, 64);  // blocks of 32 bf16 values
+        const Plan one = wirePlan(defaultPlan(each, tparBfloat16, hostContext(n), -1), each,
                                   tparBfloat16, hostContext(n), tparAlgoAuto, tparWireFp8,
                                   &applies);
         ASSERT_TRUE(applies) << n;
@@ -1411,6 +1412,33 @@ TEST(HostLayout, AWholePullAreaRunsAPieceOfTheFullSizeInOneFlagLineLaunch) {
       }
     }
   }
+}
+
+TEST(WirePieces, EvenPiecesAreAsFewAsTheLimitAllowsAndOfOneLength) {
+  std::mt19937_64 rng(std::random_device{}());
+  for (int i = 0; i < 2000; ++i) {
+    const uint64_t align = uint64_t{16} << (rng() % 5);
+    const uint64_t limit = ((64u << 10) + rng() % (uint64_t{1} << 30)) / align * align;
+    const uint64_t bytes = 1 + rng() % (limit * (1 + rng() % 40));
+    const uint64_t each = evenPieceBytes(bytes, limit, align);
+    const uint64_t fewest = (bytes + limit - 1) / limit;
+    ASSERT_LE(each, limit) << bytes << " over " << limit;
+    ASSERT_GE(each, 1u);
+    if (bytes <= limit) {
+      EXPECT_EQ(bytes, each);
+      continue;
+    }
+    EXPECT_EQ(0u, each % align) << bytes << " over " << limit;
+    // As many pieces of `each` as of the limit, the last one no longer than the others.
+    EXPECT_EQ(fewest, (bytes + each - 1) / each) << bytes << " over " << limit;
+    EXPECT_GT(bytes - (fewest - 1) * each, 0u) << bytes << " over " << limit;
+    EXPECT_LE(bytes - (fewest - 1) * each, each) << bytes << " over " << limit;
+  }
+  EXPECT_EQ(uint64_t{12345}, evenPieceBytes(12345, 0, 64));
+  EXPECT_EQ(uint64_t{9} << 19, evenPieceBytes(uint64_t{9} << 20, uint64_t{8} << 20, 64));
+  // Two halves of one more byte than the limit, each in whole aligns.
+  EXPECT_EQ((uint64_t{4} << 20) + 64,
+            evenPieceBytes((uint64_t{8} << 20) + 2, uint64_t{8} << 20, 64));
 }
 
 TEST(HostLayout, PullLimitsFitTheirAreasAndGrowWithThePieceOnlyInHostMemory) {
