@@ -102,9 +102,10 @@ typedef enum {
 } tparAlgo_t;
 
 /* Compressed wire formats for large all-reduces (docs/WIRE.md): opt-in, never the default. A
- * format sends each block of 32 values as 32 codes and one bf16 scale, accumulates in fp32, and
- * gives every rank the same bits; it applies to float16 and bfloat16 calls of the pipelined
- * schedule from the size where it was measured to win (float32 calls stay lossless). */
+ * format sends each block of values (128 for FP8, 32 for INT8 and INT4) as one code per value and
+ * one bf16 scale, accumulates in fp32, and gives every rank the same bits; it applies to float16
+ * and bfloat16 calls of the pipelined schedule from the size where it was measured to win
+ * (float32 calls stay lossless). */
 typedef enum {
   tparWireNone = 0, /* lossless (the default) */
   tparWireFp8 = 1,  /* FP8 e4m3 codes */
