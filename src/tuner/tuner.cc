@@ -622,7 +622,7 @@ Plan wirePlan(const Plan& plan, uint64_t bytes, tparDataType_t dtype, const Tune
   // "Wire formats: the shape of a piece"). The pieces of a format's call are of one length
   // (evenPieceBytes; comm.cc cuts them so): cut at the limit, a call a little over a multiple
   // of it ends in a short piece, and timed against one-length pieces at 2 and 4 ranks such calls
-  // ran slower, at 8 ranks even (docs/PERFORMANCE.md, "Pieces of one length timed again"). The
+  // ran slower, at 8 ranks even (docs/PERFORMANCE.md, "Pieces of one length timed alone"). The
   // lossless plans keep the whole call's shape and pieces cut at the limit: their large calls
   // ran no slower per byte than 8 MiB ones.
   // The registry's block of the format (WireAlgorithm::block_values), which comm.cc cuts by.
