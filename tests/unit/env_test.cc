@@ -18,6 +18,7 @@
 #include "base/env.h"
 #include "base/error.h"
 #include "comm/agreement.h"
+#include "kernels/prims/wire.h"
 
 namespace tpar {
 namespace {
@@ -514,6 +515,40 @@ TEST(AgreementTable, ThreadsThatDifferAreNamedWithBothValues) {
   EXPECT_NE(std::string::npos,
             lastError().find("TPAR_ALGO or config->algorithm: rank 0 has auto, rank 1 has hier"))
       << lastError();
+}
+
+// The wire formats' block is a constant of the build, not a setting: a rank of a build that
+// sends another block fails init naming both builds' blocks.
+TEST(AgreementTable, WireBlocksOfAnotherBuildAreNamedWithBothValues) {
+  std::string seed;
+  std::mt19937_64 rng = seededRng(&seed);
+  SCOPED_TRACE(seed);
+  const CallShape base = shapeOf({});
+  EXPECT_EQ(wireBlocksWord(), base.wire_blocks);
+  EXPECT_EQ("FP8 " + std::to_string(kernels::wireKernelBlock(kernels::WireFormat::kFp8)) +
+                ", INT8 " + std::to_string(kernels::wireKernelBlock(kernels::WireFormat::kInt8)) +
+                ", INT4 " + std::to_string(kernels::wireKernelBlock(kernels::WireFormat::kInt4)),
+            wireBlocksText(base.wire_blocks));
+  const int blocks[] = {32, 64, 128};
+  for (int format = 0; format < 3; ++format) {
+    const int shift = 8 * format;
+    const uint32_t own = base.wire_blocks >> shift & 0xff;
+    uint32_t other = own;
+    while (other == own) other = static_cast<uint32_t>(blocks[rng() % 3]);
+    const int odd = 1 + static_cast<int>(rng() % 3);
+    std::vector<CallShape> shapes(4, base);
+    shapes[odd].wire_blocks = (base.wire_blocks & ~(0xffu << shift)) | other << shift;
+    int grid = -1;
+    ASSERT_EQ(tparInvalidUsage, agreeOnCallShapes(shapes, &grid)) << format;
+    EXPECT_NE(std::string::npos, lastError().find("disagree on the values per scale of the wire"))
+        << lastError();
+    EXPECT_NE(std::string::npos,
+              lastError().find("rank 0 has " + wireBlocksText(base.wire_blocks) + ", rank " +
+                               std::to_string(odd) + " has " +
+                               wireBlocksText(shapes[odd].wire_blocks)))
+        << lastError();
+    EXPECT_EQ(-1, grid);
+  }
 }
 
 TEST(AgreementTable, WorkspaceTermsAreNamedLikeTheirSettings) {
