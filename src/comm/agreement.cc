@@ -87,7 +87,8 @@ uint64_t tuningTableHash(const TuningTable& table) {
 uint32_t wireBlocksWord() {
   using kernels::WireFormat;
   using kernels::wireKernelBlock;
-  static_assert(wireKernelBlock(WireFormat::kFp8) < 256 && wireKernelBlock(WireFormat::kInt8) < 256 &&
+  static_assert(wireKernelBlock(WireFormat::kFp8) < 256 &&
+                    wireKernelBlock(WireFormat::kInt8) < 256 &&
                     wireKernelBlock(WireFormat::kInt4) < 256,
                 "a block's size fits the byte it travels in");
   return static_cast<uint32_t>(wireKernelBlock(WireFormat::kFp8)) |

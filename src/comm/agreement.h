@@ -3,17 +3,17 @@
 // NOTE [agreement]
 // A call's device-side shape comes from settings each rank resolves for itself: the grid
 // (TPAR_MAX_BLOCKS, then what the GPU can host), the block size (TPAR_THREADS), the algorithm
-// choice (TPAR_ALGO, TPAR_ONESHOT_MAX_BYTES, the tuning table, which also fixes the active
-// blocks, threads, steps and pull mode of every size), the workspace (maxBytesPerCall) and the
-// first epoch. Ranks that differ slice one message differently and wait for blocks that never
-// come: wrong results or a hang, which the call header (datatype, op, algorithm, count) cannot
-// see. So every rank publishes a CallShape at init: the grid, the tuning table, the Shape
-// lines of settings.def (NOTE [settings table]) and its build's wire blocks. A setting that differs fails init on every
-// rank with tparInvalidUsage naming it, and the grid, which depends on the GPU, is the smallest
-// any rank can host (every rank can run it). Before any region is mapped, the ranks also
-// compare the size their builds lay the regions out in (WorkspaceTerms). The NCCL attachment
-// comes after init (tparCommSetNcclComm); it travels in every call header instead (NOTE [call
-// header]), and tpar.h says what happens to calls routed to NCCL when ranks attach differently.
+// choice (TPAR_ALGO, TPAR_ONESHOT_MAX_BYTES, the tuning table, which also fixes the active blocks,
+// threads, steps and pull mode of every size), the workspace (maxBytesPerCall) and the first epoch.
+// Ranks that differ slice one message differently and wait for blocks that never come: wrong
+// results or a hang, which the call header (datatype, op, algorithm, count) cannot see. So every
+// rank publishes a CallShape at init: the grid, the tuning table, the Shape lines of settings.def
+// (NOTE [settings table]) and its build's wire blocks. A setting that differs fails init on every
+// rank with tparInvalidUsage naming it, and the grid, which depends on the GPU, is the smallest any
+// rank can host (every rank can run it). Before any region is mapped, the ranks also compare the
+// size their builds lay the regions out in (WorkspaceTerms). The NCCL attachment comes after init
+// (tparCommSetNcclComm); it travels in every call header instead (NOTE [call header]), and tpar.h
+// says what happens to calls routed to NCCL when ranks attach differently.
 #ifndef TPAR_COMM_AGREEMENT_H_
 #define TPAR_COMM_AGREEMENT_H_
 
