@@ -106,7 +106,8 @@ CallShape describeCallShape(const ResolvedConfig& cfg, int grid_blocks,
   CallShape s;
   std::memset(&s, 0, sizeof(s));
   s.grid_blocks = grid_blocks;
-  s.wire_blocks = wireBlocksWord();
+  // Only a communicator with a format sends blocks: lossless ranks of such builds still agree.
+  s.wire_blocks = cfg.wire > tparWireNone ? wireBlocksWord() : 0;
   for (int i = 0; i < kNumShapeSettings; ++i) s.settings[i] = shapeSettings()[i].value(cfg);
   s.has_tuning = tuning != nullptr ? 1 : 0;
   if (tuning != nullptr) {

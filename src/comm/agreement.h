@@ -8,12 +8,12 @@
 // Ranks that differ slice one message differently and wait for blocks that never come: wrong
 // results or a hang, which the call header (datatype, op, algorithm, count) cannot see. So every
 // rank publishes a CallShape at init: the grid, the tuning table, the Shape lines of settings.def
-// (NOTE [settings table]) and its build's wire blocks. A setting that differs fails init on every
-// rank with tparInvalidUsage naming it, and the grid, which depends on the GPU, is the smallest any
-// rank can host (every rank can run it). Before any region is mapped, the ranks also compare the
-// size their builds lay the regions out in (WorkspaceTerms). The NCCL attachment comes after init
-// (tparCommSetNcclComm); it travels in every call header instead (NOTE [call header]), and tpar.h
-// says what happens to calls routed to NCCL when ranks attach differently.
+// (NOTE [settings table]) and, with a wire format, its build's wire blocks. A setting that differs
+// fails init on every rank with tparInvalidUsage naming it, and the grid, which depends on the GPU,
+// is the smallest any rank can host (every rank can run it). Before any region is mapped, the ranks
+// also compare the size their builds lay the regions out in (WorkspaceTerms). The NCCL attachment
+// comes after init (tparCommSetNcclComm); it travels in every call header instead (NOTE [call
+// header]), and tpar.h says what happens to calls routed to NCCL when ranks attach differently.
 #ifndef TPAR_COMM_AGREEMENT_H_
 #define TPAR_COMM_AGREEMENT_H_
 
@@ -41,9 +41,9 @@ struct CallShape {
   int64_t settings[kNumShapeSettings];
   uint64_t tuning_hash;     // tuningTableHash of it (0 without one)
   char tuning_source[128];  // its file, for the message (cut to fit)
-  // The values per scale this build's kernels send with each wire format (wireBlocksWord), a
-  // property of the build that the call header does not carry: ranks that differ would read
-  // each other's codes and scales at different places.
+  // The values per scale this build's kernels send with each wire format (wireBlocksWord) when
+  // the communicator has a format, else 0: a property of the build that the call header does not
+  // carry; ranks that differ would read each other's codes and scales at different places.
   uint32_t wire_blocks;
   uint32_t reserved;
 };

@@ -517,14 +517,18 @@ TEST(AgreementTable, ThreadsThatDifferAreNamedWithBothValues) {
       << lastError();
 }
 
-// The wire formats' block is a constant of the build, not a setting: a rank of a build that
-// sends another block fails init naming both builds' blocks.
+// The wire formats' block is a constant of the build, not a setting: with a format, a rank of a
+// build that sends another block fails init naming both builds' blocks; lossless communicators
+// send no blocks and agree.
 TEST(AgreementTable, WireBlocksOfAnotherBuildAreNamedWithBothValues) {
   std::string seed;
   std::mt19937_64 rng = seededRng(&seed);
   SCOPED_TRACE(seed);
-  const CallShape base = shapeOf({});
+  const char* formats[] = {"fp8", "int8", "int4"};
+  const CallShape base = shapeOf({{"TPAR_WIRE", formats[rng() % 3]}});
   EXPECT_EQ(wireBlocksWord(), base.wire_blocks);
+  const CallShape lossless = shapeOf({});
+  EXPECT_EQ(0u, lossless.wire_blocks);
   EXPECT_EQ("FP8 " + std::to_string(kernels::wireKernelBlock(kernels::WireFormat::kFp8)) +
                 ", INT8 " + std::to_string(kernels::wireKernelBlock(kernels::WireFormat::kInt8)) +
                 ", INT4 " + std::to_string(kernels::wireKernelBlock(kernels::WireFormat::kInt4)),
