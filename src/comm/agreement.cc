@@ -84,30 +84,13 @@ uint64_t tuningTableHash(const TuningTable& table) {
   return h;
 }
 
-uint32_t wireBlocksWord() {
-  using kernels::WireFormat;
-  using kernels::wireKernelBlock;
-  static_assert(wireKernelBlock(WireFormat::kFp8) < 256 &&
-                    wireKernelBlock(WireFormat::kInt8) < 256 &&
-                    wireKernelBlock(WireFormat::kInt4) < 256,
-                "a block's size fits the byte it travels in");
-  return static_cast<uint32_t>(wireKernelBlock(WireFormat::kFp8)) |
-         static_cast<uint32_t>(wireKernelBlock(WireFormat::kInt8)) << 8 |
-         static_cast<uint32_t>(wireKernelBlock(WireFormat::kInt4)) << 16;
-}
-
-std::string wireBlocksText(uint32_t word) {
-  return "FP8 " + std::to_string(word & 0xff) + ", INT8 " + std::to_string(word >> 8 & 0xff) +
-         ", INT4 " + std::to_string(word >> 16 & 0xff);
-}
-
 CallShape describeCallShape(const ResolvedConfig& cfg, int grid_blocks,
                             const TuningTable* tuning) {
   CallShape s;
   std::memset(&s, 0, sizeof(s));
   s.grid_blocks = grid_blocks;
-  // Only a communicator with a format sends blocks: lossless ranks of such builds still agree.
-  s.wire_blocks = cfg.wire > tparWireNone ? wireBlocksWord() : 0;
+  if (cfg.wire > tparWireNone)
+    s.wire_block = kernels::wireKernelBlock(static_cast<kernels::WireFormat>(cfg.wire));
   for (int i = 0; i < kNumShapeSettings; ++i) s.settings[i] = shapeSettings()[i].value(cfg);
   s.has_tuning = tuning != nullptr ? 1 : 0;
   if (tuning != nullptr) {
@@ -133,10 +116,11 @@ tparResult_t agreeOnCallShapes(const std::vector<CallShape>& shapes, int* grid_b
       return differ("the tuning table (TPAR_TUNING_FILE or the per-machine cache file)", r,
                     tuningText(a), tuningText(b));
     }
-    if (b.wire_blocks != a.wire_blocks) {
-      return differ("the values per scale of the wire formats (a property of the tpar build; "
+    // After the settings: the ranks hold one format, so this is its block in each build.
+    if (b.wire_block != a.wire_block) {
+      return differ("the values per scale of the wire format (a property of the tpar build; "
                     "every rank must run the same build)",
-                    r, wireBlocksText(a.wire_blocks), wireBlocksText(b.wire_blocks));
+                    r, std::to_string(a.wire_block), std::to_string(b.wire_block));
     }
     grid = std::min(grid, b.grid_blocks);
   }

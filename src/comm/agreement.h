@@ -8,7 +8,7 @@
 // Ranks that differ slice one message differently and wait for blocks that never come: wrong
 // results or a hang, which the call header (datatype, op, algorithm, count) cannot see. So every
 // rank publishes a CallShape at init: the grid, the tuning table, the Shape lines of settings.def
-// (NOTE [settings table]) and, with a wire format, its build's wire blocks. A setting that differs
+// (NOTE [settings table]) and, with a wire format, its build's wire block. A setting that differs
 // fails init on every rank with tparInvalidUsage naming it, and the grid, which depends on the GPU,
 // is the smallest any rank can host (every rank can run it). Before any region is mapped, the ranks
 // also compare the size their builds lay the regions out in (WorkspaceTerms). The NCCL attachment
@@ -18,7 +18,6 @@
 #define TPAR_COMM_AGREEMENT_H_
 
 #include <cstdint>
-#include <string>
 #include <type_traits>
 #include <vector>
 
@@ -41,11 +40,11 @@ struct CallShape {
   int64_t settings[kNumShapeSettings];
   uint64_t tuning_hash;     // tuningTableHash of it (0 without one)
   char tuning_source[128];  // its file, for the message (cut to fit)
-  // The values per scale this build's kernels send with each wire format (wireBlocksWord) when
-  // the communicator has a format, else 0: a property of the build that the call header does not
-  // carry; ranks that differ would read each other's codes and scales at different places.
-  uint32_t wire_blocks;
-  uint32_t reserved;
+  // The values per scale this build's kernels send with the communicator's wire format
+  // (kernels::wireKernelBlock; 0 without a format): a property of the build that the call
+  // header does not carry; ranks that differ would read each other's codes and scales at
+  // different places.
+  int32_t wire_block;
 };
 static_assert(std::is_trivially_copyable_v<CallShape> && std::is_standard_layout_v<CallShape>,
               "CallShape travels between processes as bytes");
@@ -64,11 +63,6 @@ struct WorkspaceTerms {
 // the message of agreeOnCallShapes. Round 4 checks the same settings again in the CallShape;
 // this earlier check keeps a peer from mapping regions of a size it did not expect.
 tparResult_t agreeOnWorkspaces(const std::vector<WorkspaceTerms>& terms);
-
-// The kernels' block of every wire format (kernels::wireKernelBlock), a byte each in format order.
-uint32_t wireBlocksWord();
-// "FP8 128, INT8 32, INT4 32" for a word of wireBlocksWord.
-std::string wireBlocksText(uint32_t word);
 
 // This rank's shape (after createLocal and applyTopology).
 CallShape describeCallShape(const tparComm& comm);

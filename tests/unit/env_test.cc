@@ -517,39 +517,37 @@ TEST(AgreementTable, ThreadsThatDifferAreNamedWithBothValues) {
       << lastError();
 }
 
-// The wire formats' block is a constant of the build, not a setting: with a format, a rank of a
-// build that sends another block fails init naming both builds' blocks; lossless communicators
-// send no blocks and agree.
+// The wire format's block is a constant of the build, not a setting: with a format, a rank of
+// a build that sends another block fails init naming both blocks; lossless communicators send
+// no block.
 TEST(AgreementTable, WireBlocksOfAnotherBuildAreNamedWithBothValues) {
   std::string seed;
   std::mt19937_64 rng = seededRng(&seed);
   SCOPED_TRACE(seed);
-  const char* formats[] = {"fp8", "int8", "int4"};
-  const CallShape base = shapeOf({{"TPAR_WIRE", formats[rng() % 3]}});
-  EXPECT_EQ(wireBlocksWord(), base.wire_blocks);
-  const CallShape lossless = shapeOf({});
-  EXPECT_EQ(0u, lossless.wire_blocks);
-  EXPECT_EQ("FP8 " + std::to_string(kernels::wireKernelBlock(kernels::WireFormat::kFp8)) +
-                ", INT8 " + std::to_string(kernels::wireKernelBlock(kernels::WireFormat::kInt8)) +
-                ", INT4 " + std::to_string(kernels::wireKernelBlock(kernels::WireFormat::kInt4)),
-            wireBlocksText(base.wire_blocks));
+  EXPECT_EQ(0, shapeOf({}).wire_block);
+  const struct {
+    const char* name;
+    kernels::WireFormat f;
+  } formats[] = {{"fp8", kernels::WireFormat::kFp8},
+                 {"int8", kernels::WireFormat::kInt8},
+                 {"int4", kernels::WireFormat::kInt4}};
   const int blocks[] = {32, 64, 128};
-  for (int format = 0; format < 3; ++format) {
-    const int shift = 8 * format;
-    const uint32_t own = base.wire_blocks >> shift & 0xff;
-    uint32_t other = own;
-    while (other == own) other = static_cast<uint32_t>(blocks[rng() % 3]);
+  for (const auto& format : formats) {
+    const CallShape base = shapeOf({{"TPAR_WIRE", format.name}});
+    const int own = kernels::wireKernelBlock(format.f);
+    EXPECT_EQ(own, base.wire_block) << format.name;
+    int other = own;
+    while (other == own) other = blocks[rng() % 3];
     const int odd = 1 + static_cast<int>(rng() % 3);
     std::vector<CallShape> shapes(4, base);
-    shapes[odd].wire_blocks = (base.wire_blocks & ~(0xffu << shift)) | other << shift;
+    shapes[odd].wire_block = other;
     int grid = -1;
-    ASSERT_EQ(tparInvalidUsage, agreeOnCallShapes(shapes, &grid)) << format;
+    ASSERT_EQ(tparInvalidUsage, agreeOnCallShapes(shapes, &grid)) << format.name;
     EXPECT_NE(std::string::npos, lastError().find("disagree on the values per scale of the wire"))
         << lastError();
     EXPECT_NE(std::string::npos,
-              lastError().find("rank 0 has " + wireBlocksText(base.wire_blocks) + ", rank " +
-                               std::to_string(odd) + " has " +
-                               wireBlocksText(shapes[odd].wire_blocks)))
+              lastError().find("rank 0 has " + std::to_string(own) + ", rank " +
+                               std::to_string(odd) + " has " + std::to_string(other)))
         << lastError();
     EXPECT_EQ(-1, grid);
   }
