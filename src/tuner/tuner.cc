@@ -593,6 +593,13 @@ int64_t wireMinBytes(int64_t configured, const TuningTable* table, int wire) {
   return -1;
 }
 
+uint64_t wirePieceBytes(uint64_t limit, int nranks, int wire, size_t esize) {
+  const auto f = static_cast<kernels::WireFormat>(wire);
+  const uint64_t block = kernels::wireKernelBlock(f) * esize;
+  const uint64_t fit = kernels::wirePieceValues(f, std::max(nranks, 1), limit) * esize;
+  return std::max(fit, limit / block * block);
+}
+
 Plan wirePlan(const Plan& plan, uint64_t bytes, tparDataType_t dtype, const TunerContext& ctx,
               tparAlgo_t forced, int wire, bool* applies, int64_t min_bytes) {
   *applies = false;
@@ -628,7 +635,10 @@ Plan wirePlan(const Plan& plan, uint64_t bytes, tparDataType_t dtype, const Tune
   // The registry's block of the format (WireAlgorithm::block_values), which comm.cc cuts by.
   const uint64_t align =
       kernels::wireKernelBlock(static_cast<kernels::WireFormat>(wire)) * elementBytes(dtype);
-  const uint64_t shaped = evenPieceBytes(bytes, ctx.piece_bytes / align * align, align);
+  const uint64_t piece =
+      ctx.piece_bytes == 0 ? 0
+                           : wirePieceBytes(ctx.piece_bytes, ctx.nranks, wire, elementBytes(dtype));
+  const uint64_t shaped = evenPieceBytes(bytes, piece, align);
   p = hostShape(p, shaped, ctx, /*for_wire=*/true);
   // NOTE [wire steps in powers of two]
   // The formats' kernel runs a power of two of steps: the lossless shape's count rounded down.

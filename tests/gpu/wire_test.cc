@@ -121,6 +121,10 @@ TEST_P(WireFormats, EveryRankGetsTheFormatsAllReduce) {
       cfg.wire = fmt.wire;
       // In GPU memory a format runs only under a forced pipelined schedule (wirePlan).
       if (GetParam() != kTransportHost) cfg.algorithm = tparAlgoPipelined;
+      // Pieces of 2 MiB lossless: a format's pieces, as long as their codes and scales fit
+      // those bytes (NOTE [wire pieces by the bytes that travel]), fill their areas as a
+      // default piece does, and the 9 MiB case runs as several of them.
+      cfg.maxBytesPerCall = size_t{2} << 20;
       VirtualGroup g;
       ASSERT_EQ("", g.init(n, cfg));
       if (GetParam() == kTransportHost) {
@@ -142,8 +146,9 @@ TEST_P(WireFormats, EveryRankGetsTheFormatsAllReduce) {
         if (n > 2) EXPECT_EQ(without.blocksPerRank, with_format.blocksPerRank);
         EXPECT_GE(with_format.blocksPerRank, without.blocksPerRank);
       }
-      // The smallest size a format carries and odd counts above it; 9 MiB runs in two launches
-      // on the host transport (and in many in GPU memory, whose pull areas are smaller).
+      // The smallest size a format carries and odd counts above it; 9 MiB runs in two to four
+      // launches on the host transport (and in more in GPU memory, whose pull areas are
+      // smaller).
       const size_t min = tpar::defaultWireMinBytes(n) / 2;
       const Case cases[] = {{n, min, tparBfloat16, tparSum, false, false},
                             {n, min + 37, tparFloat16, tparSum, true, false},

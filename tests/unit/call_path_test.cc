@@ -11,6 +11,7 @@
 
 #include "comm/comm.h"
 #include "comm/comm_access.h"
+#include "kernels/prims/schedule.h"
 #include "kernels/prims/wire.h"
 #include "registry/launcher.h"
 #include "base/log.h"
@@ -170,6 +171,9 @@ TEST(CallTemplate, OneShotPullTakesTheHostKernelsInHostMemory) {
 // On the host transport a call of a multiple of maxBytesPerCall is whole pieces at every group
 // size (the pull area holds the chunks' rounding: forMaxBytes), and with a wire format every
 // piece of a large call runs the plan a call of one piece runs (NOTE [wire shape per piece]).
+// A format's piece is as long as its codes and scales fit the bytes of a lossless piece (NOTE
+// [wire pieces by the bytes that travel]): longer than the lossless piece, each chunk of the
+// kernel's schedule within those bytes.
 TEST(CallPieces, HostCallsAreWholePiecesAndAFormatRunsEachAsACallOfOnePiece) {
   for (LinkClass link : {LinkClass::kSameSwitch, LinkClass::kSameDevice}) {
     for (int n : {2, 3, 4, 8}) {
@@ -181,10 +185,25 @@ TEST(CallPieces, HostCallsAreWholePiecesAndAFormatRunsEachAsACallOfOnePiece) {
         c->layout = kernels::WorkspaceLayout::forMaxBytes(c->cfg.max_bytes_per_call, true);
         ASSERT_EQ(tparSuccess, applyTopology(c, flatTopology(n, link)));
         prepareCalls(c);
-        const size_t piece = c->cfg.max_bytes_per_call / 2;  // bfloat16 elements
-        const CallLaunch one = f.call(piece);
+        const size_t lossless = c->cfg.max_bytes_per_call / 2;  // bfloat16 elements
         const bool formatted = wire != tparWireNone;
-        EXPECT_EQ(formatted, wireVariantName(c, piece * 2, tparBfloat16) != nullptr) << n;
+        EXPECT_EQ(formatted, wireVariantName(c, lossless * 2, tparBfloat16) != nullptr) << n;
+        const size_t piece = f.call(64 * lossless).piece_elems;
+        if (formatted) {
+          const auto wf = static_cast<kernels::WireFormat>(wire);
+          const uint64_t kB = kernels::wireKernelBlock(wf);
+          const uint64_t per = kB * (wire == tparWireInt4 ? 4 : 8) / 8 + 2;
+          ASSERT_EQ(0u, piece % kB) << n;
+          const auto s = kernels::alignedBlockSlice(piece / kB, n, 64, 0,
+                                                    kernels::wireBlockAlign(int(kB)));
+          EXPECT_LE(uint64_t(n) * s.chunk * per, c->cfg.max_bytes_per_call) << n << " " << wire;
+          // FP8 and INT8 send about half the bytes, INT4 about 0.28 of them.
+          EXPECT_GT(piece, lossless * 3 / 2) << n << " " << wire;
+          if (wire == tparWireInt4) EXPECT_GT(piece, lossless * 3) << n;
+        } else {
+          EXPECT_EQ(lossless, piece) << n;
+        }
+        const CallLaunch one = f.call(piece);
         for (size_t pieces : {size_t{1}, size_t{2}, size_t{8}, size_t{32}}) {
           const CallLaunch call = f.call(pieces * piece);
           EXPECT_EQ(piece, call.piece_elems) << n << " ranks, wire " << wire;

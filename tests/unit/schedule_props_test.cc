@@ -247,6 +247,30 @@ TEST(KernelSchedule, AlignedWireChunksFitTheHalfTheLosslessPieceUses) {
   }
 }
 
+// A format's piece in an area (NOTE [wire pieces by the bytes that travel]): the kernel's
+// chunks of it, codes and scales, fit the area; one more run of a warp per chunk would not; and
+// it is at least the lossless piece of 16-bit values the area holds, in whole blocks.
+TEST(KernelSchedule, WirePiecesAreTheLongestWhoseAlignedChunksFitTheArea) {
+  for (auto f : {kernels::WireFormat::kFp8, kernels::WireFormat::kInt8,
+                 kernels::WireFormat::kInt4}) {
+    const uint64_t kB = kernels::wireKernelBlock(f);
+    const uint64_t align = kernels::wireBlockAlign(static_cast<int>(kB));
+    const uint64_t per = kB * (f == kernels::WireFormat::kInt4 ? 4 : 8) / 8 + 2;
+    for (int n = 2; n <= 16; ++n) {
+      for (uint64_t area = 64u << 10; area <= (1ull << 30); area = area * 3 / 2 + 16) {
+        const uint64_t values = kernels::wirePieceValues(f, n, area);
+        ASSERT_EQ(0u, values % kB) << n << " " << area;
+        const Slice s = kernels::alignedBlockSlice(values / kB, n, 64, 0, align);
+        EXPECT_LE(uint64_t(n) * s.chunk * per, area) << "block " << kB << " n " << n;
+        EXPECT_GT(uint64_t(n) * (s.chunk + align) * per, area) << "block " << kB << " n " << n;
+        EXPECT_GE(values, area / 2 / kB * kB) << "block " << kB << " n " << n << " " << area;
+        // The schedule's 32-bit pairs: fewer than 2^28 vectors in a piece.
+        EXPECT_LT(values / 8, 1ull << 28) << area;
+      }
+    }
+  }
+}
+
 TEST(KernelSchedule, PeerPositionsVisitEveryOtherPeerOncePerPositionInRotation) {
   for (int n : {1, 2, 3, 5, 8, 16}) {
     for (uint32_t width : {1u, 3u, 32u, 100u}) {

@@ -70,7 +70,8 @@ TPAR_HOST_DEVICE inline Slice alignedBlockSlice(uint64_t vecs, int n, int grid, 
 
 // The (peer, position) pairs of a phase: pair u is peer ahead(me, 1 + u / width) (rotation: at
 // each step every rank a different target), position s0 + u % width. 32-bit: a piece has fewer
-// than 2^27 vectors, and a 64-bit division costs several times more on every pair's path.
+// than 2^28 vectors (a format's piece of 1 GiB of codes), and a 64-bit division costs several
+// times more on every pair's path.
 struct PeerPositions {
   int n, me;
   uint64_t s0;

@@ -243,6 +243,29 @@ TPAR_HD constexpr int wireKernelBlock(WireFormat f) {
                                   : 32;
 }
 
+// Bits of one code of format f.
+TPAR_HD constexpr int wireCodeBits(WireFormat f) { return f == WireFormat::kInt4 ? 4 : 8; }
+
+// Bytes one kernel block of format f takes in an area: its codes and its bf16 scale.
+TPAR_HD constexpr uint64_t wireAreaBlockBytes(WireFormat f) {
+  return uint64_t(wireKernelBlock(f)) * wireCodeBits(f) / 8 + 2;
+}
+
+// NOTE [wire pieces by the bytes that travel]
+// The most values of format f that one launch of n ranks carries in an area of `area` bytes
+// (the scatter or the gather half, which the lossless schedule fills with a piece's 16-bit
+// values): n chunks of whole runs of a warp (NOTE [wire schedule in runs of a warp]) whose codes
+// and scales fit the area. A format sends 0.53 (FP8, INT8) or 0.28 (INT4) of the lossless
+// bytes, so the same area holds a piece about twice or three and a half times as long, and a
+// large call runs as that many fewer launches, each one a fill and a drain of the pipeline.
+// With larger pieces (the workspace grown with them) 4 and 8 virtual ranks ran the formats
+// faster at 16 and 64 MiB (docs/PERFORMANCE.md, "Where the formats' time goes").
+TPAR_HD uint64_t wirePieceValues(WireFormat f, int n, uint64_t area) {
+  const uint64_t align = wireBlockAlign(wireKernelBlock(f));
+  const uint64_t chunk = area / (uint64_t(n) * wireAreaBlockBytes(f)) / align * align;
+  return uint64_t(n) * chunk * wireKernelBlock(f);
+}
+
 // Bytes on the wire per value in the kernels' blocks: the codes and the block's scale.
 template <WireFormat F>
 constexpr double wireBytesPerValue() {
