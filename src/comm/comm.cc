@@ -527,14 +527,14 @@ void prepareAllReduce(const tparComm* comm, size_t count, tparDataType_t dtype, 
   const uint64_t piece_limit = std::min<uint64_t>(comm->cfg.max_bytes_per_call, algo_limit);
   c.piece_elems = piece_limit / c.esize;  // piece_limit is a multiple of 16
   // A wire format's pieces are whole blocks, so that every piece encodes the blocks a single
-  // launch would (docs/WIRE.md: blocks count from the start of the buffer), as long as their
-  // codes and scales fit the bytes a lossless piece may take (NOTE [wire pieces by the bytes
-  // that travel] in kernels/prims/wire.h), and of one length but the last, as few as that limit
-  // allows, the length its plan is shaped for (NOTE [wire shape per piece] in tuner/tuner.cc).
+  // launch would (docs/WIRE.md: blocks count from the start of the buffer); a call whose codes
+  // and scales fit the bytes of a lossless piece is one launch (NOTE [wire pieces by the bytes
+  // that travel] in kernels/prims/wire.h), a longer one pieces of one length but the last, as
+  // few as the lossless limit allows, the length its plan is shaped for (NOTE [wire shape per
+  // piece] in tuner/tuner.cc).
   if (wa != nullptr) {
-    const uint64_t limit = wirePieceBytes(piece_limit, comm->nranks, wa->wire, c.esize);
-    c.piece_elems =
-        evenPieceBytes(count * c.esize, limit, uint64_t(wa->block_values) * c.esize) / c.esize;
+    const uint64_t limit = wirePieceBytes(bytes, piece_limit, comm->nranks, wa->wire, c.esize);
+    c.piece_elems = evenPieceBytes(bytes, limit, uint64_t(wa->block_values) * c.esize) / c.esize;
   }
   const bool flags = flagPull(comm);
   c.fn = (wa != nullptr ? wa->kernels : kernelsFor(algo, flags))->get(dtype, comm->nranks);

@@ -593,11 +593,11 @@ int64_t wireMinBytes(int64_t configured, const TuningTable* table, int wire) {
   return -1;
 }
 
-uint64_t wirePieceBytes(uint64_t limit, int nranks, int wire, size_t esize) {
+uint64_t wirePieceBytes(uint64_t bytes, uint64_t limit, int nranks, int wire, size_t esize) {
   const auto f = static_cast<kernels::WireFormat>(wire);
   const uint64_t block = kernels::wireKernelBlock(f) * esize;
-  const uint64_t fit = kernels::wirePieceValues(f, std::max(nranks, 1), limit) * esize;
-  return std::max(fit, limit / block * block);
+  const uint64_t longest = kernels::wirePieceValues(f, std::max(nranks, 1), limit) * esize;
+  return bytes <= longest ? longest : limit / block * block;
 }
 
 Plan wirePlan(const Plan& plan, uint64_t bytes, tparDataType_t dtype, const TunerContext& ctx,
@@ -637,7 +637,8 @@ Plan wirePlan(const Plan& plan, uint64_t bytes, tparDataType_t dtype, const Tune
       kernels::wireKernelBlock(static_cast<kernels::WireFormat>(wire)) * elementBytes(dtype);
   const uint64_t piece =
       ctx.piece_bytes == 0 ? 0
-                           : wirePieceBytes(ctx.piece_bytes, ctx.nranks, wire, elementBytes(dtype));
+                           : wirePieceBytes(bytes, ctx.piece_bytes, ctx.nranks, wire,
+                                            elementBytes(dtype));
   const uint64_t shaped = evenPieceBytes(bytes, piece, align);
   p = hostShape(p, shaped, ctx, /*for_wire=*/true);
   // NOTE [wire steps in powers of two]

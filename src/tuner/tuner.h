@@ -135,12 +135,12 @@ inline uint64_t evenPieceBytes(uint64_t bytes, uint64_t piece_bytes, uint64_t al
   return (each + align - 1) / align * align;  // at most piece_bytes, itself whole aligns
 }
 
-// The piece of a call with wire format `wire` (tparWire_t) of `esize`-byte values, where a
-// lossless piece may take `limit` bytes: whole wire blocks whose codes and scales fit those
-// bytes (NOTE [wire pieces by the bytes that travel] in kernels/prims/wire.h), never less than
-// the lossless piece in whole blocks. comm.cc cuts a format's calls by it and wirePlan shapes
-// their plan for it.
-uint64_t wirePieceBytes(uint64_t limit, int nranks, int wire, size_t esize);
+// The longest piece of a call of `bytes` with wire format `wire` (tparWire_t) of `esize`-byte
+// values, where a lossless piece may take `limit` bytes: the whole call when its codes and
+// scales fit those bytes (NOTE [wire pieces by the bytes that travel] in kernels/prims/wire.h),
+// else the lossless piece in whole wire blocks. comm.cc cuts a format's calls by it and wirePlan
+// shapes their plan for it.
+uint64_t wirePieceBytes(uint64_t bytes, uint64_t limit, int nranks, int wire, size_t esize);
 
 // The plan of a call of `bytes` when the communicator has a wire format: `plan` itself when the
 // format does not apply (none set, a datatype other than float16 and bfloat16, below

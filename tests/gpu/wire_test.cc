@@ -121,9 +121,9 @@ TEST_P(WireFormats, EveryRankGetsTheFormatsAllReduce) {
       cfg.wire = fmt.wire;
       // In GPU memory a format runs only under a forced pipelined schedule (wirePlan).
       if (GetParam() != kTransportHost) cfg.algorithm = tparAlgoPipelined;
-      // Pieces of 2 MiB lossless: a format's pieces, as long as their codes and scales fit
-      // those bytes (NOTE [wire pieces by the bytes that travel]), fill their areas as a
-      // default piece does, and the 9 MiB case runs as several of them.
+      // Pieces of 2 MiB lossless, so that on the host transport 3 MiB is one launch of more
+      // than a lossless piece, its codes and scales nearly filling the area (NOTE [wire pieces
+      // by the bytes that travel]), and 9 MiB several launches of 2 MiB.
       cfg.maxBytesPerCall = size_t{2} << 20;
       VirtualGroup g;
       ASSERT_EQ("", g.init(n, cfg));
@@ -146,12 +146,13 @@ TEST_P(WireFormats, EveryRankGetsTheFormatsAllReduce) {
         if (n > 2) EXPECT_EQ(without.blocksPerRank, with_format.blocksPerRank);
         EXPECT_GE(with_format.blocksPerRank, without.blocksPerRank);
       }
-      // The smallest size a format carries and odd counts above it; 9 MiB runs in two to four
-      // launches on the host transport (and in more in GPU memory, whose pull areas are
-      // smaller).
+      // The smallest size a format carries and odd counts above it; 3 MiB runs in one launch
+      // and 9 MiB in five on the host transport (both in more in GPU memory, whose pull areas
+      // are smaller).
       const size_t min = tpar::defaultWireMinBytes(n) / 2;
       const Case cases[] = {{n, min, tparBfloat16, tparSum, false, false},
                             {n, min + 37, tparFloat16, tparSum, true, false},
+                            {n, (size_t{3} << 19) + 3, tparFloat16, tparSum, false, false},
                             {n, (size_t{9} << 19) + 3, tparBfloat16, tparSum, false, true},
                             {n, min + 1001, tparBfloat16, tparMax, false, false}};
       for (const Case& c : cases) {

@@ -171,9 +171,8 @@ TEST(CallTemplate, OneShotPullTakesTheHostKernelsInHostMemory) {
 // On the host transport a call of a multiple of maxBytesPerCall is whole pieces at every group
 // size (the pull area holds the chunks' rounding: forMaxBytes), and with a wire format every
 // piece of a large call runs the plan a call of one piece runs (NOTE [wire shape per piece]).
-// A format's piece is as long as its codes and scales fit the bytes of a lossless piece (NOTE
-// [wire pieces by the bytes that travel]): longer than the lossless piece, each chunk of the
-// kernel's schedule within those bytes.
+// A format's call whose codes and scales fit the bytes of a lossless piece runs as one launch
+// (NOTE [wire pieces by the bytes that travel]); a longer one in pieces of the lossless length.
 TEST(CallPieces, HostCallsAreWholePiecesAndAFormatRunsEachAsACallOfOnePiece) {
   for (LinkClass link : {LinkClass::kSameSwitch, LinkClass::kSameDevice}) {
     for (int n : {2, 3, 4, 8}) {
@@ -185,26 +184,36 @@ TEST(CallPieces, HostCallsAreWholePiecesAndAFormatRunsEachAsACallOfOnePiece) {
         c->layout = kernels::WorkspaceLayout::forMaxBytes(c->cfg.max_bytes_per_call, true);
         ASSERT_EQ(tparSuccess, applyTopology(c, flatTopology(n, link)));
         prepareCalls(c);
-        const size_t lossless = c->cfg.max_bytes_per_call / 2;  // bfloat16 elements
+        const size_t piece = c->cfg.max_bytes_per_call / 2;  // bfloat16 elements
         const bool formatted = wire != tparWireNone;
-        EXPECT_EQ(formatted, wireVariantName(c, lossless * 2, tparBfloat16) != nullptr) << n;
-        const size_t piece = f.call(64 * lossless).piece_elems;
+        EXPECT_EQ(formatted, wireVariantName(c, piece * 2, tparBfloat16) != nullptr) << n;
+        // The longest call of the format whose kernel chunks (whole runs of a warp), codes and
+        // scales, fit the lossless piece's bytes: it and every shorter one is one launch, one
+        // block more is cut into as few pieces as the lossless piece allows.
+        size_t longest = 0;
         if (formatted) {
           const auto wf = static_cast<kernels::WireFormat>(wire);
           const uint64_t kB = kernels::wireKernelBlock(wf);
+          const uint64_t align = kernels::wireBlockAlign(int(kB));
           const uint64_t per = kB * (wire == tparWireInt4 ? 4 : 8) / 8 + 2;
-          ASSERT_EQ(0u, piece % kB) << n;
-          const auto s = kernels::alignedBlockSlice(piece / kB, n, 64, 0,
-                                                    kernels::wireBlockAlign(int(kB)));
-          EXPECT_LE(uint64_t(n) * s.chunk * per, c->cfg.max_bytes_per_call) << n << " " << wire;
+          for (uint64_t chunk = align; n * chunk * per <= c->cfg.max_bytes_per_call; chunk += align)
+            longest = n * chunk * kB;
+          const auto s = kernels::alignedBlockSlice(longest / kB, n, 64, 0, align);
+          ASSERT_EQ(longest / kB / n, s.chunk) << n;
           // FP8 and INT8 send about half the bytes, INT4 about 0.28 of them.
-          EXPECT_GT(piece, lossless * 3 / 2) << n << " " << wire;
-          if (wire == tparWireInt4) EXPECT_GT(piece, lossless * 3) << n;
-        } else {
-          EXPECT_EQ(lossless, piece) << n;
+          EXPECT_GT(longest, piece * (wire == tparWireInt4 ? 3 : 1.5)) << n << " " << wire;
+          for (size_t count : {longest, longest - kB - 3, piece + 8}) {
+            const CallLaunch call = f.call(count);
+            EXPECT_EQ(count, call.piece_elems) << n << " ranks, wire " << wire;
+          }
+          const size_t over = longest + kB;
+          const size_t cut = f.call(over).piece_elems;
+          EXPECT_LE(cut, piece) << n << " ranks, wire " << wire;
+          EXPECT_EQ((over + piece - 1) / piece, (over + cut - 1) / cut) << n << " " << wire;
         }
         const CallLaunch one = f.call(piece);
         for (size_t pieces : {size_t{1}, size_t{2}, size_t{8}, size_t{32}}) {
+          if (pieces > 1 && pieces * piece <= longest) continue;  // one launch, above
           const CallLaunch call = f.call(pieces * piece);
           EXPECT_EQ(piece, call.piece_elems) << n << " ranks, wire " << wire;
           EXPECT_EQ(Algo::kPipelined, call.plan.algo) << n << " ranks, wire " << wire;
@@ -218,6 +227,7 @@ TEST(CallPieces, HostCallsAreWholePiecesAndAFormatRunsEachAsACallOfOnePiece) {
         // whole blocks, as few as the limit allows, and run the plan of a call of that length;
         // lossless pieces are cut at the limit.
         for (size_t count : {piece + 8, 2 * piece + 1000, 5 * piece + piece / 3, 3 * piece - 8}) {
+          if (count <= longest) continue;  // one launch, above
           const CallLaunch call = f.call(count);
           const size_t fewest = (count + piece - 1) / piece;
           EXPECT_LE(call.piece_elems, piece) << n << " ranks, " << count;

@@ -1248,8 +1248,10 @@ TEST(HostDefaults, FewBlocksAndStepsThatGrowWithTheMessage) {
       bool applies = false;
       for (uint64_t bytes : {piece + 16, 3 * piece - 4096, 3 * piece, 11 * piece / 2,
                              32 * piece}) {
-        // FP8's pieces, in blocks of 128 bf16 values, as long as their codes fit `piece`.
-        const uint64_t each = evenPieceBytes(bytes, wirePieceBytes(piece, n, tparWireFp8, 2), 256);
+        // FP8's pieces, in blocks of 128 bf16 values: the whole call where its codes fit
+        // `piece`, else pieces of at most `piece`.
+        const uint64_t each =
+            evenPieceBytes(bytes, wirePieceBytes(bytes, piece, n, tparWireFp8, 2), 256);
         const Plan one = wirePlan(defaultPlan(each, tparBfloat16, hostContext(n), -1), each,
                                   tparBfloat16, hostContext(n), tparAlgoAuto, tparWireFp8,
                                   &applies);
@@ -1277,15 +1279,14 @@ TEST(HostDefaults, FewBlocksAndStepsThatGrowWithTheMessage) {
     }
   }
   {
-    // 2 ranks sharing a GPU, 64 MiB with pieces of 8 MiB lossless: INT8's codes and scales of
-    // 15.06 MiB of values fit those bytes, so 5 pieces of 12.8 MiB; 6.4 MiB over 16 blocks is
-    // 8.5 steps of 48 KiB per piece, run as 8, where the whole call's 32 MiB would be 16.
+    // 2 ranks sharing a GPU, 64 MiB in pieces of 8 MiB: 4 MiB over 16 blocks is 5 steps of 48
+    // KiB per piece, run as 4, where the whole call's 32 MiB would be 16.
     TunerContext ctx = hostContext(2);
     ctx.piece_bytes = 8u << 20;
     bool applies = false;
     const Plan w = wirePlan(defaultPlan(64u << 20, tparBfloat16, ctx, -1), 64u << 20,
                             tparBfloat16, ctx, tparAlgoAuto, tparWireInt8, &applies);
-    EXPECT_EQ(8, w.steps);
+    EXPECT_EQ(4, w.steps);
     const Plan whole = wirePlan(defaultPlan(64u << 20, tparBfloat16, hostContext(2), -1),
                                 64u << 20, tparBfloat16, hostContext(2), tparAlgoAuto,
                                 tparWireInt8, &applies);

@@ -256,10 +256,12 @@ TPAR_HD constexpr uint64_t wireAreaBlockBytes(WireFormat f) {
 // (the scatter or the gather half, which the lossless schedule fills with a piece's 16-bit
 // values): n chunks of whole runs of a warp (NOTE [wire schedule in runs of a warp]) whose codes
 // and scales fit the area. A format sends 0.53 (FP8, INT8) or 0.28 (INT4) of the lossless
-// bytes, so the same area holds a piece about twice or three and a half times as long, and a
-// large call runs as that many fewer launches, each one a fill and a drain of the pipeline.
-// With larger pieces (the workspace grown with them) 4 and 8 virtual ranks ran the formats
-// faster at 16 and 64 MiB (docs/PERFORMANCE.md, "Where the formats' time goes").
+// bytes, so the same area holds a call about twice or three and a half times as long. A call
+// that fits runs as one launch instead of two or more, each a fill and a drain of the pipeline:
+// at 12 MiB that ran faster at 2, 4 and 8 virtual ranks with every format timed. Longer calls
+// keep pieces of the lossless length: cut into the longer pieces, 64 MiB ran slower (by up to
+// 7 % with INT4 at 2 ranks), for reasons not found (docs/PERFORMANCE.md, "Where the formats'
+// time goes, and longer pieces").
 TPAR_HD uint64_t wirePieceValues(WireFormat f, int n, uint64_t area) {
   const uint64_t align = wireBlockAlign(wireKernelBlock(f));
   const uint64_t chunk = area / (uint64_t(n) * wireAreaBlockBytes(f)) / align * align;
