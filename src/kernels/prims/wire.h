@@ -255,13 +255,13 @@ TPAR_HD constexpr uint64_t wireAreaBlockBytes(WireFormat f) {
 // The most values of format f that one launch of n ranks carries in an area of `area` bytes
 // (the scatter or the gather half, which the lossless schedule fills with a piece's 16-bit
 // values): n chunks of whole runs of a warp (NOTE [wire schedule in runs of a warp]) whose codes
-// and scales fit the area. A format sends 0.53 (FP8, INT8) or 0.28 (INT4) of the lossless
-// bytes, so the same area holds a call about twice or three and a half times as long. A call
-// that fits runs as one launch instead of two or more, each a fill and a drain of the pipeline:
-// at 12 MiB that ran faster at 2, 4 and 8 virtual ranks with every format timed. Longer calls
-// keep pieces of the lossless length: cut into the longer pieces, 64 MiB ran slower (by up to
-// 7 % with INT4 at 2 ranks), for reasons not found (docs/PERFORMANCE.md, "Where the formats'
-// time goes, and longer pieces").
+// and scales fit the area. A format sends about half (FP8, INT8) or a little over a quarter
+// (INT4) of the lossless bytes, so the same area holds a call about twice or three and a half
+// times as long. A call that fits runs as one launch instead of two or more, each a fill and a
+// drain of the pipeline: at 12 MiB that ran faster at 2, 4 and 8 virtual ranks with every
+// format timed. Longer calls keep pieces of the lossless length: cut into the longer pieces,
+// 64 MiB ran slower at 2 and 4 ranks, for reasons not found (docs/PERFORMANCE.md, "Where the
+// formats' time goes, and longer pieces").
 TPAR_HD uint64_t wirePieceValues(WireFormat f, int n, uint64_t area) {
   const uint64_t align = wireBlockAlign(wireKernelBlock(f));
   const uint64_t chunk = area / (uint64_t(n) * wireAreaBlockBytes(f)) / align * align;
