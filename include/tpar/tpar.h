@@ -142,9 +142,9 @@ typedef struct {
   uint32_t version; /* TPAR_VERSION_CODE, set by the initializer */
   /* Largest message one kernel launch handles; larger calls are split into pieces of this size
    * (a call with a compressed wire format is one launch while its codes and scales fit this many
-   * bytes, docs/WIRE.md). The receive workspace is sized from it, fixed at init: 4 x this in GPU memory; 8 x in pinned
-   * host memory with the host transport, and in GPU memory with 3 or more ranks all on one GPU in
-   * one process. 0 = default (8 MiB). */
+   * bytes, docs/WIRE.md). The receive workspace is sized from it, fixed at init: 4 x this in GPU
+   * memory; 8 x in pinned host memory with the host transport, and in GPU memory with 3 or more
+   * ranks all on one GPU in one process. 0 = default (8 MiB). */
   size_t maxBytesPerCall;
   /* Bound on every wait inside a collective, in milliseconds, at most 86400000 (24 hours).
    * 0 = default (TPAR_TIMEOUT_MS). */
