@@ -243,8 +243,12 @@ TPAR_HD constexpr int wireKernelBlock(WireFormat f) {
                                   : 32;
 }
 
-// Bits of one code of format f.
-TPAR_HD constexpr int wireCodeBits(WireFormat f) { return f == WireFormat::kInt4 ? 4 : 8; }
+// Bits of one code of format f (WireCodes<F>::kBits, for a format known only at run time).
+TPAR_HD constexpr int wireCodeBits(WireFormat f) {
+  return f == WireFormat::kFp8    ? WireCodes<WireFormat::kFp8>::kBits
+         : f == WireFormat::kInt8 ? WireCodes<WireFormat::kInt8>::kBits
+                                  : WireCodes<WireFormat::kInt4>::kBits;
+}
 
 // Bytes one kernel block of format f takes in an area: its codes and its bf16 scale.
 TPAR_HD constexpr uint64_t wireAreaBlockBytes(WireFormat f) {
@@ -271,8 +275,7 @@ TPAR_HD uint64_t wirePieceValues(WireFormat f, int n, uint64_t area) {
 // Bytes on the wire per value in the kernels' blocks: the codes and the block's scale.
 template <WireFormat F>
 constexpr double wireBytesPerValue() {
-  constexpr int kBlock = wireKernelBlock(F);
-  return (kBlock * WireCodes<F>::kBits / 8 + 2) / static_cast<double>(kBlock);
+  return static_cast<double>(wireAreaBlockBytes(F)) / wireKernelBlock(F);
 }
 
 // One block in 32-bit words, as a thread of a kernel holds it: code i in bits 8i (FP8, INT8) or
