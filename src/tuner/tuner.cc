@@ -79,6 +79,11 @@ constexpr uint64_t kOneGpuPullMaxBytes = 128u << 10;
 // [one-shot pull to 512 KiB for three and four ranks on one GPU]).
 constexpr uint64_t kOneGpuSmallGroupPullMaxBytes = 512u << 10;
 constexpr uint64_t kOneGpuPairOneShotMaxBytes = 3u << 20;
+// Three to five ranks on one GPU pull calls up to this size with a narrow grid (NOTE [a narrow
+// one-shot pull for tiny calls of a few ranks on one GPU]).
+constexpr uint64_t kOneGpuTinyPullMaxBytes = 16u << 10;
+constexpr int kOneGpuTinyPullBlocks = 8;
+constexpr int kOneGpuTinyPullThreads = 128;
 // Every rank on one GPU with a whole pull area (NOTE [two-shot pull for large calls of ranks
 // on one GPU]): the two-shot pull from the first size with 7 and 8 ranks, from the second with
 // 5 and 6, from the third with 3 and 4.
@@ -517,6 +522,18 @@ Plan defaultPlan(uint64_t bytes, tparDataType_t dtype, const TunerContext& ctx,
                                                               : kOneGpuPullMaxBytes;
   if (one_gpu && ctx.nranks > 2 && bytes <= pull_max) {
     p.algo = kernels::Algo::kOneShotPull;
+    // NOTE [a narrow one-shot pull for tiny calls of a few ranks on one GPU]
+    // The pull's own grid is the wide grid of ranks sharing a GPU, far more threads than a tiny
+    // call has 16-byte vectors, and every block waits on every peer's flag. `tpar tune
+    // --transport p2p` with 4 virtual ranks on one H200 chose 8 blocks of 128 threads at 12 KiB
+    // (one thread per vector and a little more), ahead of the default in the search and in
+    // `tpar bench` with its table; with 8 ranks every shape of 1024 threads or more was even
+    // (docs/PERFORMANCE.md, "Pieces of one length timed alone, the no-regression check and
+    // FlashInfer in GPU memory", and "A narrow one-shot pull for tiny calls").
+    if (ctx.nranks <= 5 && bytes <= kOneGpuTinyPullMaxBytes) {
+      p.active_blocks = kOneGpuTinyPullBlocks;
+      p.threads = kOneGpuTinyPullThreads;
+    }
     return p;
   }
   // NOTE [two-shot pull for large calls of ranks on one GPU]

@@ -165,16 +165,22 @@ TEST(TunerDefaults, RanksSharingAGpuRunSmallOneShotsOnThirtyTwoBlocksOfTheWiderG
 
 TEST(TunerDefaults, RanksOnOneGpuPullSmallCallsAndTwoRanksPushOneShotToThreeMiB) {
   // NOTE [small calls of ranks on one GPU]: from 3 ranks one-shot pull up to 128 KiB (its own
-  // shape: every block), then two-shot; two ranks the push one-shot up to 3 MiB (32 blocks of
-  // the wider grid up to 64 KiB, NOTE [wide grid for shared GPUs]), then two-shot.
+  // shape: every block, but 8 blocks of 128 threads for 3 to 5 ranks up to 16 KiB, NOTE [a
+  // narrow one-shot pull for tiny calls of a few ranks on one GPU]), then two-shot; two ranks
+  // the push one-shot up to 3 MiB (32 blocks of the wider grid up to 64 KiB, NOTE [wide grid
+  // for shared GPUs]), then two-shot.
   for (int n : {2, 3, 4, 5, 8}) {
     TunerContext ctx = context(n, LinkClass::kSameDevice, 1, true);
     ctx.ranks_per_gpu = n;
-    for (uint64_t bytes : {uint64_t{2}, uint64_t{4} * kK, uint64_t{12} * kK, uint64_t{64} * kK,
-                           uint64_t{64} * kK + 16, uint64_t{112} * kK, uint64_t{128} * kK}) {
+    for (uint64_t bytes : {uint64_t{2}, uint64_t{4} * kK, uint64_t{12} * kK, uint64_t{16} * kK,
+                           uint64_t{16} * kK + 16, uint64_t{64} * kK, uint64_t{64} * kK + 16,
+                           uint64_t{112} * kK, uint64_t{128} * kK}) {
       const Plan p = defaultPlan(bytes, tparBfloat16, ctx, -1);
+      const bool tiny = n >= 3 && n <= 5 && bytes <= 16 * kK;
       EXPECT_EQ(n == 2 ? Algo::kOneShot : Algo::kOneShotPull, p.algo) << n << " ranks " << bytes;
-      EXPECT_EQ(n == 2 && bytes <= 64 * kK ? 32 : 0, p.active_blocks) << n << " ranks " << bytes;
+      EXPECT_EQ(n == 2 && bytes <= 64 * kK ? 32 : tiny ? 8 : 0, p.active_blocks)
+          << n << " ranks " << bytes;
+      EXPECT_EQ(tiny ? 128 : 0, p.threads) << n << " ranks " << bytes;
       EXPECT_FALSE(p.nccl);
     }
     for (uint64_t bytes : {uint64_t{128} * kK + 16, uint64_t{384} * kK, uint64_t{512} * kK + 16,
