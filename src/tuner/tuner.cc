@@ -527,9 +527,11 @@ Plan defaultPlan(uint64_t bytes, tparDataType_t dtype, const TunerContext& ctx,
     // call has 16-byte vectors, and every block waits on every peer's flag. `tpar tune
     // --transport p2p` with 4 virtual ranks on one H200 chose 8 blocks of 128 threads at 12 KiB
     // (one thread per vector and a little more), ahead of the default in the search and in
-    // `tpar bench` with its table; with 8 ranks every shape of 1024 threads or more was even
-    // (docs/PERFORMANCE.md, "Pieces of one length timed alone, the no-regression check and
-    // FlashInfer in GPU memory", and "A narrow one-shot pull for tiny calls").
+    // `tpar bench` with its table; with 8 ranks every shape of 1024 threads or more was even.
+    // As the default it ran faster at 3, 4 and 5 ranks from 4 to 16 KiB and even at 32 KiB;
+    // 6 and 7 ranks were not timed and keep the wide grid (docs/PERFORMANCE.md, "Pieces of one
+    // length timed alone, the no-regression check and FlashInfer in GPU memory", and "A narrow
+    // one-shot pull for tiny calls").
     if (ctx.nranks <= 5 && bytes <= kOneGpuTinyPullMaxBytes) {
       p.active_blocks = kOneGpuTinyPullBlocks;
       p.threads = kOneGpuTinyPullThreads;

@@ -263,9 +263,11 @@ TPAR_HD constexpr uint64_t wireAreaBlockBytes(WireFormat f) {
 // (INT4) of the lossless bytes, so the same area holds a call about twice or three and a half
 // times as long. A call that fits runs as one launch instead of two or more, each a fill and a
 // drain of the pipeline: at 12 MiB that ran faster at 2, 4 and 8 virtual ranks with every
-// format timed. Longer calls keep pieces of the lossless length: cut into the longer pieces,
-// 64 MiB ran slower at 2 and 4 ranks, for reasons not found (docs/PERFORMANCE.md, "Where the
-// formats' time goes, and longer pieces").
+// format timed. Longer calls keep pieces of the lossless length: cut into the longer pieces (a
+// fifth or a third of a 64 MiB call, whatever fits), 64 MiB ran slower in one run and even in
+// another, while pieces of a power-of-two length in a larger area (a larger maxBytesPerCall)
+// ran faster and a larger area alone changed nothing (docs/PERFORMANCE.md, "Where the formats'
+// time goes, and longer pieces", "Longer pieces and the receive area").
 TPAR_HD uint64_t wirePieceValues(WireFormat f, int n, uint64_t area) {
   const uint64_t align = wireBlockAlign(wireKernelBlock(f));
   const uint64_t chunk = area / (uint64_t(n) * wireAreaBlockBytes(f)) / align * align;
