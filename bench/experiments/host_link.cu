@@ -8,6 +8,11 @@
 // copy engine one way while the SMs go the other; and the message in 1 to 64 copies back to back
 // (dma-chain, one direction; dma-chain2, both; the blocks column is the count of copies), what
 // each copy costs beyond its bytes. Median GB/s over the reps.
+// A second table times the SMs' accesses by width (2, 4, 8 and 16 bytes per thread, so 64 to
+// 512 bytes per warp instruction), loads with 4 or 16 in flight per thread: whether the link
+// moves fewer bytes per second in a warp's narrower accesses, as a compressed wire format's
+// codes (4 or 8 bytes per thread) and scales (2) are, and whether more loads in flight make up
+// for it. The wire kernel's own plan is 32 blocks of 512 threads.
 //   tpar_host_link [--device N] [--reps N]
 #include <cuda_runtime.h>
 
@@ -16,6 +21,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "tools/tpar/doctor/stream_kernels.cuh"
@@ -32,6 +38,52 @@ namespace {
     }                                                                             \
   } while (0)
 
+// Access of W bytes: the type a thread loads or stores.
+template <int W> struct Word;
+template <> struct Word<2> { using T = unsigned short; };
+template <> struct Word<4> { using T = unsigned int; };
+template <> struct Word<8> { using T = uint2; };
+template <> struct Word<16> { using T = uint4; };
+
+__device__ __forceinline__ unsigned fold(unsigned short x) { return x; }
+__device__ __forceinline__ unsigned fold(unsigned x) { return x; }
+__device__ __forceinline__ unsigned fold(uint2 x) { return x.x ^ x.y; }
+__device__ __forceinline__ unsigned fold(uint4 x) { return x.x ^ x.y ^ x.z ^ x.w; }
+
+template <int W>
+__device__ __forceinline__ typename Word<W>::T wordOf(unsigned seed) {
+  if constexpr (W == 2) return static_cast<unsigned short>(seed);
+  else if constexpr (W == 4) return seed;
+  else if constexpr (W == 8) return make_uint2(seed, ~seed);
+  else return make_uint4(seed, ~seed, seed ^ 0x5a5a5a5au, seed + 1);
+}
+
+// Grid-strided stores of W-byte words over n words.
+template <int W>
+__global__ void storeWidth(typename Word<W>::T* dst, size_t n, unsigned seed) {
+  const typename Word<W>::T v = wordOf<W>(seed);
+  const size_t stride = size_t(gridDim.x) * blockDim.x;
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += stride) dst[i] = v;
+}
+
+// Grid-strided loads of W-byte words, D independent loads in flight per thread (the folded
+// value is stored only when it matches one value, so the loads cannot be dropped).
+template <int W, int D>
+__global__ void loadWidth(const typename Word<W>::T* src, size_t n, int* sink) {
+  const size_t stride = size_t(gridDim.x) * blockDim.x;
+  size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x;
+  unsigned acc = 0;
+  for (; i + (D - 1) * stride < n; i += D * stride) {
+    typename Word<W>::T x[D];
+#pragma unroll
+    for (int d = 0; d < D; ++d) x[d] = __ldcg(src + i + d * stride);
+#pragma unroll
+    for (int d = 0; d < D; ++d) acc += fold(x[d]);
+  }
+  for (; i < n; i += stride) acc += fold(__ldcg(src + i));
+  if (acc == 0x13572468u) *sink = static_cast<int>(acc);
+}
+
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v.empty() ? 0 : v[v.size() / 2];
@@ -46,6 +98,43 @@ struct Bufs {
   cudaStream_t s[2] = {nullptr, nullptr};
   cudaEvent_t e[4] = {nullptr, nullptr, nullptr, nullptr};
 };
+
+void launchStore(int width, char* dst, size_t words, int blocks, int threads, cudaStream_t s) {
+  switch (width) {
+    case 2:
+      storeWidth<2><<<blocks, threads, 0, s>>>(reinterpret_cast<unsigned short*>(dst), words, 7u);
+      break;
+    case 4:
+      storeWidth<4><<<blocks, threads, 0, s>>>(reinterpret_cast<unsigned*>(dst), words, 7u);
+      break;
+    case 8:
+      storeWidth<8><<<blocks, threads, 0, s>>>(reinterpret_cast<uint2*>(dst), words, 7u);
+      break;
+    default:
+      storeWidth<16><<<blocks, threads, 0, s>>>(reinterpret_cast<uint4*>(dst), words, 7u);
+  }
+}
+
+template <int W>
+void launchLoadW(int depth, const char* src, size_t words, int blocks, int threads, int* sink,
+                 cudaStream_t s) {
+  const auto* p = reinterpret_cast<const typename Word<W>::T*>(src);
+  if (depth > 4) {
+    loadWidth<W, 16><<<blocks, threads, 0, s>>>(p, words, sink);
+  } else {
+    loadWidth<W, 4><<<blocks, threads, 0, s>>>(p, words, sink);
+  }
+}
+
+void launchLoad(int width, int depth, const char* src, size_t words, int blocks, int threads,
+                int* sink, cudaStream_t s) {
+  switch (width) {
+    case 2: launchLoadW<2>(depth, src, words, blocks, threads, sink, s); break;
+    case 4: launchLoadW<4>(depth, src, words, blocks, threads, sink, s); break;
+    case 8: launchLoadW<8>(depth, src, words, blocks, threads, sink, s); break;
+    default: launchLoadW<16>(depth, src, words, blocks, threads, sink, s);
+  }
+}
 
 // One timed rep of `what` over `bytes`; returns GB/s (both directions counted for "both").
 double rep(const Bufs& b, const std::string& what, size_t bytes, int blocks, int threads) {
@@ -85,6 +174,18 @@ double rep(const Bufs& b, const std::string& what, size_t bytes, int blocks, int
     CHECK(cudaMemcpyAsync(b.host, b.dev, bytes, cudaMemcpyDeviceToHost, b.s[0]));
     tpar_cli::loadStream<<<blocks, threads, 0, b.s[1]>>>(reinterpret_cast<const int4*>(b.host2), n, b.sink);
     moved *= 2;
+  } else if (what.rfind("w", 0) == 0) {
+    // "wW-store", "wW-loadD", "wW-bothD": W-byte accesses (the width table).
+    const int width = std::atoi(what.c_str() + 1);
+    const std::string op = what.substr(what.find('-') + 1);
+    const bool st = op == "store" || op.rfind("both", 0) == 0;
+    const bool ld = op != "store";
+    const int depth = ld ? std::atoi(op.c_str() + 4) : 0;  // after "load" or "both"
+    const size_t words = bytes / width;
+    if (st) launchStore(width, b.host, words, blocks, threads, b.s[0]);
+    if (ld) launchLoad(width, depth, st ? b.host2 : b.host, words, blocks, threads, b.sink,
+                       st ? b.s[1] : b.s[0]);
+    if (st && ld) moved *= 2;
   } else if (what == "sm-st+ce-dn") {
     tpar_cli::storeStream<<<blocks, threads, 0, b.s[0]>>>(reinterpret_cast<int4*>(b.host), n, 7);
     CHECK(cudaMemcpyAsync(b.dev2, b.host2, bytes, cudaMemcpyHostToDevice, b.s[1]));
@@ -187,6 +288,30 @@ int main(int argc, char** argv) {
       std::printf(" %10.1f", median(r));
     }
     std::printf("\n");
+  }
+  // The width table: each access width with the wire kernel's plan (32 x 512) and the whole
+  // GPU; loads and both directions with 4 and with 16 loads in flight per thread.
+  std::printf("\n# by access width: wW-store, wW-loadD, wW-bothD (W bytes per thread, D loads "
+              "in flight per thread; both: the store and the load kernels at once)\n");
+  std::printf("%-10s %7s %7s", "what", "blocks", "threads");
+  for (size_t s : sizes) std::printf(" %9zuK", s >> 10);
+  std::printf("\n");
+  for (int width : {2, 4, 8, 16}) {
+    for (const auto& [blocks, threads] : {std::pair<int, int>{32, 512}, {whole, 256}}) {
+      for (const char* op : {"store", "load4", "load16", "both4", "both16"}) {
+        const std::string what = "w" + std::to_string(width) + "-" + op;
+        std::printf("%-10s %7d %7d", what.c_str(), blocks, threads);
+        for (size_t bytes : sizes) {
+          std::vector<double> r;
+          for (int i = -1; i < reps; ++i) {
+            const double g = rep(b, what, bytes, blocks, threads);
+            if (i >= 0) r.push_back(g);
+          }
+          std::printf(" %10.1f", median(r));
+        }
+        std::printf("\n");
+      }
+    }
   }
   return 0;
 }
