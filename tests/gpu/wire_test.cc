@@ -7,9 +7,12 @@
 #include <cuda_fp16.h>
 
 #include <cmath>
+#include <cstddef>
 #include <cstring>
+#include <algorithm>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "common/wire_reference.h"
@@ -51,28 +54,68 @@ struct Case {
   bool specials;  // NaN and Inf among the inputs
 };
 
+// Runs `work(i)` for i in [0, items) on the host's cores. The host's part of these tests (the
+// inputs, the reference, the comparison of every rank's output) took most of their time when
+// it ran on one core.
+template <class Work>
+void parallelFor(size_t items, const Work& work) {
+  const size_t workers =
+      std::max<size_t>(1, std::min<size_t>(items, std::thread::hardware_concurrency()));
+  std::vector<std::thread> threads;
+  for (size_t w = 1; w < workers; ++w)
+    threads.emplace_back([&, w] {
+      for (size_t i = w; i < items; i += workers) work(i);
+    });
+  for (size_t i = 0; i < items; i += workers) work(i);
+  for (std::thread& t : threads) t.join();
+}
+
+// The format's reference over whole segments of its blocks (a segment that starts at a
+// multiple of the block encodes the blocks the whole buffer does), segments in parallel.
+std::vector<float> wireReference(WireFormat f, const std::vector<std::vector<float>>& values,
+                                 tparRedOp_t op) {
+  const int block = tpar::kernels::wireKernelBlock(f);
+  const size_t count = values.at(0).size();
+  const size_t segment = size_t{1} << 16;  // a multiple of every block
+  std::vector<float> want(count);
+  parallelFor((count + segment - 1) / segment, [&](size_t sg) {
+    const size_t a = sg * segment, b = std::min(count, a + segment);
+    std::vector<std::vector<float>> in(values.size());
+    for (size_t r = 0; r < values.size(); ++r)
+      in[r].assign(values[r].begin() + static_cast<std::ptrdiff_t>(a),
+                   values[r].begin() + static_cast<std::ptrdiff_t>(b));
+    const std::vector<float> part =
+        tpar::ref::wireAllReduce(f, block, tpar::ref::WireAlgo::kTwoShot, in, op);
+    std::copy(part.begin(), part.end(), want.begin() + static_cast<std::ptrdiff_t>(a));
+  });
+  return want;
+}
+
 // Runs one call on every rank of `g` and compares each output with the reference; returns the
-// number of values that differ (a NaN matches a NaN).
+// number of values that differ (a NaN matches a NaN). Each rank's inputs come from an engine
+// of its own, seeded from `rng`, so that the ranks fill in parallel and a seed still gives
+// the same inputs.
 size_t runWire(VirtualGroup& g, WireFormat f, const Case& c, std::mt19937_64& rng) {
   const int n = g.size();
   std::vector<std::vector<uint16_t>> bits(n, std::vector<uint16_t>(c.count));
   std::vector<std::vector<float>> values(n, std::vector<float>(c.count));
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  for (int r = 0; r < n; ++r) {
+  std::vector<uint64_t> seeds(n);
+  for (int r = 0; r < n; ++r) seeds[r] = rng();
+  parallelFor(static_cast<size_t>(n), [&](size_t r) {
+    std::mt19937_64 e(seeds[r]);
+    std::normal_distribution<float> normal(0.0f, 1.0f);
     for (size_t i = 0; i < c.count; ++i) {
-      float v = normal(rng);
+      float v = normal(e);
       if (i % 997 == 13) v *= 60.0f;  // outlier channels
-      if (c.specials && rng() % 4001 == 0) {
-        const int kind = static_cast<int>(rng() % 3);
+      if (c.specials && e() % 4001 == 0) {
+        const int kind = static_cast<int>(e() % 3);
         v = kind == 0 ? NAN : kind == 1 ? INFINITY : -INFINITY;
       }
       bits[r][i] = fromFloat(v, c.dtype);
       values[r][i] = toFloat(bits[r][i], c.dtype);
     }
-  }
-  const std::vector<float> want =
-      tpar::ref::wireAllReduce(f, tpar::kernels::wireKernelBlock(f),
-                                 tpar::ref::WireAlgo::kTwoShot, values, c.op);
+  });
+  const std::vector<float> want = wireReference(f, values, c.op);
   Buffers b;
   EXPECT_EQ(cudaSuccess, b.alloc(n, c.count * 2));
   for (int r = 0; r < n; ++r) {
@@ -85,19 +128,32 @@ size_t runWire(VirtualGroup& g, WireFormat f, const Case& c, std::mt19937_64& rn
                                          g.stream(r)))
         << tparGetLastError(g.comm(r));
   }
-  size_t wrong = 0;
-  std::vector<uint16_t> got(c.count);
+  std::vector<std::vector<uint16_t>> got(n, std::vector<uint16_t>(c.count));
   for (int r = 0; r < n; ++r) {
     EXPECT_EQ(cudaSuccess, cudaStreamSynchronize(g.stream(r)));
     const void* out = c.in_place ? b.in[r] : b.out[r];
-    EXPECT_EQ(cudaSuccess, cudaMemcpy(got.data(), out, c.count * 2, cudaMemcpyDeviceToHost));
+    EXPECT_EQ(cudaSuccess, cudaMemcpy(got[r].data(), out, c.count * 2, cudaMemcpyDeviceToHost));
+  }
+  // The want rounded to the output's type: a NaN matches any NaN, any other value must equal it.
+  std::vector<size_t> wrong_of(n, 0), first(n, c.count);
+  parallelFor(static_cast<size_t>(n), [&](size_t r) {
     for (size_t i = 0; i < c.count; ++i) {
       const float w = toFloat(fromFloat(want[i], c.dtype), c.dtype);
-      const float v = toFloat(got[i], c.dtype);
-      const bool same = (std::isnan(w) && std::isnan(v)) || w == v;
-      if (!same && wrong++ < 5)
-        ADD_FAILURE() << "rank " << r << " value " << i << ": " << v << ", want " << w;
+      const float v = toFloat(got[r][i], c.dtype);
+      if (!((std::isnan(w) && std::isnan(v)) || w == v)) {
+        if (wrong_of[r]++ == 0) first[r] = i;
+      }
     }
+  });
+  size_t wrong = 0;
+  for (int r = 0; r < n; ++r) {
+    if (wrong_of[r] > 0 && wrong < 5) {
+      const size_t i = first[r];
+      ADD_FAILURE() << "rank " << r << " value " << i << ": " << toFloat(got[r][i], c.dtype)
+                    << ", want " << toFloat(fromFloat(want[i], c.dtype), c.dtype) << " ("
+                    << wrong_of[r] << " values of this rank differ)";
+    }
+    wrong += wrong_of[r];
   }
   return wrong;
 }

@@ -493,6 +493,49 @@ TEST(WireAllReduce, EveryValueStaysWithinHalfAStepPerEncodingOfTheExactSum) {
   }
 }
 
+// The checkers compute the reference in segments that start at multiples of the block, on
+// several cores (tpar bench's wire check, the GPU test of the formats): each segment must give
+// the bits the whole buffer gives there, for every format at its kernel block and at 32, every
+// op, with counts off every multiple, NaN and infinities among the values.
+TEST(WireAllReduce, SegmentsOfWholeBlocksGiveTheWholeBuffersReference) {
+  const uint64_t seed = freshSeed();
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (int n : {2, 3, 8}) {
+    const size_t count = 3 * 4096 + 1 + rng() % 4096;
+    std::vector<std::vector<float>> in(n, std::vector<float>(count));
+    for (auto& x : in)
+      for (size_t i = 0; i < count; ++i) {
+        x[i] = normal(rng) * (i % 97 == 5 ? 80.0f : 1.0f);
+        if (rng() % 1999 == 0) x[i] = rng() % 2 ? NAN : -INFINITY;
+      }
+    for (WireFormat f : {WireFormat::kFp8, WireFormat::kInt8, WireFormat::kInt4}) {
+      for (int block : {wireKernelBlock(f), 32}) {
+        for (tparRedOp_t op : {tparSum, tparMax, tparMin}) {
+          const std::vector<float> whole =
+              tpar::ref::wireAllReduce(f, block, WireAlgo::kTwoShot, in, op);
+          const size_t segment = size_t(block) * (1 + rng() % 40);
+          for (size_t a = 0; a < count; a += segment) {
+            const size_t b = std::min(count, a + segment);
+            std::vector<std::vector<float>> part(n);
+            for (int r = 0; r < n; ++r) part[r].assign(in[r].begin() + a, in[r].begin() + b);
+            const std::vector<float> got =
+                tpar::ref::wireAllReduce(f, block, WireAlgo::kTwoShot, part, op);
+            for (size_t i = a; i < b; ++i) {
+              uint32_t w, g;
+              std::memcpy(&w, &whole[i], 4);
+              std::memcpy(&g, &got[i - a], 4);
+              ASSERT_EQ(w, g) << "n " << n << " format " << int(f) << " block " << block
+                              << " op " << int(op) << " segment " << segment << " i " << i
+                              << " seed " << seed;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
 // The bounds docs/WIRE.md states for activations with outlier channels (relative L2 error of
 // the bf16 result against the exact sum, two-shot), with the lossless path's, at the block each
 // format's kernels send (the bounds were set for blocks of 32: a larger block must come with
