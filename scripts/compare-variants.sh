@@ -4,10 +4,13 @@
 # (3), the tree order rotated by one each round so that a drift of the machine or an advantage
 # of a position cancels (use a multiple of the number of trees), and prints per (config,
 # ranks, backend, size) each tree's median of (out-of-place + in-place) / 2 in us, with the
-# range over the rounds. Results unchecked (-c 0: the GPU tests check them). Exits 1 when a
-# build or a run failed (the table then has what did run), 2 on bad arguments. Knobs
-# (environment): ROUNDS (3), JOBS (build jobs per tree, 4), WORK (where the trees are copied and
-# built, /tmp).
+# range over the rounds. The timed runs are unchecked (-c 0: the GPU tests check them); with
+# CHECK=1 every config first runs once per tree with its results checked (-c 1), each tree's
+# wrong elements are printed, and a wrong element fails the run (a variant tree's results
+# checked without a build of its tests). Exits 1 when a build or a run failed or a checked
+# result was wrong (the table then has what did run), 2 on bad arguments. Knobs (environment):
+# ROUNDS (3), JOBS (build jobs per tree, 4), WORK (where the trees are copied and built, /tmp),
+# CHECK (0).
 #   scripts/compare-variants.sh OUT "tag=DIR[+PATCH] ..." "name|ENV|TPAR BENCH ARGS" ...
 # A tree is a source folder, optionally with a patch applied to a copy of it; DIR and PATCH are
 # relative to this repository's root (bench/experiments/variants/README.md names the commit each
@@ -56,6 +59,34 @@ done
 for p in "${pids[@]}"; do wait "$p" || status=1; done
 echo "built in $(( $(date +%s) - t0 )) s"
 rounds=${ROUNDS:-3}
+if [ "${CHECK:-0}" = 1 ]; then
+  for c in "$@"; do
+    IFS='|' read -r name envs args <<<"$c"
+    for tag in $tags; do
+      # shellcheck disable=SC2086  # envs and args are word lists
+      env $envs "$work/exp-build-$tag/tools/tpar/tpar" bench $args -c 1 -n 1 -w 1 \
+        --json "$out/check-$name-$tag.json" >"$out/check-$name-$tag.txt" 2>&1 ||
+        { echo "checked run $name $tag failed"; status=1; }
+    done
+  done
+  # shellcheck disable=SC2086  # tags is a word list
+  python3 - "$out" $tags <<'PY' || status=1
+import glob, json, os, sys
+out, tags = sys.argv[1], sys.argv[2:]
+bad = 0
+for tag in tags:
+    rows = wrong = unchecked = 0
+    for p in sorted(glob.glob(os.path.join(out, f"check-*-{tag}.json"))):
+        for row in json.load(open(p)).get("rows", []):
+            rows += 1
+            w = [row.get("wrong_out_of_place", -1), row.get("wrong_in_place", -1)]
+            wrong += sum(x for x in w if x > 0)
+            unchecked += sum(1 for x in w if x < 0)
+    bad += wrong + unchecked + (rows == 0)
+    print(f"checked {tag}: {rows} rows, {wrong} wrong elements, {unchecked} results not checked")
+sys.exit(1 if bad else 0)
+PY
+fi
 for ((r = 0; r < rounds; ++r)); do
   for c in "$@"; do
     IFS='|' read -r name envs args <<<"$c"
@@ -73,6 +104,7 @@ for ((r = 0; r < rounds; ++r)); do
   done
 done
 echo "ran in $(( $(date +%s) - t0 )) s"
+# shellcheck disable=SC2086  # tags is a word list
 python3 - "$out" $tags <<'PY' || status=1
 import glob, json, os, re, statistics, sys
 out, tags = sys.argv[1], sys.argv[2:]
