@@ -50,6 +50,45 @@ TEST(Faults, RanksThatDisagreeOnCountOrTypeGetInvalidUsage) {
   }
 }
 
+// Groups of 3 to 8 ranks whose calls disagree, in GPU memory and over host memory. Forced
+// one-shot pull (flag lines over host memory from 3 ranks, and in GPU memory for 8 ranks on
+// one GPU), the last rank with one more element: every rank reports tparInvalidUsage. Under
+// auto, the last rank with a call large enough for another algorithm: no rank hangs or
+// succeeds; each reports invalid usage, or a timeout where its kernel waited for what the
+// other rank's kernel never sends (a call header, a flag line).
+TEST(Faults, GroupsOfThreeToEightThatDisagreeOnCountFailEveryRank) {
+  TPAR_REQUIRE_GPU();
+  for (int transport : {kTransportDefault, kTransportHost}) {
+    for (int n : {3, 4, 8}) {
+      for (bool forced : {true, false}) {
+        SCOPED_TRACE(std::string(transport == kTransportHost ? "host" : "GPU memory") + ", " +
+                     std::to_string(n) + " ranks, " + (forced ? "one-shot pull" : "auto"));
+        tparConfig_t cfg = sharedDeviceConfig(/*timeout_ms=*/1000);
+        cfg.transport = transport;
+        if (forced) cfg.algorithm = tparAlgoOneShotPull;
+        VirtualGroup g;
+        ASSERT_EQ("", g.init(n, cfg));
+        const size_t odd = forced ? 1001 : size_t{1} << 20;
+        Buffers b;
+        CUDA_OK(b.alloc(n, odd * 2 + 64));
+        for (int r = 0; r < n; ++r) {
+          const size_t count = r == n - 1 ? odd : 1000;
+          TPAR_OK(tparAllReduce(b.in[r], b.out[r], count, tparBfloat16, tparSum, g.comm(r),
+                                g.stream(r)));
+        }
+        CUDA_OK(cudaDeviceSynchronize());
+        for (int r = 0; r < n; ++r) {
+          tparResult_t async = tparSuccess;
+          TPAR_OK(tparCommGetAsyncError(g.comm(r), &async));
+          if (forced) EXPECT_EQ(tparInvalidUsage, async) << "rank " << r;
+          EXPECT_TRUE(async == tparInvalidUsage || async == tparTimeout)
+              << "rank " << r << ": " << tparGetErrorString(async);
+        }
+      }
+    }
+  }
+}
+
 TEST(Faults, AbortReleasesWaitingKernelsAndANewCommunicatorWorks) {
   TPAR_REQUIRE_GPU();
   {
