@@ -6,10 +6,10 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstring>
-#include <algorithm>
 #include <random>
 #include <string>
 #include <thread>
