@@ -62,9 +62,12 @@ rounds=${ROUNDS:-3}
 if [ "${CHECK:-0}" = 1 ]; then
   for c in "$@"; do
     IFS='|' read -r name envs args <<<"$c"
+    # One checked call per row: the config's own iteration counts give way (tpar bench takes
+    # each option once).
+    checked=$(sed -E 's/(^| )(-n|-w|--iters|--warmup_iters)( +[^ ]+)/ /g' <<<"$args")
     for tag in $tags; do
       # shellcheck disable=SC2086  # envs and args are word lists
-      env $envs "$work/exp-build-$tag/tools/tpar/tpar" bench $args -c 1 -n 1 -w 1 \
+      env $envs "$work/exp-build-$tag/tools/tpar/tpar" bench $checked -c 1 -n 1 -w 1 \
         --json "$out/check-$name-$tag.json" >"$out/check-$name-$tag.txt" 2>&1 ||
         { echo "checked run $name $tag failed"; status=1; }
     done
