@@ -61,6 +61,8 @@ struct WireTwoShot {
     uint64_t goff;    // the gather phase's areas
     char* own;
     uint16_t* sm[3];  // shared memory for the scales of the reduction, the gather and the push
+    uint4* runs;           // the reduction's slots (NOTE [wire codes in 16-byte runs])
+    uint32_t* push_words;  // the push's slots
   };
 
   struct Coded {
@@ -181,7 +183,30 @@ struct WireTwoShot {
   // phase's commit (its group barrier and fence order them like the codes) or after its await.
   // Where a step's runs do not fit (wider slices than the launches make), scales go beside the
   // codes as before.
-  static constexpr int kSmemScales = 4096;
+  static constexpr int kSmemScales = 2048;
+
+  // NOTE [wire codes in 16-byte runs]
+  // A vector's codes are 8 bytes (FP8, INT8) or 4 (INT4), so a warp moving one vector per lane
+  // sends 256 or 128 bytes per instruction. The link alone moves 4-, 8- and 16-byte accesses
+  // alike (tpar_host_link's width table), but the kernel issues a request per instruction per
+  // warp, and with runs of kRun = 16 / kVecCodeBytes vectors per lane every phase moves 512
+  // bytes per instruction: the push encodes a run's vectors one per lane into the warp's
+  // slot of shared memory and stores each lane's run as one 16-byte store; the reduction loads
+  // each peer's run (four peers in flight) into the warp's slots and adds from there; the
+  // gather loads a lane's run and decodes its vectors one by one. Timed against one vector per
+  // lane on one H100, every format ran faster at 2, 4 and 8 ranks on the host transport
+  // (docs/PERFORMANCE.md, "16-byte code accesses merged"). A run stays inside one peer's
+  // positions and one wire block's scale because chunks, slices and steps are whole warp runs
+  // (NOTE [wire schedule in runs of a warp]) and kRun divides kVecs. The runs need the scales
+  // staged (they are not beside the codes) and groups small enough for the slots (kPushWarps
+  // warps for the push, kRunWarps warps and up to kRunPeers + 1 ranks for the reduction);
+  // other calls take the loops of a vector per lane. The slots took half of kSmemScales'
+  // former 4096 so that the kernel's static shared memory stays under 48 KiB.
+  static constexpr int kRun = static_cast<int>(16 / kVecCodeBytes);
+  static_assert(kVecs % kRun == 0, "a run of codes lies in one wire block");
+  static constexpr int kRunWarps = 8;
+  static constexpr int kRunPeers = 7;
+  static constexpr int kPushWarps = 4;
 
   // Our input's vectors of the other chunks at the positions of `pp` (vectors), encoded.
   template <typename T>
@@ -190,7 +215,50 @@ struct WireTwoShot {
     const uint32_t lane = t & 31;
     const uint64_t nb = pp.width / kVecs, s0 = pp.s0 / kVecs;
     const bool staged = nb * uint64_t(c.n - 1) <= uint64_t(kSmemScales);
-    for (uint32_t base = t - lane; base < pp.pairs(); base += nt) {
+    // Runs of kRun vectors per lane (NOTE [wire codes in 16-byte runs]): each iteration's codes
+    // go to the warp's slot, then each lane stores its run, contiguous at its destination.
+    const uint32_t pairs = pp.pairs();
+    if (staged && nt <= 32u * kPushWarps) {
+      uint32_t* words = c.push_words + (t / 32) * 128;
+      for (uint32_t base = (t - lane) * kRun; base < pairs; base += nt * kRun) {
+#pragma unroll 1
+        for (int q = 0; q < kRun; ++q) {
+          const uint32_t u = base + 32u * q + lane;
+          uint64_t j = 0;
+          const int o = u < pairs ? pp.peer(u, &j) : 0;
+          const uint64_t v = uint64_t(o) * c.chunk * kVecs + j;
+          const bool in = u < pairs && v < c.vecs;
+          float x[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+          if (in) load<T>(c.a.send, v, c.a.count, c.aligned, x);
+          const Coded e = encode(x);
+#pragma unroll
+          for (int w = 0; w < kCodeWords; ++w) words[(32u * q + lane) * kCodeWords + w] = e.w[w];
+          if (in && j % kVecs == 0) sm[uint64_t(u / pp.width) * nb + (j / kVecs - s0)] = e.scale;
+        }
+        // Every thread goes on to the group's barrier below, as the loop of a vector per lane
+        // does; the warp decides together (a lane's view of an earlier failure may differ from
+        // its neighbours', and the warp's barriers below need every lane).
+        if (__any_sync(0xFFFFFFFFu, ctx.failed)) break;
+        __syncwarp();
+        const uint32_t ur = base + lane * kRun;
+        if (ur < pairs) {
+          uint64_t j;
+          const int o = pp.peer(ur, &j);
+          const uint64_t v = uint64_t(o) * c.chunk * kVecs + j;
+          if (v < c.vecs) {
+            char* dst = (c.pull ? c.own : area(c, o)) +
+                        (c.pull ? v : uint64_t(c.me) * c.chunk * kVecs + j) * kVecCodeBytes;
+            const uint4 r = reinterpret_cast<const uint4*>(words)[lane];
+            asm volatile("st.volatile.global.v4.u32 [%0], {%1,%2,%3,%4};" ::"l"(dst), "r"(r.x),
+                         "r"(r.y), "r"(r.z), "r"(r.w)
+                         : "memory");
+          }
+        }
+        __syncwarp();  // the next run's codes go where these were
+      }
+    }
+    for (uint32_t base = t - lane; !(staged && nt <= 32u * kPushWarps) && base < pairs;
+         base += nt) {
       const uint32_t u = base + lane;
       uint64_t j = 0;
       const int o = u < pp.pairs() ? pp.peer(u, &j) : 0;
@@ -225,6 +293,36 @@ struct WireTwoShot {
     }
   }
 
+  // The sum of vector v (position j of our chunk; zeros where !in, so that the block's
+  // shuffles see every lane): encoded once, sent or published, its scale staged, its decode
+  // stored.
+  template <typename T>
+  __device__ static void sumOut(const Call& c, uint64_t j, uint64_t v, bool in, uint64_t nb,
+                                uint64_t s0, uint16_t* sm, float* acc, float* x) {
+    const bool staged = nb * uint64_t(c.n) <= uint64_t(kSmemScales);
+    if (!in) {
+#pragma unroll
+      for (int i = 0; i < 8; ++i) acc[i] = 0.0f;
+    }
+    const Coded e = encode(acc);
+    if (!in) return;
+    if (staged) {
+      // Our own run of sm is free (we read no scales of ours): the sums' scales go there.
+      if (j % kVecs == 0) sm[uint64_t(c.me) * nb + (j / kVecs - s0)] = e.scale;
+      if (c.pull) {
+        putCodes(c.own + c.goff, v, e);
+      } else {
+        for (int i = 1; i < c.n; ++i) putCodes(area(c, ahead(c.me, i, c.n)) + c.goff, v, e);
+      }
+    } else if (c.pull) {
+      put(c, c.own + c.goff, v, e);
+    } else {
+      for (int i = 1; i < c.n; ++i) put(c, area(c, ahead(c.me, i, c.n)) + c.goff, v, e);
+    }
+    decode(e, x);
+    store<T>(c.a.recv, v, c.a.count, c.aligned, x);
+  }
+
   // Our chunk's vectors [j0, j1) (a multiple of kVecs apart), warp by warp: decode every rank's,
   // add in rank order, encode the sum once, send or publish it, store its decode.
   template <typename T, int kMax>
@@ -244,7 +342,77 @@ struct WireTwoShot {
       }
       g.sync();
     }
-    for (uint64_t base = j0 + (t - lane); base < j1; base += nt) {
+    // Runs of kRun vectors per lane from each peer (NOTE [wire codes in 16-byte runs]), staged
+    // in the warp's slots; each of the run's kRun iterations then reads its lane's codes there
+    // and sums them as the loop of a vector per lane below does.
+    bool wide = false;
+    if constexpr (kMax <= kRunPeers + 1) wide = staged && nt <= 32u * kRunWarps;
+    if (wide) {
+      uint4* slots = c.runs + (t / 32) * kRunPeers * 32;
+      for (uint64_t base = j0 + uint64_t(t - lane) * kRun; base < j1;
+           base += uint64_t(nt) * kRun) {
+        const uint64_t jr = base + uint64_t(lane) * kRun;
+        const uint64_t vr = uint64_t(c.me) * c.chunk * kVecs + jr;
+        const bool rin = jr < j1 && vr < c.vecs;
+#pragma unroll 1
+        for (int sb = 0; sb < c.n; sb += 4) {
+          uint4 r[4];
+#pragma unroll
+          for (int d = 0; d < 4; ++d) {
+            const int s = sb + d;
+            r[d] = make_uint4(0, 0, 0, 0);
+            if (s < c.n && s != c.me && rin) {
+              const char* src = c.pull ? area(c, s) + vr * kVecCodeBytes
+                                       : c.own + (uint64_t(s) * c.chunk * kVecs + jr) *
+                                                     kVecCodeBytes;
+              asm volatile("ld.volatile.global.v4.u32 {%0,%1,%2,%3}, [%4];"
+                           : "=r"(r[d].x), "=r"(r[d].y), "=r"(r[d].z), "=r"(r[d].w)
+                           : "l"(src)
+                           : "memory");
+            }
+          }
+#pragma unroll
+          for (int d = 0; d < 4; ++d) {
+            const int s = sb + d;
+            if (s < c.n && s != c.me) slots[(s < c.me ? s : s - 1) * 32 + lane] = r[d];
+          }
+        }
+        __syncwarp();
+#pragma unroll 1
+        for (int q = 0; q < kRun; ++q) {
+          const uint64_t j = base + 32u * q + lane;
+          const uint64_t v = uint64_t(c.me) * c.chunk * kVecs + j;
+          const bool in = j < j1 && v < c.vecs;
+          // Vector j's codes: in the run of lane `from`, at word `at` of it (consecutive lanes
+          // read consecutive words: no bank conflicts).
+          const uint32_t from = (32u / kRun) * q + lane / kRun;
+          const uint32_t at = (lane % kRun) * kCodeWords;
+          float acc[8], x[8];
+#pragma unroll 1
+          for (int s = 0; s < c.n; ++s) {
+            if (s == c.me) {
+#pragma unroll
+              for (int i = 0; i < 8; ++i) x[i] = 0.0f;
+              if (in) load<T>(c.a.send, v, c.a.count, c.aligned, x);
+              decode(encode(x), x);
+#pragma unroll
+              for (int i = 0; i < 8; ++i) acc[i] = s == 0 ? x[i] : op(acc[i], x[i]);
+            } else if (in) {
+              const uint32_t* w =
+                  reinterpret_cast<const uint32_t*>(&slots[(s < c.me ? s : s - 1) * 32 + from]);
+              Coded e;
+#pragma unroll
+              for (int k = 0; k < kCodeWords; ++k) e.w[k] = w[at + k];
+              e.scale = sm[uint64_t(s) * nb + (j / kVecs - s0)];
+              addDecoded(e, s == 0, op, acc);
+            }
+          }
+          sumOut<T>(c, j, v, in, nb, s0, sm, acc, x);
+        }
+        __syncwarp();  // the next run's loads go where these were
+      }
+    }
+    for (uint64_t base = j0 + (t - lane); !wide && base < j1; base += nt) {
       const uint64_t j = base + lane;
       const uint64_t v = uint64_t(c.me) * c.chunk * kVecs + j;
       const bool in = j < j1 && v < c.vecs;
@@ -285,27 +453,7 @@ struct WireTwoShot {
           }
         }
       }
-      if (!in) {
-#pragma unroll
-        for (int i = 0; i < 8; ++i) acc[i] = 0.0f;
-      }
-      const Coded e = encode(acc);
-      if (!in) continue;
-      if (staged) {
-        // Our own run of sm is free (we read no scales of ours): the sums' scales go there.
-        if (j % kVecs == 0) sm[uint64_t(c.me) * nb + (j / kVecs - s0)] = e.scale;
-        if (c.pull) {
-          putCodes(c.own + c.goff, v, e);
-        } else {
-          for (int i = 1; i < c.n; ++i) putCodes(area(c, ahead(c.me, i, c.n)) + c.goff, v, e);
-        }
-      } else if (c.pull) {
-        put(c, c.own + c.goff, v, e);
-      } else {
-        for (int i = 1; i < c.n; ++i) put(c, area(c, ahead(c.me, i, c.n)) + c.goff, v, e);
-      }
-      decode(e, x);
-      store<T>(c.a.recv, v, c.a.count, c.aligned, x);
+      sumOut<T>(c, j, v, in, nb, s0, sm, acc, x);
     }
     if (!staged) return;
     g.sync();
@@ -338,6 +486,58 @@ struct WireTwoShot {
     // flight]).
     constexpr int kDepth = 2;
     const uint32_t pairs = pp.pairs();
+    // Runs of kRun vectors per lane (NOTE [wire codes in 16-byte runs]): one load and one scale
+    // per run.
+    constexpr int kRunDepth = 1;  // 16 bytes in flight per thread, as the vector loop's two loads
+    if (staged && pp.width % kRun == 0 && pp.s0 % kRun == 0) {
+      const uint32_t runs = pairs / kRun;
+      for (uint32_t r0 = t; r0 < runs; r0 += kRunDepth * nt) {
+        uint32_t x[kRunDepth][4];
+        uint16_t sc[kRunDepth];
+        uint64_t vv[kRunDepth];
+#pragma unroll
+        for (int d = 0; d < kRunDepth; ++d) {
+          const uint32_t r = r0 + d * nt;
+          vv[d] = c.vecs;
+          if (r < runs) {
+            uint64_t j;
+            const uint32_t u = r * kRun;
+            const int o = pp.peer(u, &j);
+            const uint64_t v = uint64_t(o) * c.chunk * kVecs + j;
+            if (v < c.vecs) {
+              vv[d] = v;
+              const char* src = (c.pull ? area(c, o) : c.own) + c.goff + v * kVecCodeBytes;
+              asm volatile("ld.volatile.global.v4.u32 {%0,%1,%2,%3}, [%4];"
+                           : "=r"(x[d][0]), "=r"(x[d][1]), "=r"(x[d][2]), "=r"(x[d][3])
+                           : "l"(src)
+                           : "memory");
+              sc[d] = sm[uint64_t(u / pp.width) * nb + (j / kVecs - s0)];
+            }
+          }
+        }
+#pragma unroll
+        for (int d = 0; d < kRunDepth; ++d) {
+          // One vector at a time (not unrolled: four decodes at once spilled for sm_90), its
+          // codes shifted to the front of the run's words.
+#pragma unroll 1
+          for (int q = 0; q < kRun; ++q) {
+            if (vv[d] + q < c.vecs) {
+              Coded e;
+#pragma unroll
+              for (int w = 0; w < kCodeWords; ++w) e.w[w] = x[d][w];
+              e.scale = sc[d];
+              float y[8];
+              decode(e, y);
+              store<T>(c.a.recv, vv[d] + q, c.a.count, c.aligned, y);
+            }
+#pragma unroll
+            for (int w = 0; w + kCodeWords < 4; ++w) x[d][w] = x[d][w + kCodeWords];
+          }
+        }
+      }
+      g.sync();  // the next step's scales go where these were
+      return;
+    }
     for (uint32_t u0 = t; u0 < pairs; u0 += kDepth * nt) {
       Coded x[kDepth];
       uint64_t vv[kDepth];
@@ -417,9 +617,11 @@ struct WireTwoShot {
     const Slice s = alignedBlockSlice(blocks, a.nranks, grid, blockIdx.x, kAlign);
     const uint64_t codes = uint64_t(a.nranks) * s.chunk * kVecs * kVecCodeBytes;
     __shared__ uint16_t s_scales[3][kSmemScales];
+    __shared__ uint4 s_runs[kRunWarps * kRunPeers * 32];
+    __shared__ uint32_t s_push[kPushWarps * 128];
     Call c{a,      box,   a.nranks, a.rank, pull, a.vec_aligned != 0, (a.count + 7) / 8, s.chunk,
            codes, box.gatherOffset(s.chunk, a.nranks), box.area(a.rank),
-           {s_scales[0], s_scales[1], s_scales[2]}};
+           {s_scales[0], s_scales[1], s_scales[2]}, s_runs, s_push};
     Waiter w(a);
     __shared__ uint32_t s_bad[3];
     const bool overlap = steps > 1;
