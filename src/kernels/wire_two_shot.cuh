@@ -293,6 +293,19 @@ struct WireTwoShot {
     }
   }
 
+  // Our own vector v, coded and decoded as the peers' are (zeros where !in, so that the block's
+  // shuffles see every lane), added to acc in rank order.
+  template <typename T>
+  __device__ static void addOwn(const Call& c, uint64_t v, bool in, bool first, RuntimeOp op,
+                                float* acc, float* x) {
+#pragma unroll
+    for (int i = 0; i < 8; ++i) x[i] = 0.0f;
+    if (in) load<T>(c.a.send, v, c.a.count, c.aligned, x);
+    decode(encode(x), x);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) acc[i] = first ? x[i] : op(acc[i], x[i]);
+  }
+
   // The sum of vector v (position j of our chunk; zeros where !in, so that the block's
   // shuffles see every lane): encoded once, sent or published, its scale staged, its decode
   // stored.
@@ -391,12 +404,7 @@ struct WireTwoShot {
 #pragma unroll 1
           for (int s = 0; s < c.n; ++s) {
             if (s == c.me) {
-#pragma unroll
-              for (int i = 0; i < 8; ++i) x[i] = 0.0f;
-              if (in) load<T>(c.a.send, v, c.a.count, c.aligned, x);
-              decode(encode(x), x);
-#pragma unroll
-              for (int i = 0; i < 8; ++i) acc[i] = s == 0 ? x[i] : op(acc[i], x[i]);
+              addOwn<T>(c, v, in, s == 0, op, acc, x);
             } else if (in) {
               const uint32_t* w =
                   reinterpret_cast<const uint32_t*>(&slots[(s < c.me ? s : s - 1) * 32 + from]);
@@ -441,12 +449,7 @@ struct WireTwoShot {
           const int s = b + d;
           if (s >= c.n) break;
           if (s == c.me) {
-#pragma unroll
-            for (int i = 0; i < 8; ++i) x[i] = 0.0f;
-            if (in) load<T>(c.a.send, v, c.a.count, c.aligned, x);
-            decode(encode(x), x);
-#pragma unroll
-            for (int i = 0; i < 8; ++i) acc[i] = s == 0 ? x[i] : op(acc[i], x[i]);
+            addOwn<T>(c, v, in, s == 0, op, acc, x);
           } else if (in) {
             if (staged) cs[d].scale = sm[uint64_t(s) * nb + (j / kVecs - s0)];
             addDecoded(cs[d], s == 0, op, acc);
