@@ -184,7 +184,7 @@ TEST(KernelSchedule, BlockSlicesAndStepsCoverEveryPositionOfAChunkOnce) {
   }
 }
 
-TEST(KernelSchedule, AlignedSlicesAndStepsCoverEveryPositionOnceFromAlignedStarts) {
+TEST(KernelSchedule, AlignedSlicesAndStepsCoverEveryPositionOnceInAlignedRuns) {
   for (uint64_t vecs : {1ull, 5ull, 100ull, 4097ull, 65536ull, 160000ull}) {
     for (int n : {1, 2, 3, 8}) {
       for (int grid : {1, 7, 16, 64}) {
@@ -203,7 +203,10 @@ TEST(KernelSchedule, AlignedSlicesAndStepsCoverEveryPositionOnceFromAlignedStart
                 uint64_t s0, s1;
                 kernels::alignedStepRange(s, steps, k, align, &s0, &s1);
                 ASSERT_LE(s0, s1);
+                // Both ends: the wire kernel's 16-byte runs (NOTE [wire codes in 16-byte runs])
+                // need every step's width in whole warp runs, not only its start.
                 if (s1 > s0) ASSERT_EQ(0u, s0 % align) << "step " << k << " of block " << b;
+                if (s1 > s0) ASSERT_EQ(0u, s1 % align) << "end of step " << k << " of block " << b;
                 for (uint64_t j = s0; j < s1; ++j) ++seen[j];
                 covered += s1 - s0;
               }
