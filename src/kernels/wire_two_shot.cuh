@@ -21,6 +21,7 @@
 #define TPAR_KERNELS_WIRE_TWO_SHOT_CUH_
 
 #include "kernels/prims/mailbox.cuh"
+#include "kernels/prims/ptx.cuh"
 #include "kernels/prims/schedule.h"
 #include "kernels/prims/wire.h"
 
@@ -249,9 +250,7 @@ struct WireTwoShot {
             char* dst = (c.pull ? c.own : area(c, o)) +
                         (c.pull ? v : uint64_t(c.me) * c.chunk * kVecs + j) * kVecCodeBytes;
             const uint4 r = reinterpret_cast<const uint4*>(words)[lane];
-            asm volatile("st.volatile.global.v4.u32 [%0], {%1,%2,%3,%4};" ::"l"(dst), "r"(r.x),
-                         "r"(r.y), "r"(r.z), "r"(r.w)
-                         : "memory");
+            storeVolatile(dst, Vec{{r.x, r.y, r.z, r.w}});
           }
         }
         __syncwarp();  // the next run's codes go where these were
@@ -378,10 +377,8 @@ struct WireTwoShot {
               const char* src = c.pull ? area(c, s) + vr * kVecCodeBytes
                                        : c.own + (uint64_t(s) * c.chunk * kVecs + jr) *
                                                      kVecCodeBytes;
-              asm volatile("ld.volatile.global.v4.u32 {%0,%1,%2,%3}, [%4];"
-                           : "=r"(r[d].x), "=r"(r[d].y), "=r"(r[d].z), "=r"(r[d].w)
-                           : "l"(src)
-                           : "memory");
+              const Vec l = loadVolatile(src);
+              r[d] = make_uint4(l.w[0], l.w[1], l.w[2], l.w[3]);
             }
           }
 #pragma unroll
@@ -510,10 +507,9 @@ struct WireTwoShot {
             if (v < c.vecs) {
               vv[d] = v;
               const char* src = (c.pull ? area(c, o) : c.own) + c.goff + v * kVecCodeBytes;
-              asm volatile("ld.volatile.global.v4.u32 {%0,%1,%2,%3}, [%4];"
-                           : "=r"(x[d][0]), "=r"(x[d][1]), "=r"(x[d][2]), "=r"(x[d][3])
-                           : "l"(src)
-                           : "memory");
+              const Vec l = loadVolatile(src);
+#pragma unroll
+              for (int w = 0; w < 4; ++w) x[d][w] = l.w[w];
               sc[d] = sm[uint64_t(u / pp.width) * nb + (j / kVecs - s0)];
             }
           }
