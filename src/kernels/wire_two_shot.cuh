@@ -64,6 +64,7 @@ struct WireTwoShot {
     uint16_t* sm[3];  // shared memory for the scales of the reduction, the gather and the push
     uint4* runs;           // the reduction's slots (NOTE [wire codes in 16-byte runs])
     uint32_t* push_words;  // the push's slots
+    uint32_t* sum_words;   // the wide reduction's slots for its sums' codes
   };
 
   struct Coded {
@@ -186,6 +187,31 @@ struct WireTwoShot {
   // codes as before.
   static constexpr int kSmemScales = 2048;
 
+  // NOTE [wire scales in 16-byte pieces]
+  // The staged scales move between an area and shared memory 8 at a time, one 16-byte access
+  // per thread, where every run of a step's scales is whole 16-byte pieces in both: a step's
+  // blocks, its first block and a chunk multiples of 8, the scale array and the gather's areas
+  // 16-byte aligned (blocks of 32 values always are, by NOTE [wire schedule in runs of a warp];
+  // FP8's blocks of 128 seldom). With a 2-byte access per thread a warp moves 64 bytes per
+  // instruction, for INT4 as many instructions as its codes take in runs (NOTE [wire codes in
+  // 16-byte runs]). A piece that starts inside the data may carry scales of blocks past its end
+  // (within the chunk's array), which no one reads. Timed with the sums' runs against the
+  // kernel before on one H100: INT8 and INT4 faster at 2 and 4 ranks on the host transport
+  // (docs/PERFORMANCE.md, "Scales and sums in 16-byte accesses").
+  static constexpr int kScaleRun = 8;
+  __device__ static bool scaleRuns(const Call& c, uint64_t nb, uint64_t s0) {
+    return nb % kScaleRun == 0 && s0 % kScaleRun == 0 && c.chunk % kScaleRun == 0 &&
+           c.scales % 16 == 0 && c.goff % 16 == 0;
+  }
+  __device__ static void getScales(const Call& c, const char* area, uint64_t block, uint16_t* sm) {
+    const Vec v = loadVolatile(area + c.scales + block * 2);
+    *reinterpret_cast<uint4*>(sm) = make_uint4(v.w[0], v.w[1], v.w[2], v.w[3]);
+  }
+  __device__ static void putScales(const Call& c, char* area, uint64_t block, const uint16_t* sm) {
+    const uint4 r = *reinterpret_cast<const uint4*>(sm);
+    storeVolatile(area + c.scales + block * 2, Vec{{r.x, r.y, r.z, r.w}});
+  }
+
   // NOTE [wire codes in 16-byte runs]
   // A vector's codes are 8 bytes (FP8, INT8) or 4 (INT4), so a warp moving one vector per lane
   // sends 256 or 128 bytes per instruction. The link alone moves 4-, 8- and 16-byte accesses
@@ -193,8 +219,9 @@ struct WireTwoShot {
   // warp, and with runs of kRun = 16 / kVecCodeBytes vectors per lane every phase moves 512
   // bytes per instruction: the push encodes a run's vectors one per lane into the warp's
   // slot of shared memory and stores each lane's run as one 16-byte store; the reduction loads
-  // each peer's run (four peers in flight) into the warp's slots and adds from there; the
-  // gather loads a lane's run and decodes its vectors one by one. Timed against one vector per
+  // each peer's run (four peers in flight) into the warp's slots and adds from there, and its
+  // sums leave the same way as the push's codes, through a slot of their own; the gather loads
+  // a lane's run and decodes its vectors one by one. Timed against one vector per
   // lane on one H100, every format ran faster at 2, 4 and 8 ranks on the host transport
   // (docs/PERFORMANCE.md, "16-byte code accesses merged"). A run stays inside one peer's
   // positions and one wire block's scale because chunks, slices and steps are whole warp runs
@@ -202,7 +229,8 @@ struct WireTwoShot {
   // staged (they are not beside the codes) and groups small enough for the slots (kPushWarps
   // warps for the push, kRunWarps warps and up to kRunPeers + 1 ranks for the reduction);
   // other calls take the loops of a vector per lane. The slots took half of kSmemScales'
-  // former 4096 so that the kernel's static shared memory stays under 48 KiB.
+  // former 4096 so that the kernel's static shared memory stays under 48 KiB (47,116 bytes
+  // with the sums' slots, for sm_90).
   static constexpr int kRun = static_cast<int>(16 / kVecCodeBytes);
   static_assert(kVecs % kRun == 0, "a run of codes lies in one wire block");
   static constexpr int kRunWarps = 8;
@@ -280,6 +308,21 @@ struct WireTwoShot {
     if (!staged) return;
     g.sync();
     if (ctx.failed) return;
+    if (scaleRuns(c, nb, s0)) {
+      // Whole pieces of 8 (a piece of blocks past the data carries scales no one reads).
+      for (uint64_t i = uint64_t(t) * kScaleRun; i < nb * uint64_t(c.n - 1);
+           i += uint64_t(nt) * kScaleRun) {
+        const int o = ahead(c.me, 1 + static_cast<int>(i / nb), c.n);
+        const uint64_t b = s0 + i % nb;
+        if ((uint64_t(o) * c.chunk + b) * kVecs >= c.vecs) continue;
+        if (c.pull) {
+          putScales(c, c.own, uint64_t(o) * c.chunk + b, sm + i);
+        } else {
+          putScales(c, area(c, o), uint64_t(c.me) * c.chunk + b, sm + i);
+        }
+      }
+      return;
+    }
     for (uint64_t i = t; i < nb * uint64_t(c.n - 1); i += nt) {
       const int o = ahead(c.me, 1 + static_cast<int>(i / nb), c.n);
       const uint64_t b = s0 + i % nb;
@@ -335,6 +378,25 @@ struct WireTwoShot {
     store<T>(c.a.recv, v, c.a.count, c.aligned, x);
   }
 
+  // sumOut for the wide reduction (scales staged): the sum's codes go to slot `u` of the warp's
+  // words, which the run stores after its kRun vectors, every lane's (zeros encoded where !in).
+  template <typename T>
+  __device__ static void sumToRun(const Call& c, uint64_t j, uint64_t v, bool in, uint64_t nb,
+                                  uint64_t s0, uint16_t* sm, uint32_t* words, uint32_t u,
+                                  float* acc, float* x) {
+    if (!in) {
+#pragma unroll
+      for (int i = 0; i < 8; ++i) acc[i] = 0.0f;
+    }
+    const Coded e = encode(acc);
+#pragma unroll
+    for (int w = 0; w < kCodeWords; ++w) words[u * kCodeWords + w] = e.w[w];
+    if (!in) return;
+    if (j % kVecs == 0) sm[uint64_t(c.me) * nb + (j / kVecs - s0)] = e.scale;
+    decode(e, x);
+    store<T>(c.a.recv, v, c.a.count, c.aligned, x);
+  }
+
   // Our chunk's vectors [j0, j1) (a multiple of kVecs apart), warp by warp: decode every rank's,
   // add in rank order, encode the sum once, send or publish it, store its decode.
   template <typename T, int kMax>
@@ -344,7 +406,22 @@ struct WireTwoShot {
     const uint32_t lane = t & 31;
     const uint64_t s0 = j0 / kVecs, nb = (j1 - j0) / kVecs;
     const bool staged = nb * uint64_t(c.n) <= uint64_t(kSmemScales);
-    if (staged) {
+    const bool pieces = scaleRuns(c, nb, s0);
+    if (staged && pieces) {
+      for (uint64_t i = uint64_t(t) * kScaleRun; i < nb * uint64_t(c.n);
+           i += uint64_t(nt) * kScaleRun) {
+        const int s = static_cast<int>(i / nb);
+        const uint64_t b = s0 + i % nb;
+        if (s != c.me) {
+          if (c.pull) {
+            getScales(c, area(c, s), uint64_t(c.me) * c.chunk + b, sm + i);
+          } else {
+            getScales(c, c.own, uint64_t(s) * c.chunk + b, sm + i);
+          }
+        }
+      }
+      g.sync();
+    } else if (staged) {
       for (uint64_t i = t; i < nb * uint64_t(c.n); i += nt) {
         const int s = static_cast<int>(i / nb);
         const uint64_t b = s0 + i % nb;
@@ -361,6 +438,7 @@ struct WireTwoShot {
     if constexpr (kMax <= kRunPeers + 1) wide = staged && nt <= 32u * kRunWarps;
     if (wide) {
       uint4* slots = c.runs + (t / 32) * kRunPeers * 32;
+      uint32_t* sums = c.sum_words + (t / 32) * 128;
       for (uint64_t base = j0 + uint64_t(t - lane) * kRun; base < j1;
            base += uint64_t(nt) * kRun) {
         const uint64_t jr = base + uint64_t(lane) * kRun;
@@ -412,9 +490,21 @@ struct WireTwoShot {
               addDecoded(e, s == 0, op, acc);
             }
           }
-          sumOut<T>(c, j, v, in, nb, s0, sm, acc, x);
+          sumToRun<T>(c, j, v, in, nb, s0, sm, sums, 32u * q + lane, acc, x);
         }
-        __syncwarp();  // the next run's loads go where these were
+        __syncwarp();
+        // Each lane's run of sums, contiguous at its place: one 16-byte store per destination.
+        if (rin) {
+          const uint4 r = reinterpret_cast<const uint4*>(sums)[lane];
+          const Vec o{{r.x, r.y, r.z, r.w}};
+          if (c.pull) {
+            storeVolatile(c.own + c.goff + vr * kVecCodeBytes, o);
+          } else {
+            for (int i = 1; i < c.n; ++i)
+              storeVolatile(area(c, ahead(c.me, i, c.n)) + c.goff + vr * kVecCodeBytes, o);
+          }
+        }
+        __syncwarp();  // the next run's loads and sums go where these were
       }
     }
     for (uint64_t base = j0 + (t - lane); !wide && base < j1; base += nt) {
@@ -458,7 +548,14 @@ struct WireTwoShot {
     if (!staged) return;
     g.sync();
     const uint64_t dests = c.pull ? 1 : uint64_t(c.n - 1);
-    for (uint64_t i = t; i < nb * dests; i += nt) {
+    for (uint64_t i = uint64_t(t) * kScaleRun; pieces && i < nb * dests;
+         i += uint64_t(nt) * kScaleRun) {
+      const uint64_t b = uint64_t(c.me) * c.chunk + s0 + i % nb;
+      if (b * kVecs >= c.vecs) continue;
+      char* dst = c.pull ? c.own : area(c, ahead(c.me, 1 + static_cast<int>(i / nb), c.n));
+      putScales(c, dst + c.goff, b, sm + uint64_t(c.me) * nb + i % nb);
+    }
+    for (uint64_t i = t; !pieces && i < nb * dests; i += nt) {
       const uint64_t b = uint64_t(c.me) * c.chunk + s0 + i % nb;
       if (b * kVecs >= c.vecs) continue;
       char* dst = c.pull ? c.own : area(c, ahead(c.me, 1 + static_cast<int>(i / nb), c.n));
@@ -474,7 +571,15 @@ struct WireTwoShot {
                                 const Group& g, uint16_t* sm) {
     const uint64_t nb = pp.width / kVecs, s0 = pp.s0 / kVecs;
     const bool staged = nb * uint64_t(c.n - 1) <= uint64_t(kSmemScales);
-    if (staged) {
+    if (staged && scaleRuns(c, nb, s0)) {
+      for (uint64_t i = uint64_t(t) * kScaleRun; i < nb * uint64_t(c.n - 1);
+           i += uint64_t(nt) * kScaleRun) {
+        const int o = ahead(c.me, 1 + static_cast<int>(i / nb), c.n);
+        getScales(c, (c.pull ? area(c, o) : c.own) + c.goff, uint64_t(o) * c.chunk + s0 + i % nb,
+                  sm + i);
+      }
+      g.sync();
+    } else if (staged) {
       for (uint64_t i = t; i < nb * uint64_t(c.n - 1); i += nt) {
         const int o = ahead(c.me, 1 + static_cast<int>(i / nb), c.n);
         sm[i] = getScale(c, (c.pull ? area(c, o) : c.own) + c.goff,
@@ -615,12 +720,13 @@ struct WireTwoShot {
     const uint64_t blocks = (a.count + kBlock - 1) / kBlock;
     const Slice s = alignedBlockSlice(blocks, a.nranks, grid, blockIdx.x, kAlign);
     const uint64_t codes = uint64_t(a.nranks) * s.chunk * kVecs * kVecCodeBytes;
-    __shared__ uint16_t s_scales[3][kSmemScales];
+    __shared__ __align__(16) uint16_t s_scales[3][kSmemScales];
     __shared__ uint4 s_runs[kRunWarps * kRunPeers * 32];
     __shared__ uint32_t s_push[kPushWarps * 128];
+    __shared__ uint32_t s_sums[kRunWarps * 128];
     Call c{a,      box,   a.nranks, a.rank, pull, a.vec_aligned != 0, (a.count + 7) / 8, s.chunk,
            codes, box.gatherOffset(s.chunk, a.nranks), box.area(a.rank),
-           {s_scales[0], s_scales[1], s_scales[2]}, s_runs, s_push};
+           {s_scales[0], s_scales[1], s_scales[2]}, s_runs, s_push, s_sums};
     Waiter w(a);
     __shared__ uint32_t s_bad[3];
     const bool overlap = steps > 1;
