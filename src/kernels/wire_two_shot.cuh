@@ -677,26 +677,55 @@ struct WireTwoShot {
     if (staged) g.sync();  // the next step's scales go where these were
   }
 
+  // NOTE [wire steps in parts that fit the staged scales]
+  // A step whose blocks, times the ranks whose scales a role stages, exceed kSmemScales could
+  // not stage them and took the loops of a vector per lane with the scales beside the codes:
+  // with a raised piece limit INT4 at 8 ranks ran its widest steps at INT8's speed
+  // (docs/PERFORMANCE.md, "Scales and sums in 16-byte accesses"). Such a step runs as parts of
+  // kSmemScales / n blocks rounded down to whole scale pieces (which are whole warp runs too,
+  // NOTE [wire schedule in runs of a warp]), one after another inside the step's hand-offs: to
+  // the peers the parts are the one step (one commit, one await). Steps that fit run whole, as
+  // before.
+  static_assert(kScaleRun % kAlign == 0, "a part of whole scale pieces is whole warp runs");
+  __device__ static uint64_t partBlocks(int n, int staged_ranks, uint64_t nb) {
+    if (nb * uint64_t(staged_ranks) <= uint64_t(kSmemScales)) return nb;
+    const uint64_t part = uint64_t(kSmemScales) / uint64_t(n) / kScaleRun * kScaleRun;
+    return part > 0 ? part : nb;
+  }
+
   template <typename T, int kMax>
   __device__ static bool role(const Call& c, const CallContext& ctx, const Slice& s, int steps,
                               int r, int k, const Group& g, Waiter& w) {
     uint64_t s0, s1;  // wire blocks of the slice's step k; the loops take vectors
     alignedStepRange(s, steps, k, kAlign, &s0, &s1);
-    const PeerPositions pp{c.n, c.me, kVecs * s0, static_cast<uint32_t>(kVecs * (s1 - s0))};
     const uint32_t done = static_cast<uint32_t>(k + 1);
+    // The reduction stages every rank's scales, the push and the gather the peers'.
+    const uint64_t part = partBlocks(c.n, r == kWireReduce ? c.n : c.n - 1, s1 - s0);
     if (r == kWirePush) {
-      scatter<T>(c, ctx, pp, g.t, g.threads, g, c.sm[2]);
+      for (uint64_t p0 = s0; p0 < s1; p0 += part) {
+        if (p0 > s0) g.sync();  // the part before stores its scales from where these go
+        const uint64_t p1 = p0 + part < s1 ? p0 + part : s1;
+        const PeerPositions pp{c.n, c.me, kVecs * p0, static_cast<uint32_t>(kVecs * (p1 - p0))};
+        scatter<T>(c, ctx, pp, g.t, g.threads, g, c.sm[2]);
+      }
       c.box.commit(kScatterPhase, done, g);
       return true;
     }
     if (r == kWireReduce) {
       if (!c.box.await(kScatterPhase, done, g, w)) return false;
-      reduce<T, kMax>(c, kVecs * s0, kVecs * s1, g.t, g.threads, g, c.sm[0]);
+      for (uint64_t p0 = s0; p0 < s1; p0 += part) {
+        const uint64_t p1 = p0 + part < s1 ? p0 + part : s1;
+        reduce<T, kMax>(c, kVecs * p0, kVecs * p1, g.t, g.threads, g, c.sm[0]);
+      }
       c.box.commit(kGatherPhase, done, g);
       return true;
     }
     if (!c.box.await(kGatherPhase, done, g, w)) return false;
-    gather<T>(c, pp, g.t, g.threads, g, c.sm[1]);
+    for (uint64_t p0 = s0; p0 < s1; p0 += part) {
+      const uint64_t p1 = p0 + part < s1 ? p0 + part : s1;
+      const PeerPositions pp{c.n, c.me, kVecs * p0, static_cast<uint32_t>(kVecs * (p1 - p0))};
+      gather<T>(c, pp, g.t, g.threads, g, c.sm[1]);
+    }
     return true;
   }
 
