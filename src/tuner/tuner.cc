@@ -669,10 +669,12 @@ Plan wirePlan(const Plan& plan, uint64_t bytes, tparDataType_t dtype, const Tune
   // is the dip at 8 ranks of the earlier runs. What the slow counts share is a step width that
   // is not a multiple of a warp's run of wire blocks; the kernel now aligns its steps to those
   // runs (NOTE [wire schedule in runs of a warp]), which covers the sizes a power of two did
-  // not.
+  // not. At most kWireMaxSteps: fewer, wider steps hand off less often, and since a step too
+  // wide for the staged scales runs as parts (NOTE [wire steps in parts that fit the staged
+  // scales]) nothing holds a wide step back.
   int steps = 1;
   while (steps * 2 <= p.steps) steps *= 2;
-  p.steps = steps;
+  p.steps = std::min(steps, kWireMaxSteps);
   p.active_blocks = 0;
   p.threads = 0;  // the kernel's own block size on the whole grid, not the narrow lossless shape
   return p;
