@@ -1221,8 +1221,10 @@ TEST(HostDefaults, FewBlocksAndStepsThatGrowWithTheMessage) {
     EXPECT_EQ(c.steps, p.steps) << c.n << " ranks, " << c.bytes;
   }
   // A wire format's plan runs a power of two of steps (NOTE [wire steps in powers of two]): the
-  // lossless shape's count rounded down, where that count lies between two powers.
+  // lossless shape's count rounded down, where that count lies between two powers, and at most
+  // 8 (kWireMaxSteps): a larger call never runs fewer steps, and the largest run 8.
   for (int n : {2, 3, 4, 5, 8}) {
+    int last = 0;
     for (uint64_t bytes = 512u << 10; bytes <= (uint64_t{256} << 20); bytes += bytes / 2) {
       bool applies = false;
       const Plan lossless = defaultPlan(bytes, tparBfloat16, hostContext(n), -1);
@@ -1230,8 +1232,12 @@ TEST(HostDefaults, FewBlocksAndStepsThatGrowWithTheMessage) {
                               tparWireInt4, &applies);
       ASSERT_TRUE(applies) << n << " ranks, " << bytes;
       EXPECT_GE(w.steps, 1) << n << " ranks, " << bytes;
+      EXPECT_LE(w.steps, 8) << n << " ranks, " << bytes;
       EXPECT_EQ(0, w.steps & (w.steps - 1)) << n << " ranks, " << bytes << ": " << w.steps;
+      EXPECT_GE(w.steps, last) << n << " ranks, " << bytes;
+      last = w.steps;
     }
+    EXPECT_EQ(8, last) << n << " ranks at 256 MiB";
   }
   {
     // 8 ranks at 2 MiB: 1792 KiB over 4 blocks is 9 steps of 48 KiB, run as 8; 2 ranks at
@@ -1286,7 +1292,7 @@ TEST(HostDefaults, FewBlocksAndStepsThatGrowWithTheMessage) {
   }
   {
     // 2 ranks sharing a GPU, 64 MiB in pieces of 8 MiB: 4 MiB over 16 blocks is 5 steps of 48
-    // KiB per piece, run as 4, where the whole call's 32 MiB would be 16.
+    // KiB per piece, run as 4, where the whole call's 32 MiB would be 16, held to 8.
     TunerContext ctx = hostContext(2);
     ctx.piece_bytes = 8u << 20;
     bool applies = false;
@@ -1296,7 +1302,7 @@ TEST(HostDefaults, FewBlocksAndStepsThatGrowWithTheMessage) {
     const Plan whole = wirePlan(defaultPlan(64u << 20, tparBfloat16, hostContext(2), -1),
                                 64u << 20, tparBfloat16, hostContext(2), tparAlgoAuto,
                                 tparWireInt8, &applies);
-    EXPECT_EQ(16, whole.steps);
+    EXPECT_EQ(8, whole.steps);
     // The lossless plan keeps the whole call's shape.
     EXPECT_EQ(16, defaultPlan(64u << 20, tparBfloat16, ctx, -1).steps);
   }
