@@ -265,7 +265,7 @@ def run_model(world, args):
     # --wire: a communicator per compressed format (docs/WIRE.md), whose outputs are compared
     # with the lossless path's and the fp32 reference's. A format applies only where its
     # communicator uses it (large calls: TPAR_TRANSPORT, the size), elsewhere it is lossless.
-    wires = [w for w in dict.fromkeys(args.wire) if w != "none"]
+    wires = [w for w in dict.fromkeys(args.wire) if w not in ("none", "bf16")]
     wire_comms = {w: tpar.Communicator(world.gloo, wire=w) for w in wires}
     mode = {"name": "tpar"}
 
@@ -476,7 +476,7 @@ def main(argv=None):
     p.add_argument("--kv-heads", type=int, default=8)
     p.add_argument("--intermediate", type=int, default=14336)
     p.add_argument("--seed", type=int, default=1234)
-    p.add_argument("--wire", nargs="+", default=["none"], choices=["none", "fp8", "int8", "int4"],
+    p.add_argument("--wire", nargs="+", default=["none"], choices=["none", "bf16", "fp8", "int8", "int4"],
                    help="model: also run each compressed wire format and compare it with the "
                         "lossless path and fp32 (docs/WIRE.md)")
     p.add_argument("--fused", action="store_true",

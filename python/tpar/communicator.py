@@ -21,6 +21,9 @@ _OPS = {"sum": 0, "max": 1, "min": 2}
 _TRANSPORTS = {"auto": 0, "host": 1, "p2p": 2}
 # tparWire_t: compressed wire formats of large float16/bfloat16 calls (docs/WIRE.md), opt-in.
 _WIRES = {"none": 0, "fp8": 1, "int8": 2, "int4": 3}
+# "bf16" names the lossless format too (a 16-bit call travels in its own bits), as TPAR_WIRE and
+# `tpar bench --wire` take it.
+_WIRE_ALIASES = {"bf16": "none"}
 _CONFIG_KEYS = ("timeout_ms", "algorithm", "max_bytes_per_call", "transport", "allow_shared_device",
                 "wire")
 
@@ -88,9 +91,11 @@ def _config_args(config: Optional[Mapping[str, Any]]) -> dict:
                 value = _TRANSPORTS[value]
         elif key == "wire":
             if isinstance(value, str):
-                if value not in _WIRES:
-                    raise TparArgumentError(f"config['wire'] {value!r} is not one of {', '.join(_WIRES)}")
-                value = _WIRES[value]
+                name = _WIRE_ALIASES.get(value.lower(), value.lower())
+                if name not in _WIRES:
+                    raise TparArgumentError(f"config['wire'] {value!r} is not one of {', '.join(_WIRES)} "
+                                            "(or bf16, the same as none)")
+                value = _WIRES[name]
             elif isinstance(value, int) and not isinstance(value, bool) and value >= len(_WIRES):
                 raise TparArgumentError(f"config['wire'] = {value} is not a tparWire_t (0..{len(_WIRES) - 1})")
         elif key == "allow_shared_device":
@@ -188,7 +193,7 @@ class Communicator:
     the unique id and sends it over the group, then every rank connects. ``device`` is the CUDA
     device of this rank (default: the current one); ``config`` a dict of ``timeout_ms``,
     ``algorithm`` (e.g. "auto", "oneshot", "twoshot"), ``max_bytes_per_call``, ``transport``
-    ("auto", "host", "p2p"), ``allow_shared_device`` and ``wire`` ("none", "fp8", "int8", "int4":
+    ("auto", "host", "p2p"), ``allow_shared_device`` and ``wire`` ("none" or "bf16", "fp8", "int8", "int4":
     a lossy compressed wire format for large float16/bfloat16 calls, docs/WIRE.md). ``wire=``
     may also be given as a keyword.
     """

@@ -216,6 +216,14 @@ bool ChoiceReader::read(const EnvVarSpec& spec, const std::string& text, Value* 
   return true;
 }
 
+bool WireReader::read(const EnvVarSpec& spec, const std::string& text, Value* out) const {
+  if (lowerCase(text) == "bf16") {
+    *out = tparWireNone;
+    return true;
+  }
+  return ChoiceReader{}.read(spec, text, out);
+}
+
 bool LogLevelReader::read(const EnvVarSpec&, const std::string& text, Value* out) const {
   LogLevel level = LogLevel::kWarn;
   if (!parseLogLevel(text, &level)) return false;

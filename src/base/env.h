@@ -88,6 +88,13 @@ struct ChoiceReader : ReaderBase {
   using Value = int;
   bool read(const EnvVarSpec& spec, const std::string& text, Value* out) const;
 };
+// A wire format: one of spec.choices (tparWire_t's order), any case, or "bf16", the lossless
+// format's other name (a float16/bfloat16 call travels in its own 16 bits), as `tpar bench
+// --wire` takes it.
+struct WireReader : ReaderBase {
+  using Value = int;
+  bool read(const EnvVarSpec& spec, const std::string& text, Value* out) const;
+};
 struct LogLevelReader : ReaderBase {  // parseLogLevel
   using Value = int;
   bool read(const EnvVarSpec& spec, const std::string& text, Value* out) const;
@@ -120,6 +127,7 @@ constexpr BytesOrAutoReader readBytesOrAuto(uint64_t hi) {
 constexpr BoolReader readBool() { return {}; }
 constexpr AlgoReader readAlgo() { return {}; }
 constexpr ChoiceReader readChoice() { return {}; }
+constexpr WireReader readWire() { return {}; }
 constexpr LogLevelReader readLogLevel() { return {}; }
 constexpr LogSubsysReader readLogSubsys() { return {}; }
 constexpr TextReader readText() { return {}; }

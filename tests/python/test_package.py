@@ -58,6 +58,7 @@ def test_unknown_result_codes_keep_their_number():
     ({"algorithm": "fastest"}, "algorithm"),
     ({"transport": "pcie"}, "transport"),
     ({"wire": "fp16"}, "wire"),
+    ({"wire": "bf8"}, "wire"),
     ({"wire": 7}, "wire"),
     ({"timeout_ms": -1}, "timeout_ms"),
     ({"timeout_ms": 1.5}, "timeout_ms"),
@@ -76,6 +77,8 @@ def test_config_names_become_the_c_values():
                     "allow_shared_device": 1, "timeout_ms": 2500, "max_bytes_per_call": 1 << 20,
                     "wire": 3}
     assert [_config_args({"wire": w})["wire"] for w in ("none", "fp8", "int8", "int4")] == [0, 1, 2, 3]
+    # "bf16" is the lossless format's other name, as TPAR_WIRE takes it; names in any case.
+    assert [_config_args({"wire": w})["wire"] for w in ("bf16", "BF16", "FP8", "Int4")] == [0, 0, 1, 3]
 
 
 def test_ops_by_name_or_reduce_op():

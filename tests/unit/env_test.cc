@@ -79,6 +79,28 @@ TEST(EnvParse, AlgoChoicesFollowTheEnumOrder) {
   }
 }
 
+// TPAR_WIRE takes tparWire_t's names in any case, and "bf16" for the lossless format, as
+// `tpar bench --wire` does; near misses are refused naming the variable.
+TEST(EnvParse, WireFormatsAndTheLosslessOtherName) {
+  const std::pair<const char*, int> cases[] = {
+      {"none", tparWireNone}, {"bf16", tparWireNone}, {"BF16", tparWireNone},
+      {"fp8", tparWireFp8},   {"FP8", tparWireFp8},   {"int8", tparWireInt8},
+      {"int4", tparWireInt4}, {"Int4", tparWireInt4}};
+  for (const auto& [text, want] : cases) {
+    Env env;
+    env.wire = -7;
+    ASSERT_EQ(tparSuccess, parseEnv(fromMap({{"TPAR_WIRE", text}}), &env)) << text;
+    EXPECT_EQ(want, env.wire) << text;
+  }
+  for (const char* text : {"bf8", "bf16x", "fp16", "int", "lossless"}) {
+    Env env;
+    env.wire = -7;
+    EXPECT_EQ(tparInvalidArgument, parseEnv(fromMap({{"TPAR_WIRE", text}}), &env)) << text;
+    EXPECT_NE(std::string::npos, lastError().find("TPAR_WIRE")) << lastError();
+    EXPECT_EQ(-7, env.wire) << text << ": output changed on failure";
+  }
+}
+
 TEST(EnvParse, TuningAndTopologyFilesAreStringsThatReachTheConfig) {
   Env env;
   ASSERT_EQ(tparSuccess, parseEnv(fromMap({}), &env));
