@@ -424,13 +424,16 @@ class MultiGpuRun(unittest.TestCase):
         commands = [line for line in r.stdout.splitlines() if line.startswith("   ")]
         # The fused model check runs at TP 2 and 4 whatever N is (up to N).
         tp_sizes = [c for c in commands if "tpar.check model --fused" in c]
-        self.assertEqual(["--nproc-per-node 2" in c for c in tp_sizes], [True, False])
-        self.assertEqual(["--nproc-per-node 4" in c for c in tp_sizes], [False, True])
+        # Each TP size twice: as chosen, then on the host transport with every call in the format.
+        self.assertEqual(["--nproc-per-node 2" in c for c in tp_sizes], [True, True, False, False])
+        self.assertEqual(["--nproc-per-node 4" in c for c in tp_sizes], [False, False, True, True])
+        self.assertEqual(["TPAR_TRANSPORT=host TPAR_WIRE_MIN_BYTES=0" in c for c in tp_sizes],
+                         [False, True, False, True])
         for line in commands:
             if line not in tp_sizes:
                 self.assertNotRegex(line, r"--ranks [^4]|--nproc-per-node [^4]|NPROC=[^4]")
         self.assertEqual(sum("--ranks 4" in c for c in commands), 18)
-        self.assertEqual(sum("--nproc-per-node 4" in c for c in commands), 4)
+        self.assertEqual(sum("--nproc-per-node 4" in c for c in commands), 5)
         self.assertRegex(r.stdout, r"TPAR_TOPO_FILE=tests/fixtures/topology/\S+\.xml \S+ bench")
         for line in commands:
             self.assertNotIn(self.out, line)  # shown as OUTDIR
@@ -462,7 +465,7 @@ class MultiGpuRun(unittest.TestCase):
             "islands": ("failed", 1, 1, 2), "islands-forced": ("failed", 1, 1, 2),
             "shim-torch": ("passed", 16, 0, 0), "host-cost": ("passed", 1, 0, 1),
             "tune": ("passed", 0, 0, 0), "fused": ("passed", 1, 0, 0),
-            "verify-fused": ("passed", 3, 0, 0), "tp-model-fused": ("passed", 2, 0, 0),
+            "verify-fused": ("passed", 3, 0, 0), "tp-model-fused": ("passed", 4, 0, 0),
             "wire": ("failed", 2, 2, 4)})
         self.assertIn("--ranks 4", steps["bench"]["command"])
         self.assertIn("OUTDIR/bench.json", steps["bench"]["command"])
