@@ -167,6 +167,32 @@ inline const char* publicAlgoChoices() {
   return choices.c_str();
 }
 
+// A wire format's name as TPAR_WIRE, tables and tools spell it ("none", "fp8", "int8",
+// "int4"), or nullptr for a value that is no format.
+inline const char* wireFormatName(int wire) {
+  switch (wire) {
+    case tparWireNone: return "none";
+    case tparWireFp8: return "fp8";
+    case tparWireInt8: return "int8";
+    case tparWireInt4: return "int4";
+    default: return nullptr;
+  }
+}
+
+// The tparWire_t that `name` (lower case) names: a format's name, or "bf16", the lossless
+// format's other name (a float16/bfloat16 call travels in its own 16 bits); false for none.
+inline bool wireFromName(const char* name, int* out) {
+  for (int w = tparWireNone; w < tparNumWires; ++w) {
+    if (std::strcmp(name, wireFormatName(w)) == 0) {
+      *out = w;
+      return true;
+    }
+  }
+  if (std::strcmp(name, "bf16") != 0) return false;
+  *out = tparWireNone;
+  return true;
+}
+
 }  // namespace tpar
 
 #endif  // TPAR_BASE_ALGORITHM_LIST_H_

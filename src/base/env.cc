@@ -216,12 +216,8 @@ bool ChoiceReader::read(const EnvVarSpec& spec, const std::string& text, Value* 
   return true;
 }
 
-bool WireReader::read(const EnvVarSpec& spec, const std::string& text, Value* out) const {
-  if (lowerCase(text) == "bf16") {
-    *out = tparWireNone;
-    return true;
-  }
-  return ChoiceReader{}.read(spec, text, out);
+bool WireReader::read(const EnvVarSpec&, const std::string& text, Value* out) const {
+  return wireFromName(lowerCase(text).c_str(), out);
 }
 
 bool LogLevelReader::read(const EnvVarSpec&, const std::string& text, Value* out) const {

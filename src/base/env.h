@@ -88,9 +88,7 @@ struct ChoiceReader : ReaderBase {
   using Value = int;
   bool read(const EnvVarSpec& spec, const std::string& text, Value* out) const;
 };
-// A wire format: one of spec.choices (tparWire_t's order), any case, or "bf16", the lossless
-// format's other name (a float16/bfloat16 call travels in its own 16 bits), as `tpar bench
-// --wire` takes it.
+// A wire format (wireFromName in algorithm_list.h), any case.
 struct WireReader : ReaderBase {
   using Value = int;
   bool read(const EnvVarSpec& spec, const std::string& text, Value* out) const;

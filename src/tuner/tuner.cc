@@ -594,15 +594,6 @@ Plan defaultPlan(uint64_t bytes, tparDataType_t dtype, const TunerContext& ctx,
   return p;
 }
 
-const char* wireFormatName(int wire) {
-  switch (wire) {
-    case tparWireNone: return "none";
-    case tparWireFp8: return "fp8";
-    case tparWireInt8: return "int8";
-    case tparWireInt4: return "int4";
-    default: return nullptr;
-  }
-}
 
 int64_t wireMinBytes(int64_t configured, const TuningTable* table, int wire) {
   if (configured >= 0) return configured;

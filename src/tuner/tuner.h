@@ -68,10 +68,6 @@ struct TuningEntry {
   double default_us = 0;
 };
 
-// A wire format's name as TPAR_WIRE, tables and tools spell it ("none", "fp8", "int8",
-// "int4"), or nullptr for a value that is no format.
-const char* wireFormatName(int wire);
-
 // A table's wire threshold for a format that `tpar tune --wire` measured slower than the lossless
 // path at every size: the format never applies by default.
 constexpr int64_t kWireNever = INT64_MAX;

@@ -229,7 +229,7 @@ void registerOptions(CLI::App* app, BenchOptions* opt, Accepted* given,
            opt->wires.clear();
            const std::string e = parseList("--wire", v, [&](const std::string& item) {
              int w = 0;
-             if (!parseWireName(item, &w)) return false;
+             if (!tpar::wireFromName(item.c_str(), &w)) return false;
              if (std::find(opt->wires.begin(), opt->wires.end(), w) == opt->wires.end())
                opt->wires.push_back(w);
              return true;

@@ -351,7 +351,7 @@ std::string backendNameList() {
 
 bool splitWireSuffix(const std::string& name, std::string* base, int* wire) {
   const size_t plus = name.rfind('+');
-  if (plus == std::string::npos || !parseWireName(name.substr(plus + 1), wire)) return false;
+  if (plus == std::string::npos || !tpar::wireFromName(name.substr(plus + 1).c_str(), wire)) return false;
   *base = name.substr(0, plus);
   return true;
 }

@@ -81,7 +81,7 @@ const std::vector<std::string>& backendNames();
 std::string backendNameList();
 
 // A tpar backend's name with a wire format after '+' ("tpar+fp8", "tpar:pipelined+int4"):
-// the name before it in `base` and the format (parseWireName) in `wire`. False when `name`
+// the name before it in `base` and the format (tpar::wireFromName) in `wire`. False when `name`
 // has no '+', or what follows it is no format.
 bool splitWireSuffix(const std::string& name, std::string* base, int* wire);
 

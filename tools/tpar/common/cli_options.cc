@@ -97,16 +97,6 @@ const char* transportOptionName(int transport) {
   }
 }
 
-bool parseWireName(const std::string& name, int* out) {
-  for (int w = tparWireNone; w < tparNumWires; ++w) {
-    if (name == tpar::wireFormatName(w) || (w == tparWireNone && name == "bf16")) {
-      *out = w;
-      return true;
-    }
-  }
-  return false;
-}
-
 const char* wireOptionName(int wire) {
   const char* name = tpar::wireFormatName(wire);
   return name != nullptr ? name : "env";

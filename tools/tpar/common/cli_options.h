@@ -41,9 +41,6 @@ bool parseTransportName(const std::string& name, int* out);
 // The name of a tparConfig_t::transport value; "env" for -1 (TPAR_TRANSPORT decides).
 const char* transportOptionName(int transport);
 
-// tparConfig_t::wire from its TPAR_WIRE spelling ("none", "fp8", "int8", "int4"; "bf16" is
-// accepted for none: the lossless wire of bfloat16 data); false for anything else.
-bool parseWireName(const std::string& name, int* out);
 // The TPAR_WIRE spelling of a tparWire_t value ("env" for TPAR_CONFIG_UNDEF_INT).
 const char* wireOptionName(int wire);
 

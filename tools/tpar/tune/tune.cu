@@ -337,7 +337,7 @@ void registerOptions(CLI::App* app, TuneOptions* opt, std::shared_ptr<std::strin
         opt->wires.clear();
         for (const std::string& item : listItems(v)) {
           int w = tparWireNone;
-          if (!parseWireName(item, &w)) {
+          if (!tpar::wireFromName(item.c_str(), &w)) {
             *error = "--wire: '" + item + "' is not a wire format (fp8, int8, int4)";
             return;
           }
