@@ -530,8 +530,8 @@ void prepareAllReduce(const tparComm* comm, size_t count, tparDataType_t dtype, 
   // launch would (docs/WIRE.md: blocks count from the start of the buffer); a call whose codes
   // and scales fit the bytes of a lossless piece is one launch (NOTE [wire pieces by the bytes
   // that travel] in kernels/prims/wire.h), a longer one pieces of one length but the last, as
-  // few as the lossless limit allows, the length its plan is shaped for (NOTE [wire shape per
-  // piece] in tuner/tuner.cc).
+  // few as wirePieceBytes allows, the length its plan is shaped for (NOTE [wire shape per piece]
+  // in tuner/tuner.cc).
   if (wa != nullptr) {
     const uint64_t limit = wirePieceBytes(bytes, piece_limit, comm->nranks, wa->wire, c.esize);
     c.piece_elems = evenPieceBytes(bytes, limit, uint64_t(wa->block_values) * c.esize) / c.esize;

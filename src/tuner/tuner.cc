@@ -607,7 +607,10 @@ uint64_t wirePieceBytes(uint64_t bytes, uint64_t limit, int nranks, int wire, si
   const auto f = static_cast<kernels::WireFormat>(wire);
   const uint64_t block = kernels::wireKernelBlock(f) * esize;
   const uint64_t longest = kernels::wirePieceValues(f, std::max(nranks, 1), limit) * esize;
-  return bytes <= longest ? longest : limit / block * block;
+  // Longer calls: pieces of up to the longest length where it holds two lossless pieces or
+  // more (INT4), else the lossless pieces (FP8, INT8; NOTE [wire pieces by the bytes that
+  // travel]).
+  return bytes <= longest || longest >= 2 * limit ? longest : limit / block * block;
 }
 
 Plan wirePlan(const Plan& plan, uint64_t bytes, tparDataType_t dtype, const TunerContext& ctx,

@@ -138,9 +138,10 @@ inline uint64_t evenPieceBytes(uint64_t bytes, uint64_t piece_bytes, uint64_t al
 
 // The longest piece of a call of `bytes` with wire format `wire` (tparWire_t) of `esize`-byte
 // values, where a lossless piece may take `limit` bytes: the whole call when its codes and
-// scales fit those bytes (NOTE [wire pieces by the bytes that travel] in kernels/prims/wire.h),
-// else the lossless piece in whole wire blocks. comm.cc cuts a format's calls by it and wirePlan
-// shapes their plan for it.
+// scales fit those bytes (NOTE [wire pieces by the bytes that travel] in kernels/prims/wire.h);
+// for a longer call, that longest length where it is two lossless pieces or more (INT4), else
+// the lossless piece in whole wire blocks. comm.cc cuts a format's calls by it (evenPieceBytes)
+// and wirePlan shapes their plan for it.
 uint64_t wirePieceBytes(uint64_t bytes, uint64_t limit, int nranks, int wire, size_t esize);
 
 // The plan of a call of `bytes` when the communicator has a wire format: `plan` itself when the

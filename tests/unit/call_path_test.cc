@@ -172,7 +172,8 @@ TEST(CallTemplate, OneShotPullTakesTheHostKernelsInHostMemory) {
 // size (the pull area holds the chunks' rounding: forMaxBytes), and with a wire format every
 // piece of a large call runs the plan a call of one piece runs (NOTE [wire shape per piece]).
 // A format's call whose codes and scales fit the bytes of a lossless piece runs as one launch
-// (NOTE [wire pieces by the bytes that travel]); a longer one in pieces of the lossless length.
+// (NOTE [wire pieces by the bytes that travel]); a longer one in pieces of that longest length
+// where it holds two lossless pieces or more (INT4), else of the lossless length (FP8, INT8).
 TEST(CallPieces, HostCallsAreWholePiecesAndAFormatRunsEachAsACallOfOnePiece) {
   for (LinkClass link : {LinkClass::kSameSwitch, LinkClass::kSameDevice}) {
     for (int n : {2, 3, 4, 8}) {
@@ -200,37 +201,58 @@ TEST(CallPieces, HostCallsAreWholePiecesAndAFormatRunsEachAsACallOfOnePiece) {
             longest = n * chunk * kB;
           const auto s = kernels::alignedBlockSlice(longest / kB, n, 64, 0, align);
           ASSERT_EQ(longest / kB / n, s.chunk) << n;
-          // FP8 and INT8 send about half the bytes, INT4 about 0.28 of them.
-          EXPECT_GT(longest, piece * (wire == tparWireInt4 ? 3 : 1.5)) << n << " " << wire;
+          // FP8 and INT8 send about half the bytes (a longest call under two lossless pieces),
+          // INT4 about 0.28 of them (over three).
+          if (wire == tparWireInt4) EXPECT_GT(longest, 3 * piece) << n;
+          else EXPECT_TRUE(longest > piece * 3 / 2 && longest < 2 * piece) << n << " " << wire;
           for (size_t count : {longest, longest - kB - 3, piece + 8}) {
             const CallLaunch call = f.call(count);
             EXPECT_EQ(count, call.piece_elems) << n << " ranks, wire " << wire;
           }
-          const size_t over = longest + kB;
+        }
+        // The most elements of a piece of a call longer than one launch.
+        const size_t cut_at = formatted && longest >= 2 * piece ? longest : piece;
+        if (formatted) {
+          const size_t over = longest + kernels::wireKernelBlock(
+                                            static_cast<kernels::WireFormat>(wire));
           const size_t cut = f.call(over).piece_elems;
-          EXPECT_LE(cut, piece) << n << " ranks, wire " << wire;
-          EXPECT_EQ((over + piece - 1) / piece, (over + cut - 1) / cut) << n << " " << wire;
+          EXPECT_LE(cut, cut_at) << n << " ranks, wire " << wire;
+          EXPECT_EQ((over + cut_at - 1) / cut_at, (over + cut - 1) / cut) << n << " " << wire;
         }
         const CallLaunch one = f.call(piece);
         for (size_t pieces : {size_t{1}, size_t{2}, size_t{8}, size_t{32}}) {
           if (pieces > 1 && pieces * piece <= longest) continue;  // one launch, above
           const CallLaunch call = f.call(pieces * piece);
-          EXPECT_EQ(piece, call.piece_elems) << n << " ranks, wire " << wire;
           EXPECT_EQ(Algo::kPipelined, call.plan.algo) << n << " ranks, wire " << wire;
-          if (formatted) {
-            EXPECT_EQ(one.args.steps, call.args.steps) << n << " ranks, " << pieces << " pieces";
-            EXPECT_EQ(one.args.active_blocks, call.args.active_blocks) << n << " ranks";
-            EXPECT_EQ(one.fn, call.fn) << n << " ranks";
+          if (cut_at == piece) {
+            EXPECT_EQ(piece, call.piece_elems) << n << " ranks, wire " << wire;
+            if (formatted) {
+              EXPECT_EQ(one.args.steps, call.args.steps) << n << " ranks, " << pieces << " pieces";
+              EXPECT_EQ(one.args.active_blocks, call.args.active_blocks) << n << " ranks";
+              EXPECT_EQ(one.fn, call.fn) << n << " ranks";
+            }
+          } else {
+            // As few pieces of at most the longest length as it takes, each run as one call.
+            const size_t fewest = (pieces * piece + cut_at - 1) / cut_at;
+            EXPECT_LE(call.piece_elems, cut_at) << n << " ranks, " << pieces << " pieces";
+            EXPECT_EQ(fewest, (pieces * piece + call.piece_elems - 1) / call.piece_elems)
+                << n << " ranks, " << pieces << " pieces";
+            const CallLaunch each = f.call(call.piece_elems);
+            EXPECT_EQ(call.piece_elems, each.piece_elems) << n << " ranks";
+            EXPECT_EQ(each.args.steps, call.args.steps) << n << " ranks, " << pieces << " pieces";
+            EXPECT_EQ(each.args.active_blocks, call.args.active_blocks) << n << " ranks";
+            EXPECT_EQ(each.fn, call.fn) << n << " ranks";
           }
         }
         // A call a little over a multiple of the piece: a format's pieces are of one length,
         // whole blocks, as few as the limit allows, and run the plan of a call of that length;
         // lossless pieces are cut at the limit.
-        for (size_t count : {piece + 8, 2 * piece + 1000, 5 * piece + piece / 3, 3 * piece - 8}) {
+        for (size_t count : {piece + 8, 2 * piece + 1000, 5 * piece + piece / 3, 3 * piece - 8,
+                             9 * piece + 8}) {
           if (count <= longest) continue;  // one launch, above
           const CallLaunch call = f.call(count);
-          const size_t fewest = (count + piece - 1) / piece;
-          EXPECT_LE(call.piece_elems, piece) << n << " ranks, " << count;
+          const size_t fewest = (count + cut_at - 1) / cut_at;
+          EXPECT_LE(call.piece_elems, cut_at) << n << " ranks, " << count;
           EXPECT_EQ(fewest, (count + call.piece_elems - 1) / call.piece_elems) << count;
           if (!formatted) {
             EXPECT_EQ(piece, call.piece_elems) << n << " ranks, " << count;

@@ -263,11 +263,14 @@ TPAR_HD constexpr uint64_t wireAreaBlockBytes(WireFormat f) {
 // (INT4) of the lossless bytes, so the same area holds a call about twice or three and a half
 // times as long. A call that fits runs as one launch instead of two or more, each a fill and a
 // drain of the pipeline: at 12 MiB that ran faster at 2, 4 and 8 virtual ranks with every
-// format timed. Longer calls keep pieces of the lossless length: cut into the longer pieces (a
-// fifth or a third of a 64 MiB call, whatever fits), 64 MiB ran slower in one run and even in
-// another, while pieces of a power-of-two length in a larger area (a larger maxBytesPerCall)
-// ran faster and a larger area alone changed nothing (docs/PERFORMANCE.md, "Where the formats'
-// time goes, and longer pieces", "Longer pieces and the receive area").
+// format timed. Longer calls: INT4, whose longest call holds three and a half lossless pieces,
+// cuts them into pieces of up to that length (as few as it takes, of one length); FP8 and INT8,
+// whose longest is a little under two, keep pieces of the lossless length. With at most 8 steps
+// and steps in parts (NOTE [wire steps in parts that fit the staged scales]) the long pieces ran
+// INT4 faster at 2, 4 and 8 virtual ranks from 32 to 128 MiB, and FP8 slower, its pieces only
+// a third longer (docs/PERFORMANCE.md, "Long pieces for INT4, release stores for the flags";
+// before those two changes the long pieces had been even or slower: "Longer pieces and the
+// receive area").
 TPAR_HD uint64_t wirePieceValues(WireFormat f, int n, uint64_t area) {
   const uint64_t align = wireBlockAlign(wireKernelBlock(f));
   const uint64_t chunk = area / (uint64_t(n) * wireAreaBlockBytes(f)) / align * align;
