@@ -594,7 +594,6 @@ Plan defaultPlan(uint64_t bytes, tparDataType_t dtype, const TunerContext& ctx,
   return p;
 }
 
-
 int64_t wireMinBytes(int64_t configured, const TuningTable* table, int wire) {
   if (configured >= 0) return configured;
   if (table != nullptr && wire > tparWireNone && wire < tparNumWires &&

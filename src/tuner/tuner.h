@@ -105,13 +105,14 @@ constexpr int kSharedGpuGridBlocks = 64;
 // format is ahead from 512 KiB at every size measured above it (INT4 from 256 KiB, and 8 ranks
 // from 128 KiB by a few percent). One threshold for every rank count: the counts between were
 // not measured, and none measured wants a larger one.
+constexpr uint64_t kWireMinBytes = 512u << 10;
+inline uint64_t defaultWireMinBytes(int /*nranks*/) { return kWireMinBytes; }
+
 // The most steps a format's plan runs (wirePlan, NOTE [wire steps in powers of two]). Once a
 // step too wide for the staged scales ran as parts, 8 steps ran INT4 faster than the 16 of the
 // lossless shape at 4 and 8 virtual ranks, and FP8 and INT8 even or faster (docs/PERFORMANCE.md,
-// "Wire formats: at most 8 steps").
+// "Wire formats: steps in parts, and at most 8 steps").
 constexpr int kWireMaxSteps = 8;
-constexpr uint64_t kWireMinBytes = 512u << 10;
-inline uint64_t defaultWireMinBytes(int /*nranks*/) { return kWireMinBytes; }
 
 // The smallest call that wire format `wire` carries on a communicator: `configured`
 // (TPAR_WIRE_MIN_BYTES) when set (>= 0), else what the communicator's tuning table measured for
