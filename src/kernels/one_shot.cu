@@ -55,8 +55,13 @@ struct OneShot {
 
     if (kFlags) box.commit(kScatterPhase, 1, whole);
     Waiter w(a);
-    if (!checkHeaders(a, ctx, w)) return;
-    if (kFlags && !box.await(kScatterPhase, 1, whole, w)) return;
+    // Over flag lines the peers' headers are checked in the flag poll, not waited for first
+    // (awaitLine, kHeaders): one round of reads of what peers just wrote instead of two.
+    if constexpr (kFlags) {
+      if (!box.awaitChecked(kScatterPhase, 1, whole, w)) return;
+    } else {
+      if (!checkHeaders(a, ctx, w)) return;
+    }
 
     for (uint64_t v = first; v < vecs; v += stride) {
       // Push: sender s's copy of vector v in slot s * vecs + v (rank-major: each sender writes

@@ -111,9 +111,10 @@ __device__ __forceinline__ int activeBlocks(const AllReduceArgs& a) {
 // nothing, and if only block 0 sent headers, a late block 0 would leave the peer waiting for a
 // header until its timeout instead of reporting the mismatch (it happened with 2 ranks in host
 // memory, one-shot, counts 1000 and 1001). The first block to start always sends it. Every
-// block waits for the headers of all peers before it reduces; a header whose count or meta
-// differs from ours records tparInvalidUsage, and the block gives up instead of reducing
-// mismatched data. Headers are compared on equality of 32-bit epochs, which is correct across
+// block waits for the headers of all peers before it reduces (the one-shot pull over flag
+// lines reads them in its flag poll instead, whose flags carry the call's check: awaitLine in
+// mailbox.cuh); a header whose count or meta differs from ours records tparInvalidUsage, and
+// the block gives up instead of reducing mismatched data. Headers are compared on equality of 32-bit epochs, which is correct across
 // the wrap of the counter. A slot is initialized to epoch_start - 2 (same parity, never equal to
 // a live epoch in it).
 

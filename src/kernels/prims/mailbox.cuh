@@ -163,7 +163,9 @@ struct PullAreas {
 //    the step count has reached the one it waits for. `check` (PullAreas) hashes the call
 //    header (datatype, op, algorithm, count) and the plan's blocks, steps and direction: a peer
 //    that disagrees is reported as tparInvalidUsage instead of read. The slots carry the call
-//    header this way, so these schedules send no separate one (NOTE [call header]).
+//    header this way, so these schedules send no separate one (NOTE [call header]); the
+//    one-shot pull over flag lines, which shares its kernels' prologue with the sentinel
+//    one-shot, sends one still and reads it in the flag poll (awaitLine).
 //  * The receiver's acquire is a 4-byte ld.acquire.sys of the slot once its poll saw it: a
 //    fence.acq_rel.sys there instead costs about as much again as the hand-off itself, the
 //    acquire load next to nothing (same experiment, same section).
@@ -216,7 +218,16 @@ __device__ __forceinline__ void commitLine(const PullAreas& b, int phase, uint32
 // reaches step `want` (then, when kFenced, acquire it). The same answer on every thread of the
 // group: false once an error is recorded, or at once after an earlier failure (thread 0's view
 // of it decides, so that every thread takes the same path through the barriers).
-template <bool kFenced>
+// kHeaders: a schedule that also sent call headers (one-shot pull over flag lines) checks a
+// peer's header in the same poll, in place of a wait for the headers before this one: a flag
+// that arrived carries the call's check, and a peer that runs a kernel without this flag line
+// (another algorithm, when the ranks disagree) sent a header, whose mismatch ends the wait as
+// it would have ended the header wait, instead of a timeout. The header is read on every eighth
+// poll only, so that a wait puts few more reads on the link. One round of reads of freshly
+// written lines instead of two: a little faster with 8 virtual ranks in GPU memory up to
+// 112 KiB, even on the host (docs/PERFORMANCE.md, "The fenced hand-off in GPU memory, and
+// headers read in the flag poll").
+template <bool kFenced, bool kHeaders = false>
 __device__ __forceinline__ bool awaitLine(const PullAreas& b, int phase, uint32_t want,
                                           const Group& g, Waiter& w) {
   const AllReduceArgs& a = b.a;
@@ -224,7 +235,8 @@ __device__ __forceinline__ bool awaitLine(const PullAreas& b, int phase, uint32_
   if (p == 0 && b.ctx.failed) *g.bad = 1u;
   if (p < a.nranks && p != a.rank && !b.ctx.failed) {
     const char* slot = lineSlot(b.lines(a.rank), phase, blockIdx.x, p);
-    for (;;) {
+    const char* header = a.peer_ws[a.rank] + WorkspaceLayout::headerOffset(b.ctx.parity, p);
+    for (uint32_t poll = 0;; ++poll) {
       const Vec f = loadVolatile(slot);
       if (f.w[0] == b.ctx.epoch && f.w[2] == b.ctx.epoch) {
         if (f.w[3] != b.check) {
@@ -234,6 +246,15 @@ __device__ __forceinline__ bool awaitLine(const PullAreas& b, int phase, uint32_
         }
         if (f.w[1] >= want) {
           if (kFenced) (void)(a.gpu_scope ? loadAcquireGpu(slot) : loadAcquireSys(slot));
+          break;
+        }
+      }
+      if (kHeaders && poll % 8 == 7) {
+        const Vec h = loadVolatile(header);
+        if (h.w[0] == b.ctx.epoch && h.w[2] == b.ctx.epoch &&
+            (h.w[1] != static_cast<uint32_t>(a.count) || h.w[3] != a.meta)) {
+          recordError(a, tparInvalidUsage);
+          *g.bad = 1u;
           break;
         }
       }
@@ -326,6 +347,11 @@ struct FlagBox : PullAreas, PlainSlots {
   }
   __device__ __forceinline__ bool await(int phase, uint32_t want, const Group& g, Waiter& w) const {
     return awaitLine<true>(*this, phase, want, g, w);
+  }
+  // The await of a schedule that sent call headers too: their check in the same poll.
+  __device__ __forceinline__ bool awaitChecked(int phase, uint32_t want, const Group& g,
+                                               Waiter& w) const {
+    return awaitLine<true, true>(*this, phase, want, g, w);
   }
 };
 
