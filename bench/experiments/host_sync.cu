@@ -41,6 +41,7 @@ enum Flags : int {
   kOnePoller = 8, // push only: lane 0 polls the whole flag line with two 16-byte loads
   kReaderFence = 16,  // each polling lane runs fence.acq_rel.sys once its flag arrived
   kReaderAcquire = 32,  // each polling lane runs one ld.acquire.sys of its flag once it arrived
+  kStagger = 64,  // per-lane polls, two loads in flight, the second issued stagger_ns after the first
 };
 
 struct Args {
@@ -49,6 +50,7 @@ struct Args {
   uint32_t* fail;   // device memory
   int rank, n, rounds, flags;
   uint64_t payload;  // bytes each rank publishes per round
+  uint32_t stagger_ns;  // kStagger: delay between the two polls in flight
 };
 
 __device__ __forceinline__ uint32_t ldv(const uint32_t* p) {
@@ -144,10 +146,28 @@ __global__ void __launch_bounds__(512) roundsKernel(Args a) {
     } else if (threadIdx.x < a.n && threadIdx.x != a.rank) {
       const uint32_t* f = pull ? slot(a.region[threadIdx.x], b, 0) : slot(own, b, threadIdx.x);
       uint64_t spins = 0, t0 = 0;
-      while (!reached((a.flags & kAcquire) ? lda(f) : ldv(f), target)) {
-        if ((++spins & 1023) == 0) {
-          if (t0 == 0) t0 = now();
-          if (now() - t0 > 2000000000ull) { atomicExch(a.fail, 1u); break; }
+      if (a.flags & kStagger) {
+        // Two polls in flight, apart by stagger_ns: a flag that lands is seen by whichever poll
+        // leaves next, on average a quarter of a round trip sooner than with one.
+        uint32_t x0 = ldv(f);
+        __nanosleep(a.stagger_ns);
+        uint32_t x1 = ldv(f);
+        for (;;) {
+          if (reached(x0, target)) break;
+          x0 = ldv(f);
+          if (reached(x1, target)) break;
+          x1 = ldv(f);
+          if ((++spins & 1023) == 0) {
+            if (t0 == 0) t0 = now();
+            if (now() - t0 > 2000000000ull) { atomicExch(a.fail, 1u); break; }
+          }
+        }
+      } else {
+        while (!reached((a.flags & kAcquire) ? lda(f) : ldv(f), target)) {
+          if ((++spins & 1023) == 0) {
+            if (t0 == 0) t0 = now();
+            if (now() - t0 > 2000000000ull) { atomicExch(a.fail, 1u); break; }
+          }
         }
       }
       if (a.flags & kReaderFence) asm volatile("fence.acq_rel.sys;" ::: "memory");
@@ -237,6 +257,8 @@ static void teardown(Setup& s) {
   CK(cudaEventDestroy(s.e1));
 }
 
+static uint32_t g_stagger_ns = 0;
+
 static Args argsFor(const Setup& s, int r, int rounds, int flags, uint64_t payload) {
   Args a{};
   for (int p = 0; p < s.n; ++p) a.region[p] = s.region[p];
@@ -247,6 +269,7 @@ static Args argsFor(const Setup& s, int r, int rounds, int flags, uint64_t paylo
   a.rounds = rounds;
   a.flags = flags;
   a.payload = payload;
+  a.stagger_ns = g_stagger_ns;
   return a;
 }
 
@@ -322,22 +345,46 @@ static double perKernel(Setup& s, int blocks, int threads, int flags, uint64_t p
 
 static const char* flagName(int f) {
   static char buf[64];
-  std::snprintf(buf, sizeof(buf), "%s%s%s%s%s%s", (f & kPull) ? "pull" : "push",
+  char st[24] = "";
+  if (f & kStagger) std::snprintf(st, sizeof(st), "+stagger%u", g_stagger_ns);
+  std::snprintf(buf, sizeof(buf), "%s%s%s%s%s%s%s", (f & kPull) ? "pull" : "push",
                 (f & kAcquire) ? "+acq" : "", (f & kFence) ? "+fence" : "",
                 (f & kOnePoller) ? "+1poller" : "", (f & kReaderFence) ? "+rfence" : "",
-                (f & kReaderAcquire) ? "+racq" : "");
+                (f & kReaderAcquire) ? "+racq" : "", st);
   return buf;
 }
 
 int main(int argc, char** argv) {
-  // "fences": only the reader-side acquire variants, 8 ranks, host memory.
+  // "fences": only the reader-side acquire variants, 8 ranks, host memory. "stagger": one poll
+  // against two in flight at several delays, 2, 4 and 8 ranks, host memory, rounds alternated.
   const bool fences = argc > 1 && std::strcmp(argv[1], "fences") == 0;
-  const int only_n = fences ? 8 : argc > 1 ? std::atoi(argv[1]) : 0;
+  const bool stagger = argc > 1 && std::strcmp(argv[1], "stagger") == 0;
+  const int only_n = fences ? 8 : (argc > 1 && !stagger) ? std::atoi(argv[1]) : 0;
   CK(cudaSetDevice(0));
   CK(cudaFuncSetAttribute(roundsKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 0));
   std::printf("%-6s %-4s %-3s %-6s %-22s %8s %12s %12s\n", "mem", "n", "blk", "thr", "flags",
               "payload", "persist_us", "perkernel_us");
   const int ns[] = {2, 4, 8};
+  if (stagger) {
+    const uint32_t delays[] = {0, 150, 300, 500, 800, 1200};
+    for (int n : ns) {
+      Setup s;
+      setup(s, n, true);
+      for (int round = 0; round < 3; ++round) {
+        for (uint32_t d : delays) {
+          g_stagger_ns = d;
+          const int flags = d == 0 ? 0 : kStagger;
+          const double p = persistent(s, 1, 64, flags, 0, 2000);
+          const double k = perKernel(s, 1, 64, flags, 0, 200, false);
+          std::printf("%-6s %-4d %-3d %-6d %-22s %8d %12.2f %12.2f\n", "host", n, 1, 64,
+                      flagName(flags), 0, p, k);
+          std::fflush(stdout);
+        }
+      }
+      teardown(s);
+    }
+    return 0;
+  }
   for (int mem = fences ? 1 : 0; mem < 2; ++mem) {
     const bool host = mem == 1;
     for (int n : ns) {
