@@ -89,6 +89,44 @@ TEST(Faults, GroupsOfThreeToEightThatDisagreeOnCountFailEveryRank) {
   }
 }
 
+// Eight ranks in GPU memory: seven run the one-shot pull over flag lines, which reads the
+// peers' call headers in its flag poll rather than waiting for them first (awaitLine), and the
+// last a call large enough for a kernel that rings no flag line and sends a header. The seven
+// would otherwise wait for its flags until their timeout; each rank reports tparInvalidUsage.
+TEST(Faults, FlagPullRanksReportAPeerOnAnotherKernelAsInvalidUsage) {
+  TPAR_REQUIRE_GPU();
+  const int n = 8;
+  VirtualGroup g;
+  ASSERT_EQ("", g.init(n, sharedDeviceConfig(/*timeout_ms=*/5000)));
+  const size_t small = 1000;
+  tparAlgo_t small_algo = tparAlgoAuto;
+  TPAR_OK(tparCommSelectAlgorithm(g.comm(0), small * 2, &small_algo));
+  ASSERT_EQ(tparAlgoOneShotPull, small_algo) << "the premise: small calls pull over flag lines";
+  // The smallest call past the pull whose kernel waits for call headers.
+  size_t odd = 0;
+  for (size_t bytes = 64 << 10; bytes <= (4u << 20) && odd == 0; bytes += 16 << 10) {
+    tparAlgo_t a = tparAlgoAuto;
+    TPAR_OK(tparCommSelectAlgorithm(g.comm(n - 1), bytes, &a));
+    if (a == tparAlgoOneShot || a == tparAlgoTwoShot) odd = bytes / 2;
+  }
+  ASSERT_NE(0u, odd) << "no size up to 4 MiB takes a kernel that sends call headers";
+  Buffers b;
+  CUDA_OK(b.alloc(n, odd * 2 + 64));
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int r = 0; r < n; ++r) {
+    TPAR_OK(tparAllReduce(b.in[r], b.out[r], r == n - 1 ? odd : small, tparBfloat16, tparSum,
+                          g.comm(r), g.stream(r)));
+  }
+  CUDA_OK(cudaDeviceSynchronize());
+  // Well before the timeout: the mismatch ends the waits, not the clock.
+  EXPECT_LT(secondsSince(t0), 4.0);
+  for (int r = 0; r < n; ++r) {
+    tparResult_t async = tparSuccess;
+    TPAR_OK(tparCommGetAsyncError(g.comm(r), &async));
+    EXPECT_EQ(tparInvalidUsage, async) << "rank " << r << ": " << tparGetErrorString(async);
+  }
+}
+
 TEST(Faults, AbortReleasesWaitingKernelsAndANewCommunicatorWorks) {
   TPAR_REQUIRE_GPU();
   {
