@@ -114,9 +114,9 @@ __device__ __forceinline__ int activeBlocks(const AllReduceArgs& a) {
 // block waits for the headers of all peers before it reduces (the one-shot pull over flag
 // lines reads them in its flag poll instead, whose flags carry the call's check: awaitLine in
 // mailbox.cuh); a header whose count or meta differs from ours records tparInvalidUsage, and
-// the block gives up instead of reducing mismatched data. Headers are compared on equality of 32-bit epochs, which is correct across
-// the wrap of the counter. A slot is initialized to epoch_start - 2 (same parity, never equal to
-// a live epoch in it).
+// the block gives up instead of reducing mismatched data. Headers are compared on equality of
+// 32-bit epochs, which is correct across the wrap of the counter. A slot is initialized to
+// epoch_start - 2 (same parity, never equal to a live epoch in it).
 
 // Threads p < n store our call header {epoch, count, epoch, meta} into peer p's region
 // (nothing after an earlier failure).
