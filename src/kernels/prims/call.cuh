@@ -118,6 +118,16 @@ __device__ __forceinline__ int activeBlocks(const AllReduceArgs& a) {
 // 32-bit epochs, which is correct across the wrap of the counter. A slot is initialized to
 // epoch_start - 2 (same parity, never equal to a live epoch in it).
 
+// Whether a peer's header `h` is not yet this call's (an epoch word differs from ours), and
+// whether this call's header says another call (count or meta differs from ours: the mismatch
+// that records tparInvalidUsage). checkHeaders and the flag poll (awaitLine) read headers so.
+__device__ __forceinline__ bool headerPending(const Vec& h, const CallContext& ctx) {
+  return h.w[0] != ctx.epoch || h.w[2] != ctx.epoch;
+}
+__device__ __forceinline__ bool headerDisagrees(const Vec& h, const AllReduceArgs& a) {
+  return h.w[1] != static_cast<uint32_t>(a.count) || h.w[3] != a.meta;
+}
+
 // Threads p < n store our call header {epoch, count, epoch, meta} into peer p's region
 // (nothing after an earlier failure).
 __device__ __forceinline__ void sendHeaders(const AllReduceArgs& a, const CallContext& ctx) {
@@ -143,14 +153,14 @@ __device__ __forceinline__ bool checkHeaders(const AllReduceArgs& a, const CallC
     const char* src = a.peer_ws[a.rank] + WorkspaceLayout::headerOffset(ctx.parity, p);
     Vec h = loadVolatile(src);
     bool ok = true;
-    while (h.w[0] != ctx.epoch || h.w[2] != ctx.epoch) {
+    while (headerPending(h, ctx)) {
       if (!w.keepWaiting()) {
         ok = false;
         break;
       }
       h = loadVolatile(src);
     }
-    if (ok && (h.w[1] != static_cast<uint32_t>(a.count) || h.w[3] != a.meta)) {
+    if (ok && headerDisagrees(h, a)) {
       recordError(a, tparInvalidUsage);
       ok = false;
     }

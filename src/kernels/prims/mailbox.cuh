@@ -251,8 +251,7 @@ __device__ __forceinline__ bool awaitLine(const PullAreas& b, int phase, uint32_
       }
       if (kHeaders && poll % 8 == 7) {
         const Vec h = loadVolatile(header);
-        if (h.w[0] == b.ctx.epoch && h.w[2] == b.ctx.epoch &&
-            (h.w[1] != static_cast<uint32_t>(a.count) || h.w[3] != a.meta)) {
+        if (!headerPending(h, b.ctx) && headerDisagrees(h, a)) {
           recordError(a, tparInvalidUsage);
           *g.bad = 1u;
           break;
