@@ -72,9 +72,10 @@ struct CallContext {
 };
 
 // Reads the epoch and whether an earlier kernel failed. Every thread reads the words itself
-// (one broadcast load, no barrier), and nothing branches on them here: a kernel issues its
-// first loads of the caller's input before it needs these values, so the two memory latencies
-// overlap. Callers check `failed` before their first store.
+// (one broadcast load, no barrier), and nothing branches on them here. The compiled kernels use
+// them (the parity, the failed test) before their first load of the caller's input, which so
+// waits for these loads to return (docs/PERFORMANCE.md, "The prologue's words before the
+// input"). Callers check `failed` before their first store.
 __device__ __forceinline__ void beginCall(const AllReduceArgs& a, CallContext* ctx) {
   waitForPrerequisites();
   const uint32_t epoch = *reinterpret_cast<volatile uint32_t*>(&a.block_epochs[blockIdx.x]);
