@@ -72,9 +72,9 @@ struct CallContext {
 };
 
 // Reads the epoch and whether an earlier kernel failed. Every thread reads the words itself
-// (one broadcast load, no barrier), and nothing branches on them here. The compiled kernels use
-// them (the parity, the failed test) before their first load of the caller's input, which so
-// waits for these loads to return (docs/PERFORMANCE.md, "The prologue's words before the
+// (one broadcast load, no barrier), and nothing branches on them here. The kernels built for
+// sm_90 use them (the parity, the failed test) before their first load of the caller's input,
+// which so waits for these loads (docs/PERFORMANCE.md, "The prologue's words before the
 // input"). Callers check `failed` before their first store.
 __device__ __forceinline__ void beginCall(const AllReduceArgs& a, CallContext* ctx) {
   waitForPrerequisites();
