@@ -93,6 +93,19 @@ __device__ __forceinline__ bool reached(uint32_t v, uint32_t target) {
   return static_cast<int32_t>(v - target) >= 0;
 }
 
+// Bounds a poll: after two seconds it records the failure and tells the caller to stop.
+struct Spin {
+  uint32_t* fail;
+  uint64_t spins = 0, t0 = 0;
+  __device__ bool expired() {
+    if ((++spins & 1023) != 0) return false;
+    if (t0 == 0) t0 = now();
+    if (now() - t0 <= 2000000000ull) return false;
+    atomicExch(fail, 1u);
+    return true;
+  }
+};
+
 __global__ void __launch_bounds__(512) roundsKernel(Args a) {
   const int b = blockIdx.x;
   const uint32_t e0 = *reinterpret_cast<volatile uint32_t*>(&a.epoch[b]);
@@ -129,7 +142,7 @@ __global__ void __launch_bounds__(512) roundsKernel(Args a) {
     if ((a.flags & kOnePoller) && !pull) {
       if (threadIdx.x == 0) {
         const uint32_t* line = slot(own, b, 0);
-        uint64_t spins = 0, t0 = 0;
+        Spin spin{a.fail};
         for (;;) {
           const uint4 x = ldv4(line);
           const uint4 y = ldv4(line + 4);
@@ -137,15 +150,12 @@ __global__ void __launch_bounds__(512) roundsKernel(Args a) {
           bool all = true;
           for (int p = 0; p < a.n; ++p) all = all && (p == a.rank || reached(w[p], target));
           if (all) break;
-          if ((++spins & 1023) == 0) {
-            if (t0 == 0) t0 = now();
-            if (now() - t0 > 2000000000ull) { atomicExch(a.fail, 1u); break; }
-          }
+          if (spin.expired()) break;
         }
       }
     } else if (threadIdx.x < a.n && threadIdx.x != a.rank) {
       const uint32_t* f = pull ? slot(a.region[threadIdx.x], b, 0) : slot(own, b, threadIdx.x);
-      uint64_t spins = 0, t0 = 0;
+      Spin spin{a.fail};
       if (a.flags & kStagger) {
         // Two polls in flight, apart by stagger_ns: a flag that lands is seen by whichever poll
         // leaves next, on average a quarter of a round trip sooner than with one.
@@ -157,17 +167,11 @@ __global__ void __launch_bounds__(512) roundsKernel(Args a) {
           x0 = ldv(f);
           if (reached(x1, target)) break;
           x1 = ldv(f);
-          if ((++spins & 1023) == 0) {
-            if (t0 == 0) t0 = now();
-            if (now() - t0 > 2000000000ull) { atomicExch(a.fail, 1u); break; }
-          }
+          if (spin.expired()) break;
         }
       } else {
         while (!reached((a.flags & kAcquire) ? lda(f) : ldv(f), target)) {
-          if ((++spins & 1023) == 0) {
-            if (t0 == 0) t0 = now();
-            if (now() - t0 > 2000000000ull) { atomicExch(a.fail, 1u); break; }
-          }
+          if (spin.expired()) break;
         }
       }
       if (a.flags & kReaderFence) asm volatile("fence.acq_rel.sys;" ::: "memory");
