@@ -52,8 +52,9 @@ struct CrossIslands {
         p[h] = mine[h];
         if (i != isl) {
           const uint64_t ci = (uint64_t(i) * c.chunk + j) * kVecs + h;
-          p[h] = c.box.fetch(own, ci);
-          if (!settle(c.box, own, ci, p[h], w)) return false;
+          Vec l = c.box.fetch(own, ci);
+          if (!settle(c.box, own, ci, l, w)) return false;
+          p[h] = l;
           c.box.release(own, ci);
         }
       }

@@ -226,10 +226,9 @@ struct TwoShot {
 #pragma unroll
         for (int s = 0; s < kMax; ++s) {
           if (s < n) {
-            if (s != me && !settle(c.box, c.own, uint64_t(s) * c.chunk + j, in[d][s], w))
-              return false;
-            acc.take(s, s == me ? own[d] : Codec::decode(Box::payload(in[d][s])),
-                     RuntimeOp{c.a.op});
+            typename Box::Line l = in[d][s];
+            if (s != me && !settle(c.box, c.own, uint64_t(s) * c.chunk + j, l, w)) return false;
+            acc.take(s, s == me ? own[d] : Codec::decode(Box::payload(l)), RuntimeOp{c.a.op});
           }
         }
         const Vec r = Codec::template encode<Box::kReservesWord>(acc.round());
@@ -273,9 +272,10 @@ struct TwoShot {
 #pragma unroll
       for (int d = 0; d < kDepth; ++d) {
         if (vv[d] < c.vecs) {
-          if (!settle(c.box, at[d], vv[d], x[d], w)) return false;
+          typename Box::Line l = x[d];
+          if (!settle(c.box, at[d], vv[d], l, w)) return false;
           storeUser<T, kWide>(c.a.recv, vv[d], c.a.count, c.aligned,
-                              Codec::decode(Box::payload(x[d])));
+                              Codec::decode(Box::payload(l)));
           c.box.release(at[d], vv[d]);
         }
       }

@@ -388,8 +388,15 @@ __device__ __forceinline__ bool reduceFrom(const Box& box, int n, int me, Src sr
 #pragma unroll
   for (int s = 0; s < kMax; ++s) {
     if (s < n) {
-      if (!kSettled && s != me && !settle(box, src(s).area, src(s).i, in[s], w)) return false;
-      acc->take(s, s == me ? own : Codec::decode(Box::payload(in[s])), op);
+      // Up to 8 ranks settle a copy of the slot's line, not the array element: with a
+      // reference into `in`, the two-shot kernels stored words of the first peer's line to an
+      // unused stack slot between the peers' loads, which waited for that load before the
+      // remaining peers' were issued. The 16-rank kernels keep the reference, with which the
+      // one-shot pull spills less.
+      typename Box::Line l = in[s];
+      typename Box::Line& x = kMax <= 8 ? l : in[s];
+      if (!kSettled && s != me && !settle(box, src(s).area, src(s).i, x, w)) return false;
+      acc->take(s, s == me ? own : Codec::decode(Box::payload(x)), op);
     }
   }
   return true;
