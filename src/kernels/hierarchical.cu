@@ -52,7 +52,7 @@ struct CrossIslands {
         p[h] = mine[h];
         if (i != isl) {
           const uint64_t ci = (uint64_t(i) * c.chunk + j) * kVecs + h;
-          Vec l = c.box.fetch(own, ci);
+          Vec l = c.box.fetch(own, ci);  // settled in a copy: see reduceFrom in prims/mailbox.cuh
           if (!settle(c.box, own, ci, l, w)) return false;
           p[h] = l;
           c.box.release(own, ci);

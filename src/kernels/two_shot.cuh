@@ -226,7 +226,7 @@ struct TwoShot {
 #pragma unroll
         for (int s = 0; s < kMax; ++s) {
           if (s < n) {
-            typename Box::Line l = in[d][s];
+            typename Box::Line l = in[d][s];  // a copy: see reduceFrom in prims/mailbox.cuh
             if (s != me && !settle(c.box, c.own, uint64_t(s) * c.chunk + j, l, w)) return false;
             acc.take(s, s == me ? own[d] : Codec::decode(Box::payload(l)), RuntimeOp{c.a.op});
           }
@@ -272,7 +272,7 @@ struct TwoShot {
 #pragma unroll
       for (int d = 0; d < kDepth; ++d) {
         if (vv[d] < c.vecs) {
-          typename Box::Line l = x[d];
+          typename Box::Line l = x[d];  // a copy: see reduceFrom in prims/mailbox.cuh
           if (!settle(c.box, at[d], vv[d], l, w)) return false;
           storeUser<T, kWide>(c.a.recv, vv[d], c.a.count, c.aligned,
                               Codec::decode(Box::payload(l)));
