@@ -392,7 +392,9 @@ __device__ __forceinline__ bool reduceFrom(const Box& box, int n, int me, Src sr
       // reference into `in`, the two-shot kernels stored words of the first peer's line to an
       // unused stack slot between the peers' loads, which waited for that load before the
       // remaining peers' were issued. The 16-rank kernels keep the reference, with which the
-      // one-shot pull spills less.
+      // one-shot pull spills less. At our own rank the copy is of a slot never loaded, and
+      // nothing reads it; taken for peers only, the stores come back (docs/PERFORMANCE.md,
+      // "Our own rank's term apart").
       typename Box::Line l = in[s];
       typename Box::Line& x = kMax <= 8 ? l : in[s];
       if (!kSettled && s != me && !settle(box, src(s).area, src(s).i, x, w)) return false;
