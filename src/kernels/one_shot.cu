@@ -54,15 +54,33 @@ struct OneShot {
     }
 
     if (kFlags) box.commit(kScatterPhase, 1, whole);
-    Waiter w(a);
-    // Over flag lines the peers' headers are checked in the flag poll, not waited for first
-    // (awaitLine, kHeaders): one round of reads of what peers just wrote instead of two.
-    if constexpr (kFlags) {
-      if (!box.awaitChecked(kScatterPhase, 1, whole, w)) return;
+    // Two ranks check the peer's header before their first store instead of waiting for it
+    // first (NOTE [the peer's header at two ranks] in prims/call.cuh).
+    if constexpr (kMax == 2 && !kFlags) {
+      if (ctx.failed) return;
+      PeerHeaderWaiter w(a, ctx);
+      w.readPeerHeader();
+      reduceAll<T, kMax>(a, box, own, first, stride, vecs, w);
     } else {
-      if (!checkHeaders(a, ctx, w)) return;
+      Waiter w(a);
+      // Over flag lines the peers' headers are checked in the flag poll, not waited for first
+      // (awaitLine, kHeaders): one round of reads of what peers just wrote instead of two.
+      if constexpr (kFlags) {
+        if (!box.awaitChecked(kScatterPhase, 1, whole, w)) return;
+      } else {
+        if (!checkHeaders(a, ctx, w)) return;
+      }
+      reduceAll<T, kMax>(a, box, own, first, stride, vecs, w);
     }
+  }
 
+  // Every rank's copy of our vectors, reduced in rank order into the output.
+  template <typename T, int kMax, class W>
+  __device__ static void reduceAll(const AllReduceArgs& a, const Box& box, char* own,
+                                   uint64_t first, uint64_t stride, uint64_t vecs, W& w) {
+    const int n = a.nranks;
+    const int me = a.rank;
+    const bool aligned = a.vec_aligned != 0;
     for (uint64_t v = first; v < vecs; v += stride) {
       // Push: sender s's copy of vector v in slot s * vecs + v (rank-major: each sender writes
       // one contiguous range). Pull: vector v of the owner's own area.
@@ -78,6 +96,7 @@ struct OneShot {
               },
               RuntimeOp{a.op}, w, &acc))
         return;
+      if (!w.peerAgrees()) return;
       if (!Epi::apply(a, v, acc, w)) return;
       storeUser<T>(a.recv, v, a.count, aligned, acc.round());
       releaseFrom<kMax>(box, n, me, src);

@@ -50,6 +50,66 @@ TEST(Faults, RanksThatDisagreeOnCountOrTypeGetInvalidUsage) {
   }
 }
 
+// Two ranks whose calls disagree, under each kernel that checks the peer's call header before
+// its first store instead of waiting for it first (NOTE [the peer's header at two ranks]), in
+// GPU memory and over host memory: both ranks report tparInvalidUsage, well before their
+// timeout, and neither output holds anything but its poison. The counts 1000 and 1001 leave
+// most of the slots a rank polls written by the other; the count 200000 puts the peer's data
+// elsewhere, so a wait ends on its look at the header, not on the data.
+TEST(Faults, TwoRanksThatDisagreeReportInvalidUsageAndLeaveTheOutputs) {
+  TPAR_REQUIRE_GPU();
+  struct Case {
+    size_t count1;
+    tparDataType_t dt1;
+    tparRedOp_t op1;
+  } cases[] = {{1001, tparBfloat16, tparSum},
+               {1000, tparFloat16, tparSum},
+               {1000, tparBfloat16, tparMax},
+               {200000, tparBfloat16, tparSum}};
+  const size_t bytes = 200000 * 2;
+  for (int transport : {kTransportDefault, kTransportHost}) {
+    for (tparAlgo_t algo : {tparAlgoOneShot, tparAlgoOneShotPull, tparAlgoTwoShot}) {
+      for (const Case& c : cases) {
+        SCOPED_TRACE(transportLabel(transport) + ", " + tparAlgoName(algo) + ", rank 1: count " +
+                     std::to_string(c.count1) + ", " + tparDataTypeName(c.dt1) + ", " +
+                     tparRedOpName(c.op1));
+        tparConfig_t cfg = sharedDeviceConfig(/*timeout_ms=*/10000);
+        cfg.transport = transport;
+        cfg.algorithm = algo;
+        VirtualGroup g;
+        ASSERT_EQ("", g.init(2, cfg));
+        Buffers b;
+        CUDA_OK(b.alloc(2, bytes));
+        const uint64_t seed = freshSeed();
+        for (int r = 0; r < 2; ++r) {
+          CUDA_OK(fillRandom(b.in[r], r == 0 ? 1000 : c.count1, r == 0 ? tparBfloat16 : c.dt1,
+                             seed + r, nullptr));
+          CUDA_OK(poison(b.out[r], bytes, nullptr));
+        }
+        CUDA_OK(cudaDeviceSynchronize());
+        const auto t0 = std::chrono::steady_clock::now();
+        TPAR_OK(tparAllReduce(b.in[0], b.out[0], 1000, tparBfloat16, tparSum, g.comm(0),
+                              g.stream(0)));
+        TPAR_OK(tparAllReduce(b.in[1], b.out[1], c.count1, c.dt1, c.op1, g.comm(1), g.stream(1)));
+        CUDA_OK(cudaDeviceSynchronize());
+        // Well before the timeout: the mismatch ends the waits, not the clock.
+        EXPECT_LT(secondsSince(t0), 5.0) << "seed " << seed;
+        for (int r = 0; r < 2; ++r) {
+          tparResult_t async = tparSuccess;
+          TPAR_OK(tparCommGetAsyncError(g.comm(r), &async));
+          EXPECT_EQ(tparInvalidUsage, async)
+              << "rank " << r << ": " << tparGetErrorString(async) << ", seed " << seed;
+          std::vector<unsigned char> host(bytes);
+          CUDA_OK(cudaMemcpy(host.data(), b.out[r], bytes, cudaMemcpyDeviceToHost));
+          size_t written = 0;
+          for (unsigned char x : host) written += x != 0xA7;
+          EXPECT_EQ(0u, written) << "rank " << r << " wrote its output, seed " << seed;
+        }
+      }
+    }
+  }
+}
+
 // Groups of 3 to 8 ranks whose calls disagree, in GPU memory and over host memory. Forced
 // one-shot pull (flag lines over host memory from 3 ranks, and in GPU memory for 8 ranks on
 // one GPU), the last rank with one more element: every rank reports tparInvalidUsage. Under

@@ -46,6 +46,11 @@ class Waiter {
     return true;
   }
 
+  // Hooks of PeerHeaderWaiter (below); a plain Waiter leaves the call headers to checkHeaders.
+  static constexpr bool kPeerHeader = false;
+  __device__ __forceinline__ void readPeerHeader() {}
+  __device__ __forceinline__ bool peerAgrees() { return true; }
+
  private:
   static constexpr uint32_t kCheckEvery = 256;
   const AllReduceArgs& a_;
@@ -58,9 +63,9 @@ class Waiter {
 // ranks agree on it. The workspace has two halves selected by epoch parity. A rank in epoch
 // e+1 writes half (e+1)&1 of a peer; the peer may still be in epoch e, working in the other
 // half. A rank cannot reach epoch e+2 (same half as e) before every peer finished epoch e:
-// its epoch-(e+1) kernel waits for the call header every peer sends at the start of its own
-// epoch-(e+1) kernel, which starts only after the peer's epoch-e kernel completed (stream
-// order). Hence two halves suffice.
+// its epoch-(e+1) kernel waits for the call header (or, at two ranks, the data: NOTE [the
+// peer's header at two ranks]) every peer sends from its own epoch-(e+1) kernel, which starts
+// only after the peer's epoch-e kernel completed (stream order). Hence two halves suffice.
 // Each block keeps its own copy of the epoch (block_epochs[blockIdx.x]): it reads it at its
 // start and writes epoch+1 at its end. Every launch of a communicator uses the same grid, so
 // all copies advance together, and no atomics or fences are needed: the next kernel in stream
@@ -114,8 +119,9 @@ __device__ __forceinline__ int activeBlocks(const AllReduceArgs& a) {
 // memory, one-shot, counts 1000 and 1001). The first block to start always sends it. Every
 // block waits for the headers of all peers before it reduces (the one-shot pull over flag
 // lines reads them in its flag poll instead, whose flags carry the call's check: awaitLine in
-// mailbox.cuh); a header whose count or meta differs from ours records tparInvalidUsage, and
-// the block gives up instead of reducing mismatched data. Headers are compared on equality of
+// mailbox.cuh; kernels of two ranks check the peer's before their first store: NOTE [the
+// peer's header at two ranks]); a header whose count or meta differs from ours records
+// tparInvalidUsage, and the block gives up instead of writing the caller's output. Headers are compared on equality of
 // 32-bit epochs, which is correct across the wrap of the counter. A slot is initialized to
 // epoch_start - 2 (same parity, never equal to a live epoch in it).
 
@@ -170,6 +176,71 @@ __device__ __forceinline__ bool checkHeaders(const AllReduceArgs& a, const CallC
   __syncthreads();
   return s_bad == 0;
 }
+
+// NOTE [the peer's header at two ranks]
+// A kernel of exactly two ranks that waits for call headers (the sentinel one-shot and two-shot,
+// the one-shot pull over epoch lines) does not wait for the peer's header before its first
+// read: it issues the header's load after its own sends, reads the peer's data as it arrives,
+// and checks the header before its first store the caller can see (PeerHeaderWaiter). While a
+// slot it polls has not arrived, every eighth poll looks at the header too, so that a peer that
+// runs another call (a kernel that never writes these slots) ends the wait with
+// tparInvalidUsage, as the header wait did, instead of a timeout. What the header wait gave
+// that this keeps: no output written for a mismatched call, the mismatch reported; the epochs'
+// bound (NOTE [epochs and parity]) holds without it, since a two-rank kernel cannot finish
+// before it read data the peer sends only from the same epoch. Where it pays: the header's
+// round trip is no longer before every read; with one peer, the poll of its slots adds little
+// traffic. From three ranks every thread polling several peers' slots at once made the waits
+// slower than one header wait first (docs/PERFORMANCE.md, "The call header's wait at two
+// ranks"), so those keep checkHeaders.
+class PeerHeaderWaiter : public Waiter {
+ public:
+  static constexpr bool kPeerHeader = true;
+  __device__ PeerHeaderWaiter(const AllReduceArgs& a, const CallContext& ctx)
+      : Waiter(a),
+        args_(a),
+        ctx_(ctx),
+        src_(a.peer_ws[a.rank] + WorkspaceLayout::headerOffset(ctx.parity, 1 - a.rank)) {}
+
+  // Issues the header's load; its value is awaited only where peerAgrees needs it.
+  __device__ __forceinline__ void readPeerHeader() { h_ = loadVolatile(src_); }
+
+  // As Waiter::keepWaiting, and false once the peer's header says another call (recorded).
+  __device__ __forceinline__ bool keepWaiting() {
+    if (!Waiter::keepWaiting()) return false;
+    if (!agreed_ && (++polls_ & 7u) == 0) {
+      h_ = loadVolatile(src_);
+      if (!headerPending(h_, ctx_) && headerDisagrees(h_, args_)) {
+        recordError(args_, tparInvalidUsage);
+        return false;
+      }
+    }
+    return true;
+  }
+
+  // Before the first store the caller sees: the peer's header of this call, equal to ours.
+  // False (recorded) on a mismatch or give-up.
+  __device__ __forceinline__ bool peerAgrees() {
+    if (agreed_) return true;
+    while (headerPending(h_, ctx_)) {
+      if (!Waiter::keepWaiting()) return false;
+      h_ = loadVolatile(src_);
+    }
+    if (headerDisagrees(h_, args_)) {
+      recordError(args_, tparInvalidUsage);
+      return false;
+    }
+    agreed_ = true;
+    return true;
+  }
+
+ private:
+  const AllReduceArgs& args_;
+  const CallContext& ctx_;
+  const char* src_;
+  Vec h_{{0, 0, 0, 0}};
+  uint32_t polls_ = 0;
+  bool agreed_ = false;
+};
 
 // NOTE [spills]
 // Where the kernels spill registers, and why that is accepted (the sizes per kernel, and the
