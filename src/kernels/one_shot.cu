@@ -39,6 +39,14 @@ struct OneShot {
     __shared__ uint32_t s_bad;
     if (kFlags && threadIdx.x == 0) s_bad = 0;
     const Group whole{0, static_cast<int>(blockDim.x), static_cast<int>(threadIdx.x), &s_bad};
+    // Two ranks: thread 0's verdict on the peer's header (NOTE [the peer's header at two ranks]
+    // in prims/call.cuh), 0 until it posts it.
+    constexpr bool kPeerHeader = kMax == 2 && !kFlags;
+    __shared__ uint32_t s_verdict;
+    if constexpr (kPeerHeader) {
+      if (threadIdx.x == 0) s_verdict = 0;
+      __syncthreads();
+    }
     sendHeaders(a, ctx);
     for (uint64_t v = first; v < vecs; v += stride) {
       const Vec x = Codec::template encode<Box::kReservesWord>(loadUser<T>(a.send, v, a.count, aligned));
@@ -55,10 +63,10 @@ struct OneShot {
 
     if (kFlags) box.commit(kScatterPhase, 1, whole);
     // Two ranks check the peer's header before their first store instead of waiting for it
-    // first (NOTE [the peer's header at two ranks] in prims/call.cuh).
-    if constexpr (kMax == 2 && !kFlags) {
+    // first.
+    if constexpr (kPeerHeader) {
       if (ctx.failed) return;
-      PeerHeaderWaiter w(a, ctx);
+      PeerHeaderWaiter w(a, ctx, &s_verdict);
       w.readPeerHeader();
       reduceAll<T, kMax>(a, box, own, first, stride, vecs, w);
     } else {

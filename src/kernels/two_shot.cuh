@@ -399,7 +399,10 @@ struct TwoShot {
       // Two ranks check the peer's header before their first store instead of waiting for it
       // first (NOTE [the peer's header at two ranks] in prims/call.cuh).
       if constexpr (kMax == 2 && kPeerHeaderAtTwo) {
-        PeerHeaderWaiter w(a, ctx);
+        __shared__ uint32_t s_verdict;
+        if (threadIdx.x == 0) s_verdict = 0;
+        __syncthreads();
+        PeerHeaderWaiter w(a, ctx, &s_verdict);
         perVector<T, kMax>(c, ctx, grid, w);
       } else {
         Waiter w(a);

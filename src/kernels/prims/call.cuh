@@ -179,66 +179,76 @@ __device__ __forceinline__ bool checkHeaders(const AllReduceArgs& a, const CallC
 
 // NOTE [the peer's header at two ranks]
 // A kernel of exactly two ranks that waits for call headers (the sentinel one-shot and two-shot,
-// the one-shot pull over epoch lines) does not wait for the peer's header before its first
-// read: it issues the header's load after its own sends, reads the peer's data as it arrives,
-// and checks the header before its first store the caller can see (PeerHeaderWaiter). While a
-// slot it polls has not arrived, every eighth poll looks at the header too, so that a peer that
-// runs another call (a kernel that never writes these slots) ends the wait with
-// tparInvalidUsage, as the header wait did, instead of a timeout. What the header wait gave
-// that this keeps: no output written for a mismatched call, the mismatch reported; the epochs'
-// bound (NOTE [epochs and parity]) holds without it, since a two-rank kernel cannot finish
-// before it read data the peer sends only from the same epoch. Where it pays: the header's
-// round trip is no longer before every read; with one peer, the poll of its slots adds little
-// traffic. From three ranks every thread polling several peers' slots at once made the waits
-// slower than one header wait first (docs/PERFORMANCE.md, "The call header's wait at two
-// ranks"), so those keep checkHeaders.
+// the one-shot pull over epoch lines) does not hold its reads back until the peer's header
+// arrived: thread 0 of each block waits for the header after its own sends and posts the
+// verdict in shared memory, while the other threads read the peer's data as it arrives; each
+// thread takes the verdict before its first store the caller can see, and a thread still
+// waiting for a slot gives up once the verdict says the calls differ (PeerHeaderWaiter). What
+// the header wait gave, this keeps: no output written for a mismatched call, tparInvalidUsage
+// on both ranks, a peer on a kernel that sends no header ending the wait at the timeout; the
+// epochs' bound (NOTE [epochs and parity]) holds without the wait, since a two-rank kernel
+// cannot finish before it read data the peer sends only from the same epoch. One reader of the
+// header per block, as before: when every thread read it, its one line took every warp's read
+// (in host memory each a round trip across the link, served one after another), and two ranks
+// ran several times slower on the host and slower in GPU memory. From three ranks every
+// thread polling several peers' slots at once made the waits slower than one header wait first
+// (docs/PERFORMANCE.md, "The call header's wait at two ranks"), so those keep checkHeaders.
 class PeerHeaderWaiter : public Waiter {
  public:
   static constexpr bool kPeerHeader = true;
-  __device__ PeerHeaderWaiter(const AllReduceArgs& a, const CallContext& ctx)
-      : Waiter(a),
-        args_(a),
-        ctx_(ctx),
-        src_(a.peer_ws[a.rank] + WorkspaceLayout::headerOffset(ctx.parity, 1 - a.rank)) {}
+  // `verdict`: the block's shared word, 0 before the run (and a barrier).
+  __device__ PeerHeaderWaiter(const AllReduceArgs& a, const CallContext& ctx,
+                              volatile uint32_t* verdict)
+      : Waiter(a), args_(a), ctx_(ctx), verdict_(verdict) {}
 
-  // Issues the header's load; its value is awaited only where peerAgrees needs it.
-  __device__ __forceinline__ void readPeerHeader() { h_ = loadVolatile(src_); }
-
-  // As Waiter::keepWaiting, and false once the peer's header says another call (recorded).
-  __device__ __forceinline__ bool keepWaiting() {
-    if (!Waiter::keepWaiting()) return false;
-    if (!agreed_ && (++polls_ & 7u) == 0) {
-      h_ = loadVolatile(src_);
-      if (!headerPending(h_, ctx_) && headerDisagrees(h_, args_)) {
-        recordError(args_, tparInvalidUsage);
-        return false;
-      }
+  // Thread 0: waits for the peer's header of this call and posts the verdict for the block
+  // (kAgrees, or kDiffers after recording the mismatch or a give-up). Other threads go on.
+  __device__ __forceinline__ void readPeerHeader() {
+    if (threadIdx.x != 0) return;
+    if (ctx_.failed) {
+      *verdict_ = kDiffers;
+      return;
     }
-    return true;
+    const char* src =
+        args_.peer_ws[args_.rank] + WorkspaceLayout::headerOffset(ctx_.parity, 1 - args_.rank);
+    Vec h = loadVolatile(src);
+    uint32_t v = kAgrees;
+    while (headerPending(h, ctx_)) {
+      if (!Waiter::keepWaiting()) {
+        v = kDiffers;
+        break;
+      }
+      h = loadVolatile(src);
+    }
+    if (v == kAgrees && headerDisagrees(h, args_)) {
+      recordError(args_, tparInvalidUsage);
+      v = kDiffers;
+    }
+    *verdict_ = v;
   }
 
-  // Before the first store the caller sees: the peer's header of this call, equal to ours.
-  // False (recorded) on a mismatch or give-up.
+  // As Waiter::keepWaiting, and false once the verdict says the calls differ.
+  __device__ __forceinline__ bool keepWaiting() {
+    return *verdict_ != kDiffers && Waiter::keepWaiting();
+  }
+
+  // Before the first store the caller sees: the verdict, awaited. False when the calls differ
+  // or on give-up (recorded).
   __device__ __forceinline__ bool peerAgrees() {
     if (agreed_) return true;
-    while (headerPending(h_, ctx_)) {
+    uint32_t v;
+    while ((v = *verdict_) == 0) {
       if (!Waiter::keepWaiting()) return false;
-      h_ = loadVolatile(src_);
     }
-    if (headerDisagrees(h_, args_)) {
-      recordError(args_, tparInvalidUsage);
-      return false;
-    }
-    agreed_ = true;
-    return true;
+    agreed_ = v == kAgrees;
+    return agreed_;
   }
 
  private:
+  static constexpr uint32_t kAgrees = 1, kDiffers = 2;
   const AllReduceArgs& args_;
   const CallContext& ctx_;
-  const char* src_;
-  Vec h_{{0, 0, 0, 0}};
-  uint32_t polls_ = 0;
+  volatile uint32_t* verdict_;
   bool agreed_ = false;
 };
 
