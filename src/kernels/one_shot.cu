@@ -39,14 +39,6 @@ struct OneShot {
     __shared__ uint32_t s_bad;
     if (kFlags && threadIdx.x == 0) s_bad = 0;
     const Group whole{0, static_cast<int>(blockDim.x), static_cast<int>(threadIdx.x), &s_bad};
-    // Two ranks: thread 0's verdict on the peer's header (NOTE [the peer's header at two ranks]
-    // in prims/call.cuh), 0 until it posts it.
-    constexpr bool kPeerHeader = kMax == 2 && !kFlags;
-    __shared__ uint32_t s_verdict;
-    if constexpr (kPeerHeader) {
-      if (threadIdx.x == 0) s_verdict = 0;
-      __syncthreads();
-    }
     sendHeaders(a, ctx);
     for (uint64_t v = first; v < vecs; v += stride) {
       const Vec x = Codec::template encode<Box::kReservesWord>(loadUser<T>(a.send, v, a.count, aligned));
@@ -62,33 +54,15 @@ struct OneShot {
     }
 
     if (kFlags) box.commit(kScatterPhase, 1, whole);
-    // Two ranks check the peer's header before their first store instead of waiting for it
-    // first.
-    if constexpr (kPeerHeader) {
-      if (ctx.failed) return;
-      PeerHeaderWaiter w(a, ctx, &s_verdict);
-      w.readPeerHeader();
-      reduceAll<T, kMax>(a, box, own, first, stride, vecs, w);
+    Waiter w(a);
+    // Over flag lines the peers' headers are checked in the flag poll, not waited for first
+    // (awaitLine, kHeaders): one round of reads of what peers just wrote instead of two.
+    if constexpr (kFlags) {
+      if (!box.awaitChecked(kScatterPhase, 1, whole, w)) return;
     } else {
-      Waiter w(a);
-      // Over flag lines the peers' headers are checked in the flag poll, not waited for first
-      // (awaitLine, kHeaders): one round of reads of what peers just wrote instead of two.
-      if constexpr (kFlags) {
-        if (!box.awaitChecked(kScatterPhase, 1, whole, w)) return;
-      } else {
-        if (!checkHeaders(a, ctx, w)) return;
-      }
-      reduceAll<T, kMax>(a, box, own, first, stride, vecs, w);
+      if (!checkHeaders(a, ctx, w)) return;
     }
-  }
 
-  // Every rank's copy of our vectors, reduced in rank order into the output.
-  template <typename T, int kMax, class W>
-  __device__ static void reduceAll(const AllReduceArgs& a, const Box& box, char* own,
-                                   uint64_t first, uint64_t stride, uint64_t vecs, W& w) {
-    const int n = a.nranks;
-    const int me = a.rank;
-    const bool aligned = a.vec_aligned != 0;
     for (uint64_t v = first; v < vecs; v += stride) {
       // Push: sender s's copy of vector v in slot s * vecs + v (rank-major: each sender writes
       // one contiguous range). Pull: vector v of the owner's own area.
@@ -104,7 +78,6 @@ struct OneShot {
               },
               RuntimeOp{a.op}, w, &acc))
         return;
-      if (!w.peerAgrees()) return;
       if (!Epi::apply(a, v, acc, w)) return;
       storeUser<T>(a.recv, v, a.count, aligned, acc.round());
       releaseFrom<kMax>(box, n, me, src);

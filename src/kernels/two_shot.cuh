@@ -64,11 +64,6 @@ struct TwoShot {
   static constexpr int kDeep =
       Box::kPerVector && !kRotation && std::is_same<Epi, IdentityEpilogue>::value ? 2 : 1;
   static constexpr uint64_t kDeepPairsPerThread = 4;
-  // Whose per-vector kernels of exactly two ranks check the peer's header before their first
-  // store (NOTE [the peer's header at two ranks]): the plain all-reduce over all ranks.
-  static constexpr bool kPeerHeaderAtTwo = Box::kPerVector && !kRotation &&
-                                           std::is_same<Epi, IdentityEpilogue>::value &&
-                                           std::is_same<Ranks, AllRanks>::value;
   struct Call {
     const AllReduceArgs& a;
     const Box& box;
@@ -141,8 +136,8 @@ struct TwoShot {
 
   // Our chunk's positions [j0 + t, j1) in steps of nt: reduce in rank order, run the
   // epilogue, send to every peer, store. False on give-up.
-  template <typename T, int kMax, class W>
-  __device__ static bool reduce(const Call& c, uint64_t j0, uint64_t j1, uint32_t nt, W& w) {
+  template <typename T, int kMax>
+  __device__ static bool reduce(const Call& c, uint64_t j0, uint64_t j1, uint32_t nt, Waiter& w) {
     const int n = c.n, me = c.me;
     for (uint64_t j = j0; j < j1; j += nt) {
       const uint64_t v = uint64_t(me) * c.chunk + j;
@@ -176,7 +171,6 @@ struct TwoShot {
       };
       if (!reduceFrom<T, kMax, Codec, kRotation>(c.box, n, me, src, mine, RuntimeOp{c.a.op}, w, &acc))
         return false;
-      if (!w.peerAgrees()) return false;
       if (!Epi::apply(c, j, acc, w)) return false;
       // Peers receive the encoded bits; keep the same bits here so all ranks agree.
       const Vec r = Codec::template encode<Box::kReservesWord>(acc.round());
@@ -200,8 +194,9 @@ struct TwoShot {
   // per-vector two-shot]): every peer's slot and our own input of each position are loaded
   // first, then each position is settled, reduced in rank order, sent and stored as reduce()
   // does. False on give-up.
-  template <typename T, int kMax, class W>
-  __device__ static bool reduceDeep(const Call& c, uint64_t j0, uint64_t j1, uint32_t nt, W& w) {
+  template <typename T, int kMax>
+  __device__ static bool reduceDeep(const Call& c, uint64_t j0, uint64_t j1, uint32_t nt,
+                                    Waiter& w) {
     const int n = c.n, me = c.me;
     for (uint64_t jb = j0; jb < j1; jb += kDeep * nt) {
       typename Box::Line in[kDeep][kMax];
@@ -236,7 +231,6 @@ struct TwoShot {
             acc.take(s, s == me ? own[d] : Codec::decode(Box::payload(l)), RuntimeOp{c.a.op});
           }
         }
-        if (!w.peerAgrees()) return false;
         const Vec r = Codec::template encode<Box::kReservesWord>(acc.round());
 #pragma unroll
         for (int i = 1; i < kMax; ++i) {
@@ -252,9 +246,9 @@ struct TwoShot {
 
   // The other ranks' reduced positions of `pp` into the output, kDepth loads in flight per
   // thread before their stores. False on give-up.
-  template <typename T, int kDepth = Box::kGatherDepth, class W>
+  template <typename T, int kDepth = Box::kGatherDepth>
   __device__ static bool gather(const Call& c, const PeerPositions& pp, uint32_t t, uint32_t nt,
-                                W& w) {
+                                Waiter& w) {
     const uint32_t pairs = pp.pairs();
     for (uint32_t u0 = t; u0 < pairs; u0 += kDepth * nt) {
       typename Box::Line x[kDepth];
@@ -280,7 +274,6 @@ struct TwoShot {
         if (vv[d] < c.vecs) {
           typename Box::Line l = x[d];  // a copy: see reduceFrom in prims/mailbox.cuh
           if (!settle(c.box, at[d], vv[d], l, w)) return false;
-          if (!w.peerAgrees()) return false;
           storeUser<T, kWide>(c.a.recv, vv[d], c.a.count, c.aligned,
                               Codec::decode(Box::payload(l)));
           c.box.release(at[d], vv[d]);
@@ -343,45 +336,6 @@ struct TwoShot {
     return gather<T>(c, pp, g.t, g.threads, w);
   }
 
-  // The per-vector schedule (Box::kPerVector): every thread's (peer, position) pairs and
-  // positions over the whole grid, no hand-off between phases.
-  template <typename T, int kMax, class W>
-  __device__ static void perVector(Call& c, const CallContext& ctx, int grid, W& w) {
-    const Box& box = c.box;
-    c.chunk = chunkVecs(c.vecs, c.n, Epi::kRowVecs);
-    c.goff = box.gatherOffset(c.chunk, c.n) + Epi::template scratchBytes<T>(c.a, c.chunk);
-    // One thread per (peer, position) pair: a thread's chain of dependent memory operations
-    // stays short even for small messages. The reduction has 1/(n-1) of the pairs: spread
-    // it over every block.
-    const uint32_t t = blockIdx.x * blockDim.x + threadIdx.x;
-    const uint32_t nt = uint32_t(grid) * blockDim.x;
-    const PeerPositions pp{c.n, c.me, 0, static_cast<uint32_t>(c.chunk)};
-    const Group whole{0, static_cast<int>(blockDim.x), static_cast<int>(threadIdx.x), nullptr};
-    const uint64_t spread = spreadIndex(threadIdx.x, blockIdx.x, grid);
-    box.begin();
-    if constexpr (kDeep > 1 && kMax <= 8) {
-      if (pp.pairs() >= kDeepPairsPerThread * nt) {
-        scatter<T, kDeep>(c, ctx, pp, t, nt);
-        if (!box.await(kScatterPhase, 1, whole, w)) return;
-        if constexpr (kMax <= 4) {
-          if (!reduceDeep<T, kMax>(c, spread, c.chunk, nt, w)) return;
-        } else {
-          if (!reduce<T, kMax>(c, spread, c.chunk, nt, w)) return;
-        }
-        gather<T, kDeep>(c, pp, t, nt, w);
-        return;
-      }
-    }
-    if (!kRotation) scatter<T>(c, ctx, pp, t, nt);
-    if (!box.await(kScatterPhase, 1, whole, w)) return;
-    if (!reduce<T, kMax>(c, spread, c.chunk, nt, w)) return;
-    if (kRotation) {
-      gatherInSteps<T, kMax>(c, spread, nt, w);
-    } else {
-      gather<T>(c, pp, t, nt, w);
-    }
-  }
-
   template <typename T, int kMax>
   __device__ static void run(const AllReduceArgs& a, const CallContext& ctx) {
     constexpr int kPer = ElemTraits<T>::kPerVec;
@@ -395,22 +349,42 @@ struct TwoShot {
     const bool overlap = Box::kOverlapPhases && steps > 1;
     Call c{a, box, Ranks::count(a), Ranks::self(a), pull, a.vec_aligned != 0, overlap, vecs, 0, 0,
            box.area(a.rank)};
+    Waiter w(a);
     if (Box::kPerVector) {
-      // Two ranks check the peer's header before their first store instead of waiting for it
-      // first (NOTE [the peer's header at two ranks] in prims/call.cuh).
-      if constexpr (kMax == 2 && kPeerHeaderAtTwo) {
-        __shared__ uint32_t s_verdict;
-        if (threadIdx.x == 0) s_verdict = 0;
-        __syncthreads();
-        PeerHeaderWaiter w(a, ctx, &s_verdict);
-        perVector<T, kMax>(c, ctx, grid, w);
+      c.chunk = chunkVecs(vecs, c.n, Epi::kRowVecs);
+      c.goff = box.gatherOffset(c.chunk, c.n) + Epi::template scratchBytes<T>(a, c.chunk);
+      // One thread per (peer, position) pair: a thread's chain of dependent memory operations
+      // stays short even for small messages. The reduction has 1/(n-1) of the pairs: spread
+      // it over every block.
+      const uint32_t t = blockIdx.x * blockDim.x + threadIdx.x;
+      const uint32_t nt = uint32_t(grid) * blockDim.x;
+      const PeerPositions pp{c.n, c.me, 0, static_cast<uint32_t>(c.chunk)};
+      const Group whole{0, static_cast<int>(blockDim.x), static_cast<int>(threadIdx.x), nullptr};
+      const uint64_t spread = spreadIndex(threadIdx.x, blockIdx.x, grid);
+      box.begin();
+      if constexpr (kDeep > 1 && kMax <= 8) {
+        if (pp.pairs() >= kDeepPairsPerThread * nt) {
+          scatter<T, kDeep>(c, ctx, pp, t, nt);
+          if (!box.await(kScatterPhase, 1, whole, w)) return;
+          if constexpr (kMax <= 4) {
+            if (!reduceDeep<T, kMax>(c, spread, c.chunk, nt, w)) return;
+          } else {
+            if (!reduce<T, kMax>(c, spread, c.chunk, nt, w)) return;
+          }
+          gather<T, kDeep>(c, pp, t, nt, w);
+          return;
+        }
+      }
+      if (!kRotation) scatter<T>(c, ctx, pp, t, nt);
+      if (!box.await(kScatterPhase, 1, whole, w)) return;
+      if (!reduce<T, kMax>(c, spread, c.chunk, nt, w)) return;
+      if (kRotation) {
+        gatherInSteps<T, kMax>(c, spread, nt, w);
       } else {
-        Waiter w(a);
-        perVector<T, kMax>(c, ctx, grid, w);
+        gather<T>(c, pp, t, nt, w);
       }
       return;
     }
-    Waiter w(a);
     const Slice s = blockSlice(vecs, c.n, grid, blockIdx.x, Epi::kRowVecs);
     c.chunk = s.chunk;
     c.goff = box.gatherOffset(c.chunk, c.n);

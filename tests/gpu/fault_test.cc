@@ -50,12 +50,12 @@ TEST(Faults, RanksThatDisagreeOnCountOrTypeGetInvalidUsage) {
   }
 }
 
-// Two ranks whose calls disagree, under each kernel that checks the peer's call header before
-// its first store instead of waiting for it first (NOTE [the peer's header at two ranks]), in
+// Two ranks whose calls disagree, under each kernel of two ranks that checks call headers (the
+// sentinel one-shot and two-shot, the one-shot pull over epoch lines; NOTE [call header]), in
 // GPU memory and over host memory: both ranks report tparInvalidUsage, well before their
 // timeout, and neither output holds anything but its poison. The counts 1000 and 1001 leave
 // most of the slots a rank polls written by the other; the count 200000 puts the peer's data
-// elsewhere, so a wait ends on its look at the header, not on the data.
+// elsewhere, so only the header can end the wait before the timeout.
 TEST(Faults, TwoRanksThatDisagreeReportInvalidUsageAndLeaveTheOutputs) {
   TPAR_REQUIRE_GPU();
   struct Case {

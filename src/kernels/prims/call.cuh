@@ -46,11 +46,6 @@ class Waiter {
     return true;
   }
 
-  // Hooks of PeerHeaderWaiter (below); a plain Waiter leaves the call headers to checkHeaders.
-  static constexpr bool kPeerHeader = false;
-  __device__ __forceinline__ void readPeerHeader() {}
-  __device__ __forceinline__ bool peerAgrees() { return true; }
-
  private:
   static constexpr uint32_t kCheckEvery = 256;
   const AllReduceArgs& a_;
@@ -63,9 +58,9 @@ class Waiter {
 // ranks agree on it. The workspace has two halves selected by epoch parity. A rank in epoch
 // e+1 writes half (e+1)&1 of a peer; the peer may still be in epoch e, working in the other
 // half. A rank cannot reach epoch e+2 (same half as e) before every peer finished epoch e:
-// its epoch-(e+1) kernel waits for the call header (or, at two ranks, the data: NOTE [the
-// peer's header at two ranks]) every peer sends from its own epoch-(e+1) kernel, which starts
-// only after the peer's epoch-e kernel completed (stream order). Hence two halves suffice.
+// its epoch-(e+1) kernel waits for the call header every peer sends at the start of its own
+// epoch-(e+1) kernel, which starts only after the peer's epoch-e kernel completed (stream
+// order). Hence two halves suffice.
 // Each block keeps its own copy of the epoch (block_epochs[blockIdx.x]): it reads it at its
 // start and writes epoch+1 at its end. Every launch of a communicator uses the same grid, so
 // all copies advance together, and no atomics or fences are needed: the next kernel in stream
@@ -119,9 +114,8 @@ __device__ __forceinline__ int activeBlocks(const AllReduceArgs& a) {
 // memory, one-shot, counts 1000 and 1001). The first block to start always sends it. Every
 // block waits for the headers of all peers before it reduces (the one-shot pull over flag
 // lines reads them in its flag poll instead, whose flags carry the call's check: awaitLine in
-// mailbox.cuh; kernels of two ranks check the peer's before their first store: NOTE [the
-// peer's header at two ranks]); a header whose count or meta differs from ours records
-// tparInvalidUsage, and the block gives up instead of writing the caller's output. Headers are compared on equality of
+// mailbox.cuh); a header whose count or meta differs from ours records tparInvalidUsage, and
+// the block gives up instead of reducing mismatched data. Headers are compared on equality of
 // 32-bit epochs, which is correct across the wrap of the counter. A slot is initialized to
 // epoch_start - 2 (same parity, never equal to a live epoch in it).
 
@@ -176,81 +170,6 @@ __device__ __forceinline__ bool checkHeaders(const AllReduceArgs& a, const CallC
   __syncthreads();
   return s_bad == 0;
 }
-
-// NOTE [the peer's header at two ranks]
-// A kernel of exactly two ranks that waits for call headers (the sentinel one-shot and two-shot,
-// the one-shot pull over epoch lines) does not hold its reads back until the peer's header
-// arrived: thread 0 of each block waits for the header after its own sends and posts the
-// verdict in shared memory, while the other threads read the peer's data as it arrives; each
-// thread takes the verdict before its first store the caller can see, and a thread still
-// waiting for a slot gives up once the verdict says the calls differ (PeerHeaderWaiter). What
-// the header wait gave, this keeps: no output written for a mismatched call, tparInvalidUsage
-// on both ranks, a peer on a kernel that sends no header ending the wait at the timeout; the
-// epochs' bound (NOTE [epochs and parity]) holds without the wait, since a two-rank kernel
-// cannot finish before it read data the peer sends only from the same epoch. One reader of the
-// header per block, as before: when every thread read it, its one line took every warp's read
-// (in host memory each a round trip across the link, served one after another), and two ranks
-// ran several times slower on the host and slower in GPU memory. From three ranks every
-// thread polling several peers' slots at once made the waits slower than one header wait first
-// (docs/PERFORMANCE.md, "The call header's wait at two ranks"), so those keep checkHeaders.
-class PeerHeaderWaiter : public Waiter {
- public:
-  static constexpr bool kPeerHeader = true;
-  // `verdict`: the block's shared word, 0 before the run (and a barrier).
-  __device__ PeerHeaderWaiter(const AllReduceArgs& a, const CallContext& ctx,
-                              volatile uint32_t* verdict)
-      : Waiter(a), args_(a), ctx_(ctx), verdict_(verdict) {}
-
-  // Thread 0: waits for the peer's header of this call and posts the verdict for the block
-  // (kAgrees, or kDiffers after recording the mismatch or a give-up). Other threads go on.
-  __device__ __forceinline__ void readPeerHeader() {
-    if (threadIdx.x != 0) return;
-    if (ctx_.failed) {
-      *verdict_ = kDiffers;
-      return;
-    }
-    const char* src =
-        args_.peer_ws[args_.rank] + WorkspaceLayout::headerOffset(ctx_.parity, 1 - args_.rank);
-    Vec h = loadVolatile(src);
-    uint32_t v = kAgrees;
-    while (headerPending(h, ctx_)) {
-      if (!Waiter::keepWaiting()) {
-        v = kDiffers;
-        break;
-      }
-      h = loadVolatile(src);
-    }
-    if (v == kAgrees && headerDisagrees(h, args_)) {
-      recordError(args_, tparInvalidUsage);
-      v = kDiffers;
-    }
-    *verdict_ = v;
-  }
-
-  // As Waiter::keepWaiting, and false once the verdict says the calls differ.
-  __device__ __forceinline__ bool keepWaiting() {
-    return *verdict_ != kDiffers && Waiter::keepWaiting();
-  }
-
-  // Before the first store the caller sees: the verdict, awaited. False when the calls differ
-  // or on give-up (recorded).
-  __device__ __forceinline__ bool peerAgrees() {
-    if (agreed_) return true;
-    uint32_t v;
-    while ((v = *verdict_) == 0) {
-      if (!Waiter::keepWaiting()) return false;
-    }
-    agreed_ = v == kAgrees;
-    return agreed_;
-  }
-
- private:
-  static constexpr uint32_t kAgrees = 1, kDiffers = 2;
-  const AllReduceArgs& args_;
-  const CallContext& ctx_;
-  volatile uint32_t* verdict_;
-  bool agreed_ = false;
-};
 
 // NOTE [spills]
 // Where the kernels spill registers, and why that is accepted (the sizes per kernel, and the

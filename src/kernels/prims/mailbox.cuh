@@ -67,8 +67,7 @@ struct PlainSlots {
 struct SentinelBox : PlainSlots {
   static constexpr bool kReservesWord = true;
   // Every vector carries its own flag: schedules spread pairs over the whole grid and need no
-  // hand-off between phases (only the call header before the first read, or at two ranks
-  // before the first store).
+  // hand-off between phases (only the call header before the first read).
   static constexpr bool kPerVector = true;
   static constexpr bool kOverlapPhases = false;
   static constexpr int kGatherDepth = 1;
@@ -96,17 +95,8 @@ struct SentinelBox : PlainSlots {
   }
   __device__ __forceinline__ void begin() const { sendHeaders(a, ctx); }
   __device__ __forceinline__ void commit(int, uint32_t, const Group&) const {}
-  // With a PeerHeaderWaiter (two ranks) the header is checked before the first store instead
-  // (NOTE [the peer's header at two ranks]).
-  template <class W>
-  __device__ __forceinline__ bool await(int phase, uint32_t, const Group&, W& w) const {
-    if (phase != kScatterPhase) return true;
-    if constexpr (W::kPeerHeader) {
-      w.readPeerHeader();
-      return !ctx.failed;
-    } else {
-      return checkHeaders(a, ctx, w);
-    }
+  __device__ __forceinline__ bool await(int phase, uint32_t, const Group&, Waiter& w) const {
+    return phase != kScatterPhase || checkHeaders(a, ctx, w);
   }
 };
 
@@ -371,9 +361,9 @@ struct At {
 };
 
 // Polls slot i of `area` again until the line `l` fetched from it has arrived. False on give-up.
-template <class Box, class W>
+template <class Box>
 __device__ __forceinline__ bool settle(const Box& box, const char* area, uint64_t i,
-                                       typename Box::Line& l, W& w) {
+                                       typename Box::Line& l, Waiter& w) {
   while (!box.arrived(l)) {
     if (!w.keepWaiting()) return false;
     box.refetch(area, i, l);
@@ -386,10 +376,9 @@ __device__ __forceinline__ bool settle(const Box& box, const char* area, uint64_
 // is issued first (and our own input's after them), so the waits overlap; each is taken as its
 // turn in rank order comes (docs/DESIGN.md principle 6). False on give-up. kSettled: every slot
 // has arrived.
-template <typename T, int kMax, class Codec, bool kSettled = false, class Box, typename Src,
-          typename Mine, class W>
+template <typename T, int kMax, class Codec, bool kSettled = false, class Box, typename Src, typename Mine>
 __device__ __forceinline__ bool reduceFrom(const Box& box, int n, int me, Src src, Mine mine,
-                                           RuntimeOp op, W& w, Acc<T>* acc) {
+                                           RuntimeOp op, Waiter& w, Acc<T>* acc) {
   typename Box::Line in[kMax];
 #pragma unroll
   for (int s = 0; s < kMax; ++s) {
