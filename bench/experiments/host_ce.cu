@@ -107,15 +107,20 @@ double median(std::vector<double> v) {
   return v.empty() ? 0 : v[v.size() / 2];
 }
 
-// One all-reduce of `bytes` over `ranks` in `pieces` pieces per chunk; returns microseconds.
-double once(std::vector<Rank>& rk, size_t bytes, int pieces, cudaEvent_t start, cudaEvent_t stop) {
-  const int n = static_cast<int>(rk.size());
-  const size_t chunk = bytes / n, pw = chunk / pieces;
+// Both modes: every stream of every rank starts after `start`.
+void begin(std::vector<Rank>& rk, cudaEvent_t start) {
   CHECK(cudaEventRecord(start, rk[0].main));
   for (Rank& r : rk) {
     CHECK(cudaStreamWaitEvent(r.up, start, 0));
+    CHECK(cudaStreamWaitEvent(r.down, start, 0));
     if (&r != &rk[0]) CHECK(cudaStreamWaitEvent(r.main, start, 0));
   }
+}
+
+// Both modes, stream up: each rank's input, but for its own chunk, into its host area by the
+// copy engine, piece by piece (an event per piece).
+void publish(std::vector<Rank>& rk, size_t chunk, size_t pw, int pieces) {
+  const int n = static_cast<int>(rk.size());
   for (int me = 0; me < n; ++me) {
     Rank& r = rk[me];
     for (int k = 0; k < pieces; ++k) {
@@ -132,6 +137,27 @@ double once(std::vector<Rank>& rk, size_t bytes, int pieces, cudaEvent_t start, 
       CHECK(cudaEventRecord(r.piece[k], r.up));
     }
   }
+}
+
+// Both modes: `stop` after every rank's main stream; returns the microseconds since `start`.
+double finish(std::vector<Rank>& rk, cudaEvent_t start, cudaEvent_t stop) {
+  for (size_t me = 0; me < rk.size(); ++me) {
+    CHECK(cudaEventRecord(rk[me].done, rk[me].main));
+    if (me != 0) CHECK(cudaStreamWaitEvent(rk[0].main, rk[me].done, 0));
+  }
+  CHECK(cudaEventRecord(stop, rk[0].main));
+  CHECK(cudaEventSynchronize(stop));
+  float ms = 0;
+  CHECK(cudaEventElapsedTime(&ms, start, stop));
+  return ms * 1e3;
+}
+
+// One all-reduce of `bytes` over `ranks` in `pieces` pieces per chunk; returns microseconds.
+double once(std::vector<Rank>& rk, size_t bytes, int pieces, cudaEvent_t start, cudaEvent_t stop) {
+  const int n = static_cast<int>(rk.size());
+  const size_t chunk = bytes / n, pw = chunk / pieces;
+  begin(rk, start);
+  publish(rk, chunk, pw, pieces);
   for (int me = 0; me < n; ++me) {
     Rank& r = rk[me];
     for (int k = 0; k < pieces; ++k) {
@@ -165,14 +191,8 @@ double once(std::vector<Rank>& rk, size_t bytes, int pieces, cudaEvent_t start, 
       CHECK(cudaMemcpyAsync(reinterpret_cast<char*>(r.out) + size_t(s) * chunk, rk[s].area + bytes,
                             chunk, cudaMemcpyHostToDevice, r.main));
     }
-    CHECK(cudaEventRecord(r.done, r.main));
-    if (me != 0) CHECK(cudaStreamWaitEvent(rk[0].main, r.done, 0));
   }
-  CHECK(cudaEventRecord(stop, rk[0].main));
-  CHECK(cudaEventSynchronize(stop));
-  float ms = 0;
-  CHECK(cudaEventElapsedTime(&ms, start, stop));
-  return ms * 1e3;
+  return finish(rk, start, stop);
 }
 
 // The same all-reduce with the copy engines writing and the SMs reading (--mode mixed).
@@ -180,27 +200,8 @@ double onceMixed(std::vector<Rank>& rk, size_t bytes, int pieces, cudaEvent_t st
                  cudaEvent_t stop) {
   const int n = static_cast<int>(rk.size());
   const size_t chunk = bytes / n, pw = chunk / pieces;
-  CHECK(cudaEventRecord(start, rk[0].main));
-  for (Rank& r : rk) {
-    CHECK(cudaStreamWaitEvent(r.up, start, 0));
-    CHECK(cudaStreamWaitEvent(r.down, start, 0));
-    if (&r != &rk[0]) CHECK(cudaStreamWaitEvent(r.main, start, 0));
-  }
-  for (int me = 0; me < n; ++me) {
-    Rank& r = rk[me];
-    for (int k = 0; k < pieces; ++k) {
-      const char* src = reinterpret_cast<const char*>(r.in);
-      auto rows = [&](int c0, int c1) {
-        if (c1 <= c0) return;
-        const size_t off = size_t(c0) * chunk + size_t(k) * pw;
-        CHECK(cudaMemcpy2DAsync(r.area + off, chunk, src + off, chunk, pw, c1 - c0,
-                                cudaMemcpyDeviceToHost, r.up));
-      };
-      rows(me + 1, n);
-      rows(0, me);
-      CHECK(cudaEventRecord(r.piece[k], r.up));
-    }
-  }
+  begin(rk, start);
+  publish(rk, chunk, pw, pieces);
   for (int me = 0; me < n; ++me) {
     Rank& r = rk[me];
     for (int k = 0; k < pieces; ++k) {
@@ -244,14 +245,8 @@ double onceMixed(std::vector<Rank>& rk, size_t bytes, int pieces, cudaEvent_t st
       gatherPieces<<<32, 512, 0, r.main>>>(g);
       CHECK(cudaGetLastError());
     }
-    CHECK(cudaEventRecord(r.done, r.main));
-    if (me != 0) CHECK(cudaStreamWaitEvent(rk[0].main, r.done, 0));
   }
-  CHECK(cudaEventRecord(stop, rk[0].main));
-  CHECK(cudaEventSynchronize(stop));
-  float ms = 0;
-  CHECK(cudaEventElapsedTime(&ms, start, stop));
-  return ms * 1e3;
+  return finish(rk, start, stop);
 }
 
 }  // namespace
