@@ -152,6 +152,29 @@ double finish(std::vector<Rank>& rk, cudaEvent_t start, cudaEvent_t stop) {
   return ms * 1e3;
 }
 
+// Both modes: the sum of chunk `me`'s piece k, our own input and each peer's piece, which
+// `peer(s, off)` gives once the main stream has waited for it.
+template <typename Peer>
+SumArgs sumOf(std::vector<Rank>& rk, int me, int k, size_t chunk, size_t pw, Peer peer) {
+  Rank& r = rk[me];
+  const int n = static_cast<int>(rk.size());
+  const size_t off = size_t(me) * chunk + size_t(k) * pw;
+  SumArgs a{};
+  for (int s = 0; s < n; ++s) {
+    if (s == me) {
+      a.in[s] = reinterpret_cast<const __nv_bfloat16*>(reinterpret_cast<const char*>(r.in) + off);
+      continue;
+    }
+    CHECK(cudaStreamWaitEvent(r.main, rk[s].piece[k], 0));
+    a.in[s] = peer(s, off);
+  }
+  a.out = reinterpret_cast<__nv_bfloat16*>(reinterpret_cast<char*>(r.out) + off);
+  a.host = nullptr;
+  a.n = pw / 2;
+  a.nranks = n;
+  return a;
+}
+
 // One all-reduce of `bytes` over `ranks` in `pieces` pieces per chunk; returns microseconds.
 double once(std::vector<Rank>& rk, size_t bytes, int pieces, cudaEvent_t start, cudaEvent_t stop) {
   const int n = static_cast<int>(rk.size());
@@ -161,23 +184,12 @@ double once(std::vector<Rank>& rk, size_t bytes, int pieces, cudaEvent_t start, 
   for (int me = 0; me < n; ++me) {
     Rank& r = rk[me];
     for (int k = 0; k < pieces; ++k) {
-      SumArgs a{};
-      for (int s = 0; s < n; ++s) {
-        const size_t off = size_t(me) * chunk + size_t(k) * pw;
-        if (s == me) {
-          a.in[s] = reinterpret_cast<const __nv_bfloat16*>(reinterpret_cast<const char*>(r.in) + off);
-          continue;
-        }
-        CHECK(cudaStreamWaitEvent(r.main, rk[s].piece[k], 0));
+      SumArgs a = sumOf(rk, me, k, chunk, pw, [&](int s, size_t off) {
         char* dst = reinterpret_cast<char*>(r.scratch) + size_t(s) * pw;
         CHECK(cudaMemcpyAsync(dst, rk[s].area + off, pw, cudaMemcpyHostToDevice, r.main));
-        a.in[s] = reinterpret_cast<const __nv_bfloat16*>(dst);
-      }
-      a.out = reinterpret_cast<__nv_bfloat16*>(reinterpret_cast<char*>(r.out) + size_t(me) * chunk +
-                                               size_t(k) * pw);
+        return reinterpret_cast<const __nv_bfloat16*>(dst);
+      });
       a.host = reinterpret_cast<__nv_bfloat16*>(r.area + bytes + size_t(k) * pw);
-      a.n = pw / 2;
-      a.nranks = n;
       sumPieces<<<64, 256, 0, r.main>>>(a);
       CHECK(cudaGetLastError());
     }
@@ -205,20 +217,9 @@ double onceMixed(std::vector<Rank>& rk, size_t bytes, int pieces, cudaEvent_t st
   for (int me = 0; me < n; ++me) {
     Rank& r = rk[me];
     for (int k = 0; k < pieces; ++k) {
-      const size_t off = size_t(me) * chunk + size_t(k) * pw;
-      SumArgs a{};
-      for (int s = 0; s < n; ++s) {
-        if (s == me) {
-          a.in[s] = reinterpret_cast<const __nv_bfloat16*>(reinterpret_cast<const char*>(r.in) + off);
-          continue;
-        }
-        CHECK(cudaStreamWaitEvent(r.main, rk[s].piece[k], 0));
-        a.in[s] = reinterpret_cast<const __nv_bfloat16*>(rk[s].area + off);
-      }
-      a.out = reinterpret_cast<__nv_bfloat16*>(reinterpret_cast<char*>(r.out) + off);
-      a.host = nullptr;
-      a.n = pw / 2;
-      a.nranks = n;
+      const SumArgs a = sumOf(rk, me, k, chunk, pw, [&](int s, size_t off) {
+        return reinterpret_cast<const __nv_bfloat16*>(rk[s].area + off);
+      });
       sumPieces<<<32, 512, 0, r.main>>>(a);
       CHECK(cudaGetLastError());
       CHECK(cudaEventRecord(r.reduced[k], r.main));
