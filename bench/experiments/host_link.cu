@@ -13,7 +13,11 @@
 // moves fewer bytes per second in a warp's narrower accesses, as a compressed wire format's
 // codes (4 or 8 bytes per thread) and scales (2) are, and whether more loads in flight make up
 // for it. The wire kernel's own plan is 32 blocks of 512 threads.
-//   tpar_host_link [--device N] [--reps N]
+// --backing says where the two host buffers come from (bench/experiments/host_backing.h;
+// default hostalloc, as the link probes of `tpar doctor` and `tpar bench` allocate them); --only
+// keeps the rows named (a comma-separated list of the first column's words, e.g.
+// sm-store,sm-load,sm-both, which skips the second table; "widths" keeps only the second).
+//   tpar_host_link [--device N] [--reps N] [--backing NAME] [--only LIST]
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -24,6 +28,7 @@
 #include <utility>
 #include <vector>
 
+#include "bench/experiments/host_backing.h"
 #include "tools/tpar/doctor/stream_kernels.cuh"
 
 namespace {
@@ -201,21 +206,42 @@ double rep(const Bufs& b, const std::string& what, size_t bytes, int blocks, int
   return ms > 0 ? moved / (ms * 1e6) : 0;
 }
 
+// Whether row `what` is kept by --only (empty: every row).
+bool kept(const std::string& only, const std::string& what) {
+  if (only.empty()) return true;
+  std::string list = "," + only + ",";
+  return list.find("," + what + ",") != std::string::npos;
+}
+
+int usage(const char* why, const char* arg) {
+  std::fprintf(stderr, "tpar_host_link: %s '%s'; usage: tpar_host_link [--device N] [--reps N] "
+               "[--backing hostalloc|memfd|memfd-thp|anon-thp|hugetlb|cumem] [--only LIST]\n",
+               why, arg);
+  return 2;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   int device = 0, reps = 10;
+  std::string backing = "hostalloc", only;
   for (int i = 1; i < argc; i += 2) {
-    const bool known = !std::strcmp(argv[i], "--device") || !std::strcmp(argv[i], "--reps");
-    char* end = nullptr;
-    const long v = i + 1 < argc ? std::strtol(argv[i + 1], &end, 10) : -1;
-    if (!known || end == nullptr || *end != '\0' || v < 0 || v > 1000000) {
-      std::fprintf(stderr, "tpar_host_link: bad argument '%s'%s%s; usage: tpar_host_link "
-                   "[--device N] [--reps N]\n", argv[i], i + 1 < argc ? " " : "",
-                   i + 1 < argc ? argv[i + 1] : "");
-      return 2;
+    const std::string flag = argv[i];
+    if (i + 1 >= argc) return usage("missing the value of", argv[i]);
+    const char* val = argv[i + 1];
+    if (flag == "--backing") {
+      if (!host_backing::known(val)) return usage("unknown --backing", val);
+      backing = val;
+    } else if (flag == "--only") {
+      only = val;
+    } else if (flag == "--device" || flag == "--reps") {
+      char* end = nullptr;
+      const long v = std::strtol(val, &end, 10);
+      if (end == val || *end != '\0' || v < 0 || v > 1000000) return usage("bad value of", argv[i]);
+      (flag == "--device" ? device : reps) = int(v);
+    } else {
+      return usage("bad argument", argv[i]);
     }
-    (!std::strcmp(argv[i], "--device") ? device : reps) = int(v);
   }
   if (reps < 1) {
     std::fprintf(stderr, "tpar_host_link: --reps must be 1 or more\n");
@@ -241,18 +267,27 @@ int main(int argc, char** argv) {
   CHECK(cudaMalloc(&b.dev, max_bytes));
   CHECK(cudaMalloc(&b.dev2, max_bytes));
   CHECK(cudaMalloc(&b.sink, sizeof(int)));
-  CHECK(cudaHostAlloc(reinterpret_cast<void**>(&b.host), max_bytes, cudaHostAllocMapped));
-  CHECK(cudaHostAlloc(reinterpret_cast<void**>(&b.host2), max_bytes, cudaHostAllocMapped));
-  std::memset(b.host, 1, max_bytes);
-  std::memset(b.host2, 2, max_bytes);
+  host_backing::Buf hb[2];
+  for (int k = 0; k < 2; ++k) {
+    const std::string why = host_backing::alloc(backing, max_bytes, device, 1 + k, &hb[k]);
+    if (!why.empty()) {
+      std::printf("# --backing %s not available here: %s\n", backing.c_str(), why.c_str());
+      for (auto& x : hb) host_backing::release(&x);
+      return 5;
+    }
+  }
+  b.host = hb[0].dev;
+  b.host2 = hb[1].dev;
   CHECK(cudaMemset(b.dev, 3, max_bytes));
   CHECK(cudaMemset(b.dev2, 4, max_bytes));
   for (auto& s : b.s) CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   for (auto& e : b.e) CHECK(cudaEventCreate(&e));
 
   std::printf("# tpar_host_link: %s (%d SMs), CUDA driver API %d, pinned host memory "
-              "(cudaHostAlloc), %d reps per cell after one warm-up, median GB/s\n",
-              prop.name, prop.multiProcessorCount, driver, reps);
+              "(--backing %s), %d reps per cell after one warm-up, median GB/s\n",
+              prop.name, prop.multiProcessorCount, driver, backing.c_str(), reps);
+  for (int k = 0; k < 2; ++k)
+    std::printf("# host buffer %d: %s\n", k, host_backing::pageState(hb[k].host, hb[k].mapped).c_str());
   std::printf("# 'both' cells count the bytes of both directions\n");
   struct Shape {
     std::string what;
@@ -278,6 +313,7 @@ int main(int argc, char** argv) {
   for (size_t s : sizes) std::printf(" %9zuK", s >> 10);
   std::printf("\n");
   for (const Shape& sh : shapes) {
+    if (!kept(only, sh.what)) continue;
     std::printf("%-10s %7d %7d", sh.what.c_str(), sh.blocks, sh.threads);
     for (size_t bytes : sizes) {
       std::vector<double> r;
@@ -296,7 +332,8 @@ int main(int argc, char** argv) {
   std::printf("%-10s %7s %7s", "what", "blocks", "threads");
   for (size_t s : sizes) std::printf(" %9zuK", s >> 10);
   std::printf("\n");
-  for (int width : {2, 4, 8, 16}) {
+  for (int width : only.empty() || only == "widths" ? std::vector<int>{2, 4, 8, 16}
+                                                    : std::vector<int>{}) {
     for (const auto& [blocks, threads] : {std::pair<int, int>{32, 512}, {whole, 256}}) {
       for (const char* op : {"store", "load4", "load16", "both4", "both16"}) {
         const std::string what = "w" + std::to_string(width) + "-" + op;
@@ -313,5 +350,6 @@ int main(int argc, char** argv) {
       }
     }
   }
+  for (auto& x : hb) host_backing::release(&x);
   return 0;
 }
