@@ -10,7 +10,9 @@
 # checked without a build of its tests). Exits 1 when a build or a run failed or a checked
 # result was wrong (the table then has what did run), 2 on bad arguments. Knobs (environment):
 # ROUNDS (3), JOBS (build jobs per tree, 4), WORK (where the trees are copied and built, /tmp),
-# CHECK (0).
+# CHECK (0). What a run's rounds can resolve: scripts/rounds-noise.py OUT (how far apart rows of
+# identical code come out with R rounds; docs/PERFORMANCE.md, "How far apart identical code
+# comes out with 3 rounds").
 #   scripts/compare-variants.sh OUT "tag=DIR[+PATCH] ..." "name|ENV|TPAR BENCH ARGS" ...
 # A tree is a source folder, optionally with a patch applied to a copy of it; DIR and PATCH are
 # relative to this repository's root (bench/experiments/variants/README.md names the commit each

@@ -784,5 +784,91 @@ class PeerScripts(unittest.TestCase):
         self.assertFalse(os.path.exists(os.path.join(t, "o")))
 
 
+class RoundsNoise(unittest.TestCase):
+    """scripts/rounds-noise.py recovers the scatter of a run's rows and the effect shared by a
+    communicator's rows, from compare-variants output drawn with known ones (fresh each run)."""
+
+    def setUp(self):
+        import random
+        self.tmp = tempfile.TemporaryDirectory()
+        self.addCleanup(self.tmp.cleanup)
+        self.rng = random.Random()
+
+    def draw(self, name, sd_group, sd_row, rounds, tgz=False):
+        """A compare-variants folder (or an archive of it): 3 trees, 2 backends, 2 rank counts,
+        5 sizes, one effect per communicator and round shared by its rows."""
+        import math
+        out = os.path.join(self.tmp.name, name)
+        os.makedirs(out)
+        sizes = [12288, 65536, 114688, 393216, 1048576]
+        for tag in ("base", "x", "y"):
+            for r in range(rounds):
+                rows = []
+                for backend in ("tpar", "tpar:twoshot"):
+                    for ranks in (4, 8):
+                        g = self.rng.gauss(0, sd_group)
+                        for i, b in enumerate(sizes):
+                            v = (10.0 + 7 * i) * ranks * math.exp(g + self.rng.gauss(0, sd_row))
+                            rows.append({"backend": backend, "ranks": ranks, "bytes": b,
+                                         "us_out_of_place": v, "us_in_place": v * 1.01})
+                write(os.path.join(out, f"host-{tag}-{r}.json"), json.dumps({"rows": rows}))
+        if not tgz:
+            return out
+        with tarfile.open(out + ".tgz", "w:gz") as tf:
+            tf.add(out, arcname="run/var")
+        return out + ".tgz"
+
+    def noise(self, source, *args):
+        r = run([sys.executable, os.path.join(ROOT, "scripts", "rounds-noise.py"), source,
+                 "--samples", "300"] + list(args))
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        row = float(re.search(r"group's mean: ([\d.]+) %", r.stdout).group(1)) / 100
+        group = float(re.search(r"own effect: ([\d.]+) %", r.stdout).group(1)) / 100
+        p95 = {int(m.group(1)): float(m.group(2)) for m in
+               re.finditer(r"rounds +(\d+): .*95th percentile ([\d.]+) %", r.stdout)}
+        return row, group, p95, r.stdout
+
+    def test_a_shared_effect_is_found_and_separated_from_the_rows_scatter(self):
+        sd_group = self.rng.uniform(0.015, 0.03)
+        sd_row = self.rng.uniform(0.003, 0.006)
+        row, group, p95, out = self.noise(self.draw("a", sd_group, sd_row, 6, tgz=True),
+                                          "--rounds", "3,12")
+        self.assertIn("rows 20,", out)
+        # Both scatters are taken about medians of the rounds, which absorb a part.
+        self.assertTrue(0.6 * sd_row <= row <= 1.2 * sd_row, (sd_row, out))
+        self.assertTrue(0.6 * sd_group <= group <= 1.3 * sd_group, (sd_group, out))
+        self.assertGreater(p95[3], p95[12], out)
+
+    def test_rows_without_a_shared_effect_show_none(self):
+        import math
+        sd_row = self.rng.uniform(0.005, 0.015)
+        row, group, _, out = self.noise(self.draw("b", 0.0, sd_row, 6), "--rounds", "3")
+        self.assertTrue(0.6 * sd_row <= row <= 1.2 * sd_row, (sd_row, out))
+        # With no effect the group means scatter as their rows' scatter predicts, and the
+        # effect is the excess over that prediction only.
+        m = re.search(r"group means: ([\d.]+) %, without an effect of the group: ([\d.]+) %", out)
+        means, predicted = float(m.group(1)) / 100, float(m.group(2)) / 100
+        self.assertTrue(0.7 <= means / predicted <= 1.4, out)
+        half = 0.5e-4  # the printed per cents are rounded to two places
+        lo = math.sqrt(max((means - half) ** 2 - (predicted + half) ** 2, 0))
+        hi = math.sqrt(max((means + half) ** 2 - (predicted - half) ** 2, 0))
+        self.assertTrue(lo - half <= group <= hi + half, (lo, hi, out))
+        self.assertLess(group, 0.5 * sd_row, out)
+
+    def test_too_few_rounds_and_bad_arguments_are_named(self):
+        src = self.draw("c", 0.01, 0.01, 2)
+        script = os.path.join(ROOT, "scripts", "rounds-noise.py")
+        r = run([sys.executable, script, src])
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("2 rounds, at least 3 needed", r.stderr)
+        for args, want in ((["--rounds", "3,x"], "--rounds"), (["--samples", "0"], "positive")):
+            r = run([sys.executable, script, src] + args)
+            self.assertEqual(r.returncode, 2, args)
+            self.assertIn(want, r.stderr)
+        r = run([sys.executable, script, os.path.join(self.tmp.name, "nowhere")])
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("no such folder or archive", r.stderr)
+
+
 if __name__ == "__main__":
     unittest.main(verbosity=1)
