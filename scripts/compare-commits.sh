@@ -13,7 +13,13 @@
 #   scripts/compare-commits.sh OLD NEW OUTDIR     (OLD, NEW: commits, or source folders)
 # Knobs (environment): ROUNDS (2: old new new old), SIZES (4K,32K,256K,2M,16M), ITERS (20),
 # WARMUP (3), LIMIT (1.03), BACKENDS (every forced algorithm and auto), ISLANDS (1; 0 skips the
-# hier runs on the fixture). About 5-6 minutes on one
+# hier runs on the fixture), CONFIRM (0). With CONFIRM=N the rows above LIMIT run again, N more
+# runs in the same alternating order, each of only its config, ranks, algorithm and sizes (into
+# OUTDIR/confirm, the table in OUTDIR/confirm.txt); a row fails only when the medians of those
+# runs are above LIMIT too. A sweep of a few hundred rows with a few rounds finds rows of
+# identical code several per cent apart (scripts/rounds-noise.py OUTDIR/runs says how far; docs/
+# PERFORMANCE.md, "How far apart identical code comes out with 3 rounds"), so the sweep alone
+# flags rows by chance and the second look decides them. About 5-6 minutes on one
 # H200 with the defaults; each run's output is in OUTDIR/runs, the table in OUTDIR/compare.txt.
 # The copies of both commits come from this repository's git objects (`git archive`), so the
 # machine needs the .git directory, not a checkout of either commit.
@@ -29,6 +35,8 @@ sizes=${SIZES:-4K,32K,256K,2M,16M}
 iters=${ITERS:-20}
 warmup=${WARMUP:-3}
 limit=${LIMIT:-1.03}
+confirm=${CONFIRM:-0}
+[[ $confirm =~ ^[0-9]+$ ]] || { echo "CONFIRM must be a whole number of runs, not '$confirm'" >&2; exit 2; }
 backends=${BACKENDS:-tpar,tpar:oneshot,tpar:twoshot,tpar:staged,tpar:oneshot-pull,tpar:twoshot-pull,tpar:pipelined,tpar:twoshot-ll}
 fixture=tests/fixtures/topology/rootport_2socket_8gpu.xml
 t0=$(date +%s)
@@ -78,33 +86,41 @@ for tr in auto host; do
     configs+=("real-$tr||--transport $tr --ranks $real --backends $backends")
   fi
 done
-order=()
-for ((r = 0; r < rounds; ++r)); do
-  if [ $((r % 2)) = 0 ]; then order+=(old new); else order+=(new old); fi
-done
+# run_config DIR NAME ENVS ARGS SIZES RUNS: RUNS runs alternating old new new old ..., each
+# `tpar bench ARGS --sizes SIZES` of one build into DIR/NAME-TAG-I.json.
 status=0
-for c in "${configs[@]}"; do
-  IFS='|' read -r name envs args <<<"$c"
-  for ((i = 0; i < ${#order[@]}; ++i)); do
-    tag=${order[$i]}
-    json="$out/runs/$name-$tag-$i.json"
-    echo "== $name $tag (run $((i + 1))/${#order[@]}, $(( $(date +%s) - t0 )) s so far)"
+run_config() {
+  local dir=$1 name=$2 envs=$3 args=$4 sz=$5 runs=$6 i tag json
+  for ((i = 0; i < runs; ++i)); do
+    if [ $(((i / 2) % 2)) = 0 ]; then tag=$([ $((i % 2)) = 0 ] && echo old || echo new)
+    else tag=$([ $((i % 2)) = 0 ] && echo new || echo old); fi
+    json="$dir/$name-$tag-$i.json"
+    echo "== $name $tag (run $((i + 1))/$runs, $(( $(date +%s) - t0 )) s so far)"
     # shellcheck disable=SC2086  # envs and args are word lists
-    if ! env $envs "$out/build-$tag/tools/tpar/tpar" bench $args --sizes "$sizes" -n "$iters" \
-        -w "$warmup" -c 0 --json "$json" >"$out/runs/$name-$tag-$i.txt" 2>&1; then
-      echo "   failed: $(tail -3 "$out/runs/$name-$tag-$i.txt")"
+    if ! env $envs "$out/build-$tag/tools/tpar/tpar" bench $args --sizes "$sz" -n "$iters" \
+        -w "$warmup" -c 0 --json "$json" >"${json%.json}.txt" 2>&1 </dev/null; then
+      echo "   failed: $(tail -3 "${json%.json}.txt")"
       status=1
     fi
   done
+}
+for c in "${configs[@]}"; do
+  IFS='|' read -r name envs args <<<"$c"
+  run_config "$out/runs" "$name" "$envs" "$args" "$sizes" $((2 * rounds))
 done
 
 # ---- the table -----------------------------------------------------------------------------------
-python3 - "$out" "$limit" "$old" "$new" <<'EOF' | tee "$out/compare.txt"
+# table RUNS-DIR OUT-FILE: old us / new us / ratio per row of the runs under RUNS-DIR (medians over
+# its runs), FAIL above the limit; the failing rows go to OUT-FILE.fails (config|ranks|backend|size).
+table() {
+python3 - "$1" "$limit" "$old" "$new" "$2.fails" <<'EOF' | tee "$2"
 import glob, json, os, re, statistics, sys
-out, limit, old, new = sys.argv[1], float(sys.argv[2]), sys.argv[3], sys.argv[4]
+runs, limit, old, new, fails_out = sys.argv[1], float(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5]
 times = {}  # (config, ranks, virtual, backend, bytes) -> {tag: {"out": [...], "in": [...]}}
-for path in sorted(glob.glob(os.path.join(out, "runs", "*.json"))):
+for path in sorted(glob.glob(os.path.join(runs, "**", "*.json"), recursive=True)):
     m = re.match(r"(.*)-(old|new)-\d+\.json$", os.path.basename(path))
+    if not m:
+        continue
     try:
         rows = json.load(open(path)).get("rows", [])
     except ValueError:
@@ -121,11 +137,11 @@ def size(b):
             return f"{b // k}{unit}"
     return str(b)
 
-print(f"# old {old}  new {new}: median us over the rounds, ratio = new / old; FAIL above {limit:.2f}")
+print(f"# old {old}  new {new}: median us over the runs, ratio = new / old; FAIL above {limit:.2f}")
 print(f"{'config':22} {'ranks':>5} {'backend':18} {'size':>6} {'old out':>9} {'new out':>9} "
       f"{'ratio':>6} {'old in':>9} {'new in':>9} {'ratio':>6}")
-fails = worst = 0
-ratios = []
+fails = 0
+ratios, failed = [], []
 for key in sorted(times):
     t = times[key]
     if "old" not in t or "new" not in t:
@@ -140,13 +156,39 @@ for key in sorted(times):
         bad |= ratio > limit
         cells.append(f"{o:9.2f} {n:9.2f} {ratio:6.3f}")
     fails += bad
+    if bad:
+        failed.append(f"{key[0]}|{key[1]}|{key[3]}|{size(key[4])}")
     print(f"{key[0]:22} {key[1]:>5} {key[3]:18} {size(key[4]):>6} {cells[0]} {cells[1]}"
           f"{'  FAIL' if bad else ''}")
 if ratios:
     geo = statistics.geometric_mean([r for r in ratios if r > 0 and r != float("inf")])
     print(f"# {len(times)} rows, {fails} FAIL; geometric mean of the ratios {geo:.3f}")
+with open(fails_out, "w") as f:
+    f.writelines(line + "\n" for line in failed)
 sys.exit(1 if fails else 0)
 EOF
+}
+table "$out/runs" "$out/compare.txt"
 table=$?
+if [ $table != 0 ] && [ "$confirm" -gt 0 ] && [ -s "$out/compare.txt.fails" ]; then
+  # The second look: each (config, ranks, backend) with a failing row runs again at its failing
+  # sizes only, CONFIRM runs, in a folder of its own.
+  echo "== confirming $(wc -l < "$out/compare.txt.fails") row(s) with $confirm runs each"
+  rm -rf "$out/confirm" && mkdir -p "$out/confirm"
+  k=0
+  while IFS='|' read -r name ranks backend sz; do
+    cfg=""
+    for c in "${configs[@]}"; do [ "${c%%|*}" = "$name" ] && cfg=$c; done
+    IFS='|' read -r _ envs args <<<"$cfg"
+    args=$(sed -E 's/--ranks [^ ]+//; s/--backends [^ ]+//' <<<"$args")
+    mkdir -p "$out/confirm/$k"
+    run_config "$out/confirm/$k" "$name" "$envs" "$args --ranks $ranks --backends $backend" "$sz" "$confirm"
+    k=$((k + 1))
+  done < <(awk -F'|' '{ k = $1 "|" $2 "|" $3; if (k in s) s[k] = s[k] "," $4; else s[k] = $4 }
+                      END { for (k in s) print k "|" s[k] }' "$out/compare.txt.fails" | sort)
+  table "$out/confirm" "$out/confirm.txt"
+  table=$?
+  echo "== the sweep's FAIL rows stand only where the confirmation above fails them too"
+fi
 echo "== done in $(( $(date +%s) - t0 )) s"
 [ $status = 0 ] && [ $table = 0 ]

@@ -3,11 +3,12 @@
 code come out with R rounds, estimated from the rounds of a run (docs/PERFORMANCE.md, "How far
 apart identical code comes out with 3 rounds").
 
-    scripts/rounds-noise.py SOURCE [--rows N] [--group G] [--rounds 3,6,9,12] [--samples S]
-                                   [--direction out|in] [--seed K]
+    scripts/rounds-noise.py SOURCE [--under DIR] [--rows N] [--group G] [--rounds 3,6,9,12]
+                                   [--samples S] [--direction out|in] [--seed K]
 
-SOURCE is a compare-variants output folder or a .tgz holding one (its files CONFIG-TAG-R.json;
-the checked runs, check-*, are left out). A group is the rows one communicator timed in one
+SOURCE is a compare-variants (or compare-commits) output folder or a .tgz holding one, its
+files CONFIG-TAG-R.json (the checked runs, check-*, are left out); --under keeps the archive's
+members under DIR only. A group is the rows one communicator timed in one
 round: one config, tree, round, backend and rank count, its sizes the rows. A row's deviation
 is the log of its time over the median of its rounds (out of place by default). Groups with a
 row more than a fifth off are left out as outliers and counted. The rows scatter about their
@@ -35,8 +36,8 @@ import tarfile
 NAME = re.compile(r"(?:.*/)?(?!check-)([^/]*)-([A-Za-z0-9_.]+)-(\d+)\.json$")
 
 
-def read_runs(source):
-    """{(config, tag, round): rows} from a folder or a .tgz."""
+def read_runs(source, under=""):
+    """{(config, tag, round): rows} from a folder or a .tgz (its members under `under`)."""
     runs = {}
 
     def add(name, text):
@@ -57,7 +58,7 @@ def read_runs(source):
     else:
         with tarfile.open(source) as tf:
             for m in tf.getmembers():
-                if m.isfile() and m.name.endswith(".json"):
+                if m.isfile() and m.name.endswith(".json") and m.name.startswith(under):
                     add(m.name, tf.extractfile(m).read().decode())
     return runs
 
@@ -121,6 +122,7 @@ def simulate(sd_r, sd_g, rows, group, rounds, samples, rng):
 def main(argv):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("source")
+    ap.add_argument("--under", default="", help="an archive's members under this folder only")
     ap.add_argument("--rows", type=int, default=0, help="rows a rule looks at (default: the run's)")
     ap.add_argument("--group", type=int, default=0, help="rows per group (default: the run's)")
     ap.add_argument("--rounds", default="3,6,9,12")
@@ -137,7 +139,7 @@ def main(argv):
     if not os.path.exists(a.source):
         ap.error(f"no such folder or archive: {a.source}")
     try:
-        runs = read_runs(a.source)
+        runs = read_runs(a.source, a.under)
         if not runs:
             raise ValueError("no CONFIG-TAG-R.json runs in it")
         sd_r, sd_m, without, sd_g, kept, left, nrows, k = estimate(runs, a.direction)

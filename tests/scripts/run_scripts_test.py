@@ -569,6 +569,15 @@ class GpuCheck(unittest.TestCase):
             self.assertEqual(steps["bench"]["status"], "not run")
 
 
+# The configure step of the stand-in cmakes below: `-S SRC -B BUILD` remembers SRC in BUILD/src.
+STUB_CMAKE_CONFIGURE = textwrap.dedent("""\
+    while [ $# -gt 0 ]; do
+      case $1 in -S) s=$2; shift ;; -B) b=$2; shift ;; esac
+      shift
+    done
+    mkdir -p "$b" && echo "$s" > "$b/src"
+    """)
+
 # A cmake for scripts/compare-variants.sh: `-S SRC -B BUILD` remembers SRC; `--build BUILD`
 # makes BUILD/tools/tpar/tpar, a `tpar bench` that writes one row whose time is the number in
 # SRC/marker.txt (so a patch that changes the marker shows in the table) and logs its tree.
@@ -588,12 +597,7 @@ STUB_VARIANT_CMAKE = textwrap.dedent("""\
       [ "$(basename "$b")" = "exp-build-${STUB_FAIL_TAG:-none}" ] && exit 1
       exit 0
     fi
-    while [ $# -gt 0 ]; do
-      case $1 in -S) s=$2; shift ;; -B) b=$2; shift ;; esac
-      shift
-    done
-    mkdir -p "$b" && echo "$s" > "$b/src"
-    """)
+    """) + STUB_CMAKE_CONFIGURE
 
 MARKER_PATCH = textwrap.dedent("""\
     diff --git a/marker.txt b/marker.txt
@@ -669,6 +673,105 @@ class CompareVariants(unittest.TestCase):
         r = run(["bash", os.path.join(ROOT, "scripts", "compare-variants.sh"), "out"], env=self.env)
         self.assertEqual(r.returncode, 2)
         self.assertFalse(os.path.exists(os.path.join(t, "work")))
+
+
+# A cmake whose build writes a tpar CLI that prints one row per rank count, backend and size it is
+# asked for, in the time its source tree's marker.txt names; the runs are counted (STUB_COUNT)
+# and the runs named in STUB_SPIKE (1-based, comma-separated) take a fifth longer.
+STUB_COMMITS_CMAKE = textwrap.dedent("""\
+    #!/bin/sh
+    if [ "$1" = --build ]; then
+      b=$2
+      mkdir -p "$b/tools/tpar"
+      cat > "$b/tools/tpar/tpar" <<STUB
+    #!/usr/bin/env python3
+    import json, os, sys
+    a = sys.argv[1:]
+    def opt(name):
+        return a[a.index(name) + 1]
+    def parse(s):
+        return int(s[:-1]) * (1024 if s[-1] == "K" else 1048576) if s[-1] in "KM" else int(s)
+    with open(os.environ["STUB_COUNT"], "a+") as f:
+        f.seek(0)
+        n = len(f.read().split()) + 1
+        f.write(f"{n}\\\\n")
+    spikes = os.environ.get("STUB_SPIKE", "").split(",")
+    us = float(open("$(cat "$b/src")/marker.txt").read()) * (1.2 if str(n) in spikes else 1.0)
+    with open(os.environ["STUB_LOG"], "a") as f:
+        f.write(" ".join(a) + "\\\\n")
+    rows = [{"ranks": int(r), "backend": be, "bytes": parse(s), "virtual": True,
+             "us_out_of_place": us, "us_in_place": us}
+            for r in opt("--ranks").split(",") for be in opt("--backends").split(",")
+            for s in opt("--sizes").split(",")]
+    json.dump({"rows": rows}, open(opt("--json"), "w"))
+    STUB
+      chmod +x "$b/tools/tpar/tpar"
+      exit 0
+    fi
+    """) + STUB_CMAKE_CONFIGURE
+
+
+class CompareCommits(unittest.TestCase):
+    """scripts/compare-commits.sh on two source folders and a stand-in CLI: the sweep flags rows
+    above the limit; with CONFIRM the flagged rows run again and fail only if they stay above."""
+
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory()
+        self.addCleanup(self.tmp.cleanup)
+        t = self.tmp.name
+        write(os.path.join(t, "bin", "cmake"), STUB_COMMITS_CMAKE, 0o755)
+        self.env = dict(os.environ, PATH=os.path.join(t, "bin") + ":" + os.environ["PATH"],
+                        STUB_LOG=os.path.join(t, "runs.log"), STUB_COUNT=os.path.join(t, "n"),
+                        ROUNDS="2", ISLANDS="0", SIZES="4K,32K", BACKENDS="tpar,tpar:twoshot")
+
+    @staticmethod
+    def read(path):
+        with open(path) as f:
+            return f.read()
+
+    def trees(self, old_us, new_us):
+        t = self.tmp.name
+        for name, us in (("old", old_us), ("new", new_us)):
+            write(os.path.join(t, name, "marker.txt"), f"{us}\n")
+        return os.path.join(t, "old"), os.path.join(t, "new")
+
+    def compare(self, old, new, **env):
+        out = os.path.join(self.tmp.name, "out")
+        r = run(["bash", os.path.join(ROOT, "scripts", "compare-commits.sh"), old, new, out],
+                env=dict(self.env, **env))
+        return r, out
+
+    def test_a_row_slowed_once_by_chance_fails_the_sweep_and_is_cleared_by_the_confirmation(self):
+        old, new = self.trees(10, 10)
+        # The sweep's runs go config by config (auto, then host), old new new old each; run 2 is
+        # auto's first run of the new tree: every auto row of it a fifth slower.
+        r, out = self.compare(old, new, STUB_SPIKE="2")
+        self.assertEqual(r.returncode, 1, "without CONFIRM the flagged rows fail")
+        self.assertEqual(len(self.read(os.path.join(out, "compare.txt.fails")).split()), 3 * 2 * 2)
+        self.assertFalse(os.path.exists(os.path.join(out, "confirm")))
+        os.remove(self.env["STUB_COUNT"])
+        r, out = self.compare(old, new, STUB_SPIKE="2", CONFIRM="4")
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        confirm = self.read(os.path.join(out, "confirm.txt"))
+        self.assertIn("12 rows, 0 FAIL", confirm)
+        # Only the flagged config ran again: its 3 rank counts x 2 backends, 4 runs each.
+        again = self.read(self.env["STUB_LOG"]).splitlines()[-24:]
+        self.assertTrue(all("--transport auto" in l for l in again), again)
+        self.assertEqual(len(os.listdir(os.path.join(out, "confirm"))), 6)
+
+    def test_a_slower_tree_fails_the_confirmation_too(self):
+        old, new = self.trees(10, 10.5)
+        r, out = self.compare(old, new, CONFIRM="2")
+        self.assertEqual(r.returncode, 1, r.stdout + r.stderr)
+        self.assertIn("24 rows, 24 FAIL", self.read(os.path.join(out, "compare.txt")))
+        self.assertIn("24 rows, 24 FAIL", self.read(os.path.join(out, "confirm.txt")))
+
+    def test_a_bad_confirm_count_is_named_before_anything_is_built(self):
+        old, new = self.trees(10, 10)
+        r, out = self.compare(old, new, CONFIRM="some")
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("CONFIRM must be a whole number", r.stderr)
+        self.assertFalse(os.path.exists(os.path.join(out, "build-old")))
 
 
 class PeerScripts(unittest.TestCase):
@@ -831,8 +934,8 @@ class RoundsNoise(unittest.TestCase):
     def test_a_shared_effect_is_found_and_separated_from_the_rows_scatter(self):
         sd_group = self.rng.uniform(0.015, 0.03)
         sd_row = self.rng.uniform(0.003, 0.006)
-        row, group, p95, out = self.noise(self.draw("a", sd_group, sd_row, 6, tgz=True),
-                                          "--rounds", "3,12")
+        src = self.draw("a", sd_group, sd_row, 6, tgz=True)
+        row, group, p95, out = self.noise(src, "--rounds", "3,12", "--under", "run/var/")
         self.assertIn("rows 20,", out)
         # Both scatters are taken about medians of the rounds, which absorb a part.
         self.assertTrue(0.6 * sd_row <= row <= 1.2 * sd_row, (sd_row, out))
@@ -865,6 +968,10 @@ class RoundsNoise(unittest.TestCase):
             r = run([sys.executable, script, src] + args)
             self.assertEqual(r.returncode, 2, args)
             self.assertIn(want, r.stderr)
+        tgz = self.draw("d", 0.01, 0.01, 3, tgz=True)
+        r = run([sys.executable, script, tgz, "--under", "elsewhere/"])
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("no CONFIG-TAG-R.json runs", r.stderr)
         r = run([sys.executable, script, os.path.join(self.tmp.name, "nowhere")])
         self.assertEqual(r.returncode, 2)
         self.assertIn("no such folder or archive", r.stderr)
