@@ -36,7 +36,9 @@ iters=${ITERS:-20}
 warmup=${WARMUP:-3}
 limit=${LIMIT:-1.03}
 confirm=${CONFIRM:-0}
-[[ $confirm =~ ^[0-9]+$ ]] || { echo "CONFIRM must be a whole number of runs, not '$confirm'" >&2; exit 2; }
+# One run would time only the old build: 0 (no second look) or 2 and more.
+[[ $confirm =~ ^[0-9]+$ ]] && [ "$confirm" != 1 ] ||
+  { echo "CONFIRM must be 0 or a whole number of runs of 2 or more, not '$confirm'" >&2; exit 2; }
 backends=${BACKENDS:-tpar,tpar:oneshot,tpar:twoshot,tpar:staged,tpar:oneshot-pull,tpar:twoshot-pull,tpar:pipelined,tpar:twoshot-ll}
 fixture=tests/fixtures/topology/rootport_2socket_8gpu.xml
 t0=$(date +%s)

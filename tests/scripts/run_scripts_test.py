@@ -768,10 +768,12 @@ class CompareCommits(unittest.TestCase):
 
     def test_a_bad_confirm_count_is_named_before_anything_is_built(self):
         old, new = self.trees(10, 10)
-        r, out = self.compare(old, new, CONFIRM="some")
-        self.assertEqual(r.returncode, 2)
-        self.assertIn("CONFIRM must be a whole number", r.stderr)
-        self.assertFalse(os.path.exists(os.path.join(out, "build-old")))
+        for bad in ("some", "1", "-2"):
+            r, out = self.compare(old, new, CONFIRM=bad)
+            self.assertEqual(r.returncode, 2, bad)
+            self.assertIn(f"CONFIRM must be 0 or a whole number of runs of 2 or more, not '{bad}'",
+                          r.stderr)
+            self.assertFalse(os.path.exists(os.path.join(out, "build-old")))
 
 
 class PeerScripts(unittest.TestCase):
