@@ -28,6 +28,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -187,12 +188,19 @@ inline std::string alloc(const std::string& backing, size_t bytes, int device, i
     if (backing == "memfd-thp" && madvise(p, b->mapped, MADV_HUGEPAGE) != 0)
       return errnoText("madvise(MADV_HUGEPAGE)");
   } else if (backing == "anon-thp") {
+    // Huge pages only cover whole aligned 2 MiB spans: map a span more, keep the aligned part.
     const size_t huge = size_t(2) << 20;
     b->mapped = (bytes + huge - 1) / huge * huge;
-    void* p = mmap(nullptr, b->mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    void* p = mmap(nullptr, b->mapped + huge, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (p == MAP_FAILED) return errnoText("mmap");
-    b->host = static_cast<char*>(p);
-    if (madvise(p, b->mapped, MADV_HUGEPAGE) != 0) return errnoText("madvise(MADV_HUGEPAGE)");
+    char* raw = static_cast<char*>(p);
+    char* aligned = reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(raw) + huge - 1) &
+                                            ~uintptr_t(huge - 1));
+    if (aligned > raw) munmap(raw, aligned - raw);
+    if (raw + huge > aligned) munmap(aligned + b->mapped, raw + huge - aligned);
+    b->host = aligned;
+    if (madvise(aligned, b->mapped, MADV_HUGEPAGE) != 0) return errnoText("madvise(MADV_HUGEPAGE)");
   } else if (backing == "cumem") {
     why = allocCuMem(device, b);
     if (!why.empty()) return why;
