@@ -127,4 +127,9 @@ for k in sorted(t):
                       f"[{min(t[k][tag]):.2f}-{max(t[k][tag]):.2f}]" for tag in tags if tag in t[k])
     print(f"{k[0]:14} {k[1]:>2} {k[2]:18} {k[3]:>8}  {cells}")
 PY
+# What these rounds resolve: how far apart rows of identical code would come out of this run.
+if [ "$rounds" -ge 3 ]; then
+  echo "what $rounds rounds resolve here (scripts/rounds-noise.py):"
+  python3 scripts/rounds-noise.py "$out" --rounds "$rounds" --samples 2000 2>&1 | sed 's/^/  /'
+fi
 exit $status

@@ -591,7 +591,7 @@ STUB_VARIANT_CMAKE = textwrap.dedent("""\
         "us=\\$(cat '$src/marker.txt')" \\
         "echo \\"$(basename "$b") \\$*\\" >> \\"\\$STUB_LOG\\"" \\
         'while [ $# -gt 0 ]; do [ "$1" = --json ] && j=$2; shift; done' \\
-        'echo "{\\"rows\\": [{\\"ranks\\": 2, \\"backend\\": \\"tpar\\", \\"bytes\\": 4096, \\"us_out_of_place\\": $us, \\"us_in_place\\": $us}]}" > "$j"' \\
+        'echo "{\\"rows\\": [{\\"ranks\\": 2, \\"backend\\": \\"tpar\\", \\"bytes\\": 4096, \\"us_out_of_place\\": $us, \\"us_in_place\\": $us}, {\\"ranks\\": 2, \\"backend\\": \\"tpar\\", \\"bytes\\": 8192, \\"us_out_of_place\\": $us, \\"us_in_place\\": $us}]}" > "$j"' \\
         > "$b/tools/tpar/tpar"
       chmod +x "$b/tools/tpar/tpar"
       [ "$(basename "$b")" = "exp-build-${STUB_FAIL_TAG:-none}" ] && exit 1
@@ -652,6 +652,9 @@ class CompareVariants(unittest.TestCase):
         r = self.compare(f"a={tree} b={tree}+{t}/marker.patch c={tree}", "c|A=1|--ranks 2")
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
         self.assertEqual(self.run_order(), ["a", "b", "c", "b", "c", "a", "c", "a", "b"])
+        # With 3 rounds the run says what they resolve (the stand-in's times never vary).
+        self.assertIn("what 3 rounds resolve here", r.stdout)
+        self.assertRegex(r.stdout, r"rounds  3: largest distance from 1\.0 over 2 rows .* median 0\.0 %")
 
     def test_a_failed_build_fails_the_run_and_leaves_the_others_in_the_table(self):
         t = self.tmp.name
