@@ -192,5 +192,9 @@ if [ $table != 0 ] && [ "$confirm" -gt 0 ] && [ -s "$out/compare.txt.fails" ]; t
   table=$?
   echo "== the sweep's FAIL rows stand only where the confirmation above fails them too"
 fi
+if [ "$rounds" -ge 3 ]; then
+  echo "== what $rounds runs per commit resolve here (scripts/rounds-noise.py):"
+  python3 scripts/rounds-noise.py "$out/runs" --rounds "$rounds" --samples 1000 2>&1 | sed 's/^/   /'
+fi
 echo "== done in $(( $(date +%s) - t0 )) s"
 [ $status = 0 ] && [ $table = 0 ]

@@ -764,8 +764,9 @@ class CompareCommits(unittest.TestCase):
 
     def test_a_slower_tree_fails_the_confirmation_too(self):
         old, new = self.trees(10, 10.5)
-        r, out = self.compare(old, new, CONFIRM="2")
+        r, out = self.compare(old, new, CONFIRM="2", ROUNDS="3")
         self.assertEqual(r.returncode, 1, r.stdout + r.stderr)
+        self.assertIn("what 3 runs per commit resolve here", r.stdout)
         self.assertIn("24 rows, 24 FAIL", self.read(os.path.join(out, "compare.txt")))
         self.assertIn("24 rows, 24 FAIL", self.read(os.path.join(out, "confirm.txt")))
 
