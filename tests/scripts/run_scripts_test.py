@@ -579,8 +579,9 @@ STUB_CMAKE_CONFIGURE = textwrap.dedent("""\
     """)
 
 # A cmake for scripts/compare-variants.sh: `-S SRC -B BUILD` remembers SRC; `--build BUILD`
-# makes BUILD/tools/tpar/tpar, a `tpar bench` that writes one row whose time is the number in
-# SRC/marker.txt (so a patch that changes the marker shows in the table) and logs its tree.
+# makes BUILD/tools/tpar/tpar, a `tpar bench` that writes two rows (4 and 8 KiB) whose time is
+# the number in SRC/marker.txt (so a patch that changes the marker shows in the table) and logs
+# its tree.
 STUB_VARIANT_CMAKE = textwrap.dedent("""\
     #!/bin/sh
     if [ "$1" = --build ]; then
