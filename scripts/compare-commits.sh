@@ -92,10 +92,9 @@ done
 # `tpar bench ARGS --sizes SIZES` of one build into DIR/NAME-TAG-I.json.
 status=0
 run_config() {
-  local dir=$1 name=$2 envs=$3 args=$4 sz=$5 runs=$6 i tag json
+  local dir=$1 name=$2 envs=$3 args=$4 sz=$5 runs=$6 i tag json order=(old new new old)
   for ((i = 0; i < runs; ++i)); do
-    if [ $(((i / 2) % 2)) = 0 ]; then tag=$([ $((i % 2)) = 0 ] && echo old || echo new)
-    else tag=$([ $((i % 2)) = 0 ] && echo new || echo old); fi
+    tag=${order[i % 4]}
     json="$dir/$name-$tag-$i.json"
     echo "== $name $tag (run $((i + 1))/$runs, $(( $(date +%s) - t0 )) s so far)"
     # shellcheck disable=SC2086  # envs and args are word lists

@@ -33,7 +33,7 @@ import statistics as st
 import sys
 import tarfile
 
-NAME = re.compile(r"(?:.*/)?(?!check-)([^/]*)-([A-Za-z0-9_.]+)-(\d+)\.json$")
+NAME = re.compile(r"(?:.*/)?([^/]*)-([A-Za-z0-9_.]+)-(\d+)\.json$")
 
 
 def read_runs(source, under=""):
