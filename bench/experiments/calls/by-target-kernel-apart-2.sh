@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# The second call for the by-target kernel (docs/PERFORMANCE.md, "The by-target path in a kernel
+# of its own"), with by-target-kernel-apart.patch: by-target-kernel.patch without its rewrite of
+# the flag poll shared with the other kernels, so that every kernel of the tree compiles to the
+# same PTX (checked on the build machine) and only the new kernel differs. Trees: the tree, the
+# tree built a second time (base2: what two builds of one tree differ by in this run) and the
+# patch; scripts/compare-variants.sh, every tree checked first, 6 rounds, the first call's rows
+# (host memory, 4 and 8 ranks, auto and the two-shot pull forced, 64K to 384K);
+# decide_by_target_kernel_apart_2.py (the second rule, written after the first run of this patch and before this one).
+set -u
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 CUDA_DEVICE_MAX_CONNECTIONS=32
+N=by-target-kernel-apart2-${NEW_SHA:?}; O=$OUT/$N; mkdir -p $O; L=$O/log.txt; T0=$(date +%s); D=${DEADLINE:-585}
+t() { echo "== $(( $(date +%s) - T0 ))s $*" | tee -a $L; }
+nvidia-smi --query-gpu=name,driver_version,pci.bus_id --format=csv > $O/gpu.txt; cat $O/gpu.txt >> $L
+cp bench/experiments/calls/by-target-kernel-apart-2.sh bench/experiments/calls/decide_by_target_kernel_apart_2.py $O/
+echo "head=$NEW_SHA" >> $L
+t variants
+CHECK=1 ROUNDS=${ROUNDS:-6} JOBS=5 timeout $(( D - 30 )) scripts/compare-variants.sh $O/var \
+  "base=. base2=. apart=.+bench/experiments/variants/by-target-kernel-apart.patch" \
+  "host|CUDA_VISIBLE_DEVICES=0|--transport host --ranks 4,8 --backends tpar,tpar:twoshot-pull --sizes 64K,96K,112K,256K,384K -n 30 -w 5" \
+  > $O/variants.txt 2> $O/variants.err; echo variants rc=$? >> $L
+(cd $O && python3 decide_by_target_kernel_apart_2.py > decision.txt 2>&1); tail -6 $O/decision.txt >> $L
+t done
+cd $OUT && tar -czf by-target-kernel-apart-2.tgz $N && rm -rf $N
