@@ -20,5 +20,5 @@ CHECK=1 ROUNDS=${ROUNDS:-6} JOBS=5 timeout $(( D - 30 )) scripts/compare-variant
   "host|CUDA_VISIBLE_DEVICES=0|--transport host --ranks 4,8 --backends tpar,tpar:twoshot-pull --sizes 64K,96K,112K,256K,384K -n 30 -w 5" \
   > $O/variants.txt 2> $O/variants.err; echo variants rc=$? >> $L
 (cd $O && python3 decide_by_target_kernel_apart_2.py > decision.txt 2>&1); tail -6 $O/decision.txt >> $L
-t done
+t "done"
 cd $OUT && tar -czf by-target-kernel-apart-2.tgz $N && rm -rf $N

@@ -24,5 +24,5 @@ CHECK=1 ROUNDS=${ROUNDS:-6} JOBS=4 timeout $(( D - 30 )) scripts/compare-variant
   "auto|CUDA_VISIBLE_DEVICES=0|--transport host --ranks 4 --backends tpar --sizes 64K,96K -n 30 -w 5" \
   > $O/variants.txt 2> $O/variants.err; echo variants rc=$? >> $L
 (cd $O && python3 decide_twoshot_host_256k.py > decision.txt 2>&1); tail -8 $O/decision.txt >> $L
-t done
+t "done"
 cd $OUT && tar -czf twoshot-host-256k.tgz $N && rm -rf $N
