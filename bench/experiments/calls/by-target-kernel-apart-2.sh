@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
-# The second call for the by-target kernel (docs/PERFORMANCE.md, "The by-target path in a kernel
-# of its own"), with by-target-kernel-apart.patch: by-target-kernel.patch without its rewrite of
-# the flag poll shared with the other kernels, so that every kernel of the tree compiles to the
-# same PTX (checked on the build machine) and only the new kernel differs. Trees: the tree, the
-# tree built a second time (base2: what two builds of one tree differ by in this run) and the
-# patch; scripts/compare-variants.sh, every tree checked first, 6 rounds, the first call's rows
-# (host memory, 4 and 8 ranks, auto and the two-shot pull forced, 64K to 384K);
-# decide_by_target_kernel_apart_2.py (the second rule, written after the first run of this patch and
-# before this one); where it merges and time is left, the patched tree's GPU tests.
+# The second run of by-target-kernel-apart.patch (docs/PERFORMANCE.md, "The by-target kernel
+# with the other kernels' code untouched"): by-target-kernel.patch without its rewrite of the
+# flag poll shared with the other kernels, so that every kernel of the tree compiles to the same
+# PTX (checked on the build machine) and only the new kernel differs. Trees: the tree, the tree
+# built a second time (base2: what two builds of one tree differ by in this run) and the patch;
+# scripts/compare-variants.sh, every tree checked first, 6 rounds, the first run's rows (host
+# memory, 4 and 8 ranks, auto and the two-shot pull forced, 64K to 384K);
+# decide_by_target_kernel_apart_2.py (the second rule, written after the first run and before
+# this one); where it merges and time is left, the patched tree's GPU tests.
 set -u
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 CUDA_DEVICE_MAX_CONNECTIONS=32
 N=by-target-kernel-apart2-${NEW_SHA:?}; O=$OUT/$N; mkdir -p $O; L=$O/log.txt; T0=$(date +%s); D=${DEADLINE:-585}

@@ -6,8 +6,9 @@ var/check-host-*.json. Per (ranks, backend, size), each tree's median over its r
 place and in place; ratios per direction. The patch changes the device code of one kernel only
 (every other kernel's PTX is the tree's), which runs in the rows of the two-shot pull from 96 KiB
 (4 ranks with the pull forced, 8 ranks auto and forced: 12 rows); the other rows run the tree's
-device code and decide nothing (printed). Decision, with d the largest distance from 1 of base2/base (two builds of the tree) in those
-12 rows, either direction (the run's own resolution there):
+device code and decide nothing (printed). Decision, with d the largest distance from 1 of
+base2/base (two builds of the tree) in those 12 rows, either direction (the run's own
+resolution there):
 - merge, where every tree has 20 rows in every round and 0 wrong elements in its checked run; no
   row of the 12 of apart/base is above max(1.03, 1 + d); auto at 8 ranks and 384 KiB is at most
   min(0.96, 1 - d) of base in both directions;

@@ -3,10 +3,11 @@
 the two-shot push forced on the host at 256 KiB running slower than 1407f0e's. Reads
 var/{forced,auto}-{base,old,k8,narrow}-R.json and var/check-*.json (run from the call's folder).
 Per (config, ranks, size), each tree's median over its rounds, out of place and in place.
-- The run reproduces the loss where old/base at 4 ranks and 256 KiB is at most 0.97 in both
-  directions; otherwise it decides nothing (printed "not reproduced").
-- A variant explains it where, at 4 ranks and 256 KiB, variant/base is at most 0.97 and
-  variant/old at most 1.02, in both directions.
+- The run reproduces the loss where, at 4 ranks and 256 KiB, base is above 1.03 of old in
+  either direction (the no-regression check's bound; at 23175ee the confirmation had 1.080 out of
+  place and 1.030 in place); otherwise it decides nothing (printed "not reproduced").
+- A variant explains it where, at 4 ranks and 256 KiB, it runs below base and within 1.02 of
+  old, in both directions.
 - A variant is harmless where none of its other rows (the forced rows at 32 KiB to 512 KiB, 2 and
   4 ranks, and auto's two-shot rows at 4 ranks, 64 and 96 KiB) is above 1.03 of base.
 A variant that explains it and is harmless is the next change to make into code (with its GPU
@@ -47,12 +48,12 @@ for k in keys:
     print(f"{k[0]:6} {k[1]} {k[2] // 1024:>4} KiB  " + "  ".join(cells))
 K = ("forced", 4, 256 * 1024)
 old = ratio.get(("old", K), (9, 9))
-reproduced = max(old) <= 0.97
+reproduced = min(old) < 1 / 1.03
 print(f"old / base at 4 ranks, 256 KiB: {old[0]:.3f} / {old[1]:.3f}; reproduced {reproduced}; complete {complete}")
 for v in ("k8", "narrow"):
     vb = ratio.get((v, K), (9, 9))
     vo = tuple(a / b for a, b in zip(med(v, K), med("old", K))) if (v,) + K in t and ("old",) + K in t else (9, 9)
-    explains = max(vb) <= 0.97 and max(vo) <= 1.02
+    explains = max(vb) < 1.0 and max(vo) <= 1.02
     others = [x for (tree, k), r in ratio.items() if tree == v and k != K for x in r]
     harmless = bool(others) and max(others) <= 1.03
     verdict = ("not decided (not reproduced or incomplete)" if not (reproduced and complete)
